@@ -1,0 +1,856 @@
+/**
+ * @file dstransformer.h
+ * @brief The public C API of libdstransformer, a fused BERT-style Transformer layer for training.
+ *
+ * libdstransformer computes one Transformer encoder layer (self-attention, feed-forward network,
+ * LayerNorms, dropouts and residual connections), forward and backward, in the Pre-LN or Post-LN
+ * arrangement, with the memory switches of DeepSpeed's Transformer Kernel
+ * (`attn_dropout_checkpoint`, `normalize_invertible`, `gelu_checkpoint`).
+ *
+ * The API is plain C99 and is the only interface of the library; the bindings (Python, Java, Rust)
+ * are built on it. Conventions:
+ *  - Every fallible call returns a ::dst_status; ::DST_OK is 0. On failure, dst_last_error() gives a
+ *    message naming the argument and what was expected, and nothing the caller owns was changed.
+ *  - Handles (::dst_context, ::dst_layer, ::dst_saved) are opaque; each has a create/destroy pair and
+ *    every destroy function accepts NULL.
+ *  - Tensors cross the API as non-owning views (::dst_tensor) in the memory space of the context
+ *    (host memory for ::DST_BACKEND_CPU). Shapes are row-major.
+ *  - Configuration structs start with `struct_size` and are filled by a `*_default()` function;
+ *    fields are only ever appended.
+ *  - No global state: the layer counter, the random-number state and the thread count belong to a
+ *    context.
+ *
+ * A minimal session:
+ * @code
+ *   dst_context *ctx; dst_layer *layer; dst_layer_config cfg;
+ *   dst_context_create(DST_BACKEND_CPU, 0, &ctx);
+ *   dst_layer_config_default(&cfg);
+ *   cfg.hidden_size = 256; cfg.heads = 4; cfg.max_batch_tokens = 4096; cfg.max_seq_len = 512;
+ *   dst_layer_create(ctx, &cfg, &layer);
+ *   // ... dst_layer_forward(), dst_layer_backward(), dst_layer_get_grad() ...
+ *   dst_layer_destroy(layer);
+ *   dst_context_destroy(ctx);
+ * @endcode
+ */
+#ifndef DSTRANSFORMER_DSTRANSFORMER_H
+#define DSTRANSFORMER_DSTRANSFORMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/** @brief Marks the symbols that the shared library exports. */
+#if defined(_WIN32)
+#define DST_API
+#elif defined(DST_BUILDING_LIBRARY)
+#define DST_API __attribute__((visibility("default")))
+#else
+#define DST_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * @defgroup version Version
+ * @brief Compile-time and run-time version of the library.
+ * @{
+ */
+/** @brief Major version; the SONAME is `libdstransformer.so.<major>`. */
+#define DST_VERSION_MAJOR 0
+/** @brief Minor version: grows when API is added. */
+#define DST_VERSION_MINOR 1
+/** @brief Patch version: grows with fixes. */
+#define DST_VERSION_PATCH 0
+/** @brief The version as one number: major·10000 + minor·100 + patch. */
+#define DST_VERSION_NUMBER (DST_VERSION_MAJOR * 10000 + DST_VERSION_MINOR * 100 + DST_VERSION_PATCH)
+
+/**
+ * @brief Version of the library loaded at run time, as ::DST_VERSION_NUMBER computes it.
+ * @return The version number; compare with ::DST_VERSION_NUMBER to detect a mismatch.
+ * Thread safety: may be called from any thread. @since v0.1
+ */
+DST_API int dst_version(void);
+
+/**
+ * @brief Version of the library loaded at run time, as "major.minor.patch".
+ * @return A static string owned by the library; do not free. Thread safety: any thread. @since v0.1
+ */
+DST_API const char *dst_version_string(void);
+/** @} */
+
+/**
+ * @defgroup errors Status codes and errors
+ * @brief Every fallible call returns a status; the message of the last failure is thread-local.
+ * @{
+ */
+/** @brief Result of a call. The numeric values are fixed and never reused. */
+typedef enum dst_status {
+    DST_OK = 0,                    /**< Success. */
+    DST_ERR_INVALID_ARGUMENT = 1,  /**< An argument is NULL, out of range, or of the wrong dtype/shape. */
+    DST_ERR_UNSUPPORTED = 2,       /**< Valid request that this build or backend cannot serve. */
+    DST_ERR_CAPACITY = 3,          /**< B·S or S exceeds the maxima the layer was created with. */
+    DST_ERR_OUT_OF_MEMORY = 4,     /**< An allocation failed (host or device). */
+    DST_ERR_STATE = 5,             /**< Call out of order, e.g. backward without a training forward. */
+    DST_ERR_BACKEND = 6,           /**< A backend library (BLAS, CUDA, cuBLAS) reported an error. */
+    DST_ERR_IO = 7,                /**< A file could not be read or written. */
+    DST_ERR_FORMAT = 8,            /**< A file or buffer is malformed or does not match the target. */
+    DST_ERR_INTERNAL = 99          /**< A bug in the library; please report it with the message. */
+} dst_status;
+
+/**
+ * @brief Name of a status, e.g. "DST_ERR_CAPACITY".
+ * @param status Any value; unknown values give "DST_ERR_UNKNOWN".
+ * @return A static string owned by the library; do not free. Thread safety: any thread. @since v0.1
+ */
+DST_API const char *dst_status_string(dst_status status);
+
+/**
+ * @brief Message of the last failed call on this thread.
+ *
+ * The message names the function, the argument and what was expected. Successful calls do not clear it.
+ * @return A thread-local string owned by the library, valid until the next failing call on this
+ *         thread; "" when no call has failed. Do not free. Thread safety: per thread. @since v0.1
+ */
+DST_API const char *dst_last_error(void);
+/** @} */
+
+/**
+ * @defgroup types Element types and tensor views
+ * @brief How data crosses the API.
+ * @{
+ */
+/** @brief Element type of a tensor or of a layer's storage. */
+typedef enum dst_dtype {
+    DST_DTYPE_FP32 = 0,  /**< IEEE binary32. */
+    DST_DTYPE_FP16 = 1,  /**< IEEE binary16. */
+    DST_DTYPE_BF16 = 2,  /**< bfloat16 (upper half of a binary32). */
+    DST_DTYPE_FP64 = 3,  /**< IEEE binary64 (reference computations). */
+    DST_DTYPE_INT32 = 4  /**< 32-bit signed integer (key-length masks). */
+} dst_dtype;
+
+/**
+ * @brief Size in bytes of one element of a dtype.
+ * @param dtype The element type.
+ * @return 8, 4 or 2; 0 for a value that is not a ::dst_dtype. Thread safety: any thread. @since v0.1
+ */
+DST_API size_t dst_dtype_size(dst_dtype dtype);
+
+/**
+ * @brief Name of a dtype, e.g. "bf16".
+ * @param dtype The element type.
+ * @return A static string; "unknown" for a value that is not a ::dst_dtype. Thread safety: any thread.
+ * @since v0.1
+ */
+DST_API const char *dst_dtype_string(dst_dtype dtype);
+
+/** @brief Most dimensions a ::dst_tensor can have. */
+#define DST_MAX_DIMS 4
+
+/**
+ * @brief A non-owning view of a dense, row-major tensor.
+ *
+ * `data` lives in the memory space of the context it is passed to (host memory for the CPU
+ * backend). The caller owns it; the library never keeps the pointer beyond the call.
+ */
+typedef struct dst_tensor {
+    void *data;                    /**< First element; must not be NULL. */
+    dst_dtype dtype;               /**< Element type. */
+    int32_t ndim;                  /**< Number of dimensions, 1..::DST_MAX_DIMS. */
+    int64_t shape[DST_MAX_DIMS];   /**< Extent of each dimension; entries past `ndim` are ignored. */
+} dst_tensor;
+/** @} */
+
+/**
+ * @defgroup context Contexts
+ * @brief A context binds a backend, its memory, its random-number state and its layer counter.
+ * @{
+ */
+/** @brief Compute backend of a context. */
+typedef enum dst_backend {
+    DST_BACKEND_AUTO = 0,  /**< The best available: CUDA when a GPU is usable, else CPU. */
+    DST_BACKEND_CPU = 1,   /**< The reference backend: host memory, CBLAS GEMMs, OpenMP loops. */
+    DST_BACKEND_CUDA = 2   /**< NVIDIA GPUs (builds with CUDA, sm_80 and newer). */
+} dst_backend;
+
+/** @brief Opaque context handle. */
+typedef struct dst_context dst_context;
+
+/**
+ * @brief Creates a context on a backend.
+ * @param backend ::DST_BACKEND_CPU, ::DST_BACKEND_CUDA or ::DST_BACKEND_AUTO.
+ * @param device Device ordinal for GPU backends; must be 0 for the CPU backend.
+ * @param[out] out Receives the new context; unchanged on failure.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for a NULL `out`, an unknown backend or a bad device;
+ *         ::DST_ERR_UNSUPPORTED when the backend is not available in this build or on this machine;
+ *         ::DST_ERR_OUT_OF_MEMORY.
+ * Ownership: the caller owns the context and frees it with dst_context_destroy(). Layers keep
+ * their context alive, so the handle may be destroyed before them. Thread safety: any thread; a context
+ * and its layers must not be used from two threads at the same time. @since v0.1
+ */
+DST_API dst_status dst_context_create(dst_backend backend, int device, dst_context **out);
+
+/**
+ * @brief Releases the caller's reference to a context.
+ * @param ctx The context, or NULL (no effect). Layers created in it stay valid.
+ * Thread safety: not concurrently with other calls on the same context. @since v0.1
+ */
+DST_API void dst_context_destroy(dst_context *ctx);
+
+/**
+ * @brief The backend a context runs on (::DST_BACKEND_AUTO resolved).
+ * @param ctx The context.
+ * @param[out] backend Receives ::DST_BACKEND_CPU or ::DST_BACKEND_CUDA.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL argument.
+ * Ownership: nothing is allocated. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_get_backend(const dst_context *ctx, dst_backend *backend);
+
+/**
+ * @brief Sets the dropout random-number state: a Philox4x32-10 key and a counter offset.
+ *
+ * Each training forward of a layer in this context takes the next three offsets (one per dropout
+ * site) and records them, so that backward regenerates the masks; the same (seed, offset) gives
+ * bit-identical masks on every backend.
+ * @param ctx The context.
+ * @param seed Philox key.
+ * @param offset First counter offset the next training forward uses.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_set_rng_state(dst_context *ctx, uint64_t seed, uint64_t offset);
+
+/**
+ * @brief Reads the dropout random-number state.
+ * @param ctx The context.
+ * @param[out] seed Receives the Philox key.
+ * @param[out] offset Receives the next counter offset.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL argument.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_get_rng_state(const dst_context *ctx, uint64_t *seed, uint64_t *offset);
+
+/**
+ * @brief Number of CUDA devices usable by this build.
+ * @param[out] count Receives the count; 0 when the build has no CUDA backend or no driver/GPU is present.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_cuda_device_count(int *count);
+
+/**
+ * @brief Sets the stream on which a CUDA context runs all its work.
+ * @param ctx The context.
+ * @param stream A `cudaStream_t` of the context's device, passed as a pointer; NULL restores the
+ *               context's own stream. For a CPU context only NULL is accepted.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for a NULL context or a stream on a CPU context.
+ * Ownership: the caller keeps the stream and must keep it alive while the context uses it.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_set_stream(dst_context *ctx, void *stream);
+
+/**
+ * @brief The stream a context runs on.
+ * @param ctx The context.
+ * @param[out] stream Receives the `cudaStream_t` (NULL for a CPU context).
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_get_stream(const dst_context *ctx, void **stream);
+
+/**
+ * @brief Waits until all work the context queued has finished.
+ * @param ctx The context.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_BACKEND when the device reports an error.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_synchronize(dst_context *ctx);
+
+/**
+ * @brief Gives the context caller-owned memory for the activation workspace its layers share.
+ *
+ * By default a context owns its workspace and grows it on demand. With caller memory, a call that
+ * needs more than `bytes` fails with ::DST_ERR_CAPACITY (see dst_layer_config_workspace_bytes()).
+ * @param ctx The context.
+ * @param data Memory in the context's memory space, 256-byte aligned; NULL returns to an owned workspace.
+ * @param bytes Size of `data`.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT (NULL context, misaligned data).
+ * Ownership: the caller keeps `data` and must keep it alive while the context uses it.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_set_workspace(dst_context *ctx, void *data, size_t bytes);
+
+/**
+ * @brief Current size of the context's workspace.
+ * @param ctx The context.
+ * @param[out] bytes Receives the size in bytes (0 before the first forward of an owned workspace).
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_workspace_bytes(const dst_context *ctx, size_t *bytes);
+
+/** @brief Direction of dst_memcpy(). */
+typedef enum dst_copy_kind {
+    DST_COPY_HOST_TO_CONTEXT = 0,    /**< Host memory to the context's memory space. */
+    DST_COPY_CONTEXT_TO_HOST = 1,    /**< The context's memory space to host memory. */
+    DST_COPY_CONTEXT_TO_CONTEXT = 2  /**< Within the context's memory space. */
+} dst_copy_kind;
+
+/**
+ * @brief Allocates memory in the context's memory space (device memory for CUDA).
+ * @param ctx The context.
+ * @param bytes Size; 0 gives NULL.
+ * @param[out] ptr Receives the memory, 256-byte aligned.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_OUT_OF_MEMORY.
+ * Ownership: the caller frees it with dst_free() on the same context. Thread safety: as for the context.
+ * @since v0.1
+ */
+DST_API dst_status dst_malloc(dst_context *ctx, size_t bytes, void **ptr);
+
+/**
+ * @brief Frees memory from dst_malloc().
+ * @param ctx The context it was allocated in.
+ * @param ptr The memory, or NULL (no effect).
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API void dst_free(dst_context *ctx, void *ptr);
+
+/**
+ * @brief Copies bytes between host memory and the context's memory space; returns when the copy is done.
+ * @param ctx The context.
+ * @param dst Destination.
+ * @param src Source.
+ * @param bytes Number of bytes.
+ * @param kind Direction.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL pointers with bytes > 0, unknown kind); ::DST_ERR_BACKEND.
+ * Ownership: both buffers stay the caller's. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_memcpy(dst_context *ctx, void *dst, const void *src, size_t bytes, dst_copy_kind kind);
+
+/**
+ * @brief Sets how many host threads the CPU backend uses for its own loops.
+ *
+ * Results do not depend on the count (every reduction has a fixed order). The GEMMs run on the BLAS
+ * library's own threads, which OpenBLAS takes from `OPENBLAS_NUM_THREADS` for the whole process.
+ * @param ctx The context.
+ * @param threads 1 or more; 0 restores the default (OpenMP's, normally the number of cores).
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context or a negative count.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_set_num_threads(dst_context *ctx, int threads);
+
+/**
+ * @brief Reads the host thread count of a context.
+ * @param ctx The context.
+ * @param[out] threads Receives the count in effect (never 0).
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL argument.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_get_num_threads(const dst_context *ctx, int *threads);
+/** @} */
+
+/**
+ * @defgroup config Layer configuration
+ * @brief Every field of DeepSpeed's `DeepSpeedTransformerConfig`, plus dtype, capacity and GELU form.
+ * @{
+ */
+/** @brief Form of the GELU activation. */
+typedef enum dst_gelu {
+    DST_GELU_ERF = 0,  /**< Exact: x·Φ(x) (Hugging Face BERT). Default. */
+    DST_GELU_TANH = 1  /**< tanh approximation (DeepSpeed's kernel). */
+} dst_gelu;
+
+/**
+ * @brief Configuration of a layer. Fill with dst_layer_config_default(), then change fields.
+ *
+ * Boolean fields are int32_t: 0 is false, anything else true.
+ */
+typedef struct dst_layer_config {
+    size_t struct_size;          /**< sizeof(dst_layer_config) of the caller's header; set by default(). */
+    int32_t hidden_size;         /**< H, the model width. Default 1024. */
+    int32_t heads;               /**< Attention heads; must divide H. Default 16. */
+    int32_t intermediate_size;   /**< FFN width I; 0 means 4·H. Default 0. */
+    float attn_dropout_ratio;    /**< Dropout on attention probabilities, in [0, 1). Default 0.1. */
+    float hidden_dropout_ratio;  /**< Dropout on both sub-layer outputs, in [0, 1). Default 0.1. */
+    int32_t num_hidden_layers;   /**< Layers in the model (for the init rule). Default 24. */
+    float initializer_range;     /**< Std. deviation of weight init. Default 0.02. */
+    float layer_norm_eps;        /**< LayerNorm ε, added to the variance. Default 1e-12. */
+    uint64_t seed;               /**< Seed of the initial weights (Philox key). Default 42. */
+    int32_t pre_layer_norm;      /**< 1: Pre-LN, 0: Post-LN. Default 1. */
+    int32_t normalize_invertible;    /**< LayerNorm backward from its output; drops LN inputs. Default 0. */
+    int32_t gelu_checkpoint;         /**< Keep only the pre-GELU value; recompute GELU. Default 0. */
+    int32_t attn_dropout_checkpoint; /**< Keep no S×S probabilities; recompute scores. Default 0. */
+    int32_t adjust_init_range;   /**< Scale the output-projection init by 1/sqrt(2·layers). Default 1. */
+    int32_t stochastic_mode;     /**< Allow non-deterministic fast paths. Default 0. */
+    int32_t training;            /**< Initial mode: 1 training (dropout, saved state), 0 inference. Default 1. */
+    dst_dtype dtype;             /**< Storage type of parameters and activations. Default FP32. */
+    int64_t max_batch_tokens;    /**< Largest B·S of any call. Default 8192. */
+    int32_t max_seq_len;         /**< Largest S of any call. Default 512. */
+    dst_gelu gelu;               /**< GELU form. Default ::DST_GELU_ERF. */
+    int32_t causal;              /**< Causal attention (query i sees keys ≤ i). Default 0. */
+    int32_t allow_tf32;          /**< Let FP32 GEMMs use TF32 tensor cores (CUDA). Default 0. */
+} dst_layer_config;
+
+/**
+ * @brief Fills a configuration with the defaults listed on each field.
+ * @param[out] config The struct to fill; `struct_size` is set to sizeof(dst_layer_config).
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_layer_config_default(dst_layer_config *config);
+
+/**
+ * @brief Checks a configuration for a backend without allocating anything.
+ * @param config The configuration.
+ * @param backend Backend it is meant for (::DST_BACKEND_AUTO checks the generic rules only).
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT with the offending field in dst_last_error();
+ *         ::DST_ERR_UNSUPPORTED when the values are valid but the backend cannot run them.
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_layer_config_validate(const dst_layer_config *config, dst_backend backend);
+
+/**
+ * @brief Bytes of activations one training forward keeps for backward with this configuration.
+ * @param config The configuration (its three memory switches and dtype count).
+ * @param batch B of the call, ≥ 1.
+ * @param seq S of the call, ≥ 1.
+ * @param[out] bytes Receives the size of everything a ::dst_saved holds after such a forward.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT (invalid configuration, sizes or NULL).
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_layer_config_saved_bytes(const dst_layer_config *config, int64_t batch,
+                                                int64_t seq, size_t *bytes);
+/**
+ * @brief Bytes of workspace a call with this configuration needs (the largest of forward and backward).
+ * @param config The configuration.
+ * @param batch B of the call, ≥ 1.
+ * @param seq S of the call, ≥ 1.
+ * @param[out] bytes Receives the size; give at least this much to dst_context_set_workspace().
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT (invalid configuration, sizes or NULL).
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_layer_config_workspace_bytes(const dst_layer_config *config, int64_t batch,
+                                                    int64_t seq, size_t *bytes);
+/** @} */
+
+/**
+ * @defgroup layer Layers
+ * @brief Creating a layer, its parameters and gradients.
+ * @{
+ */
+/** @brief Opaque layer handle. */
+typedef struct dst_layer dst_layer;
+
+/** @brief Parameter identifiers, in DeepSpeed's order. */
+typedef enum dst_param {
+    DST_PARAM_ATTN_QKVW = 0,  /**< `attn_qkvw` [3H, H]: rows Q, then K, then V; head h owns rows h·d…h·d+d−1 of each. */
+    DST_PARAM_ATTN_QKVB = 1,  /**< `attn_qkvb` [3H]. */
+    DST_PARAM_ATTN_OW = 2,    /**< `attn_ow` [H, H], attention output projection. */
+    DST_PARAM_ATTN_OB = 3,    /**< `attn_ob` [H]. */
+    DST_PARAM_ATTN_NW = 4,    /**< `attn_nw` [H], γ of the LayerNorm after the attention residual. */
+    DST_PARAM_ATTN_NB = 5,    /**< `attn_nb` [H], β of that LayerNorm. */
+    DST_PARAM_INTER_W = 6,    /**< `inter_w` [I, H], FFN up-projection. */
+    DST_PARAM_INTER_B = 7,    /**< `inter_b` [I]. */
+    DST_PARAM_OUTPUT_W = 8,   /**< `output_w` [H, I], FFN down-projection. */
+    DST_PARAM_OUTPUT_B = 9,   /**< `output_b` [H]. */
+    DST_PARAM_NORM_W = 10,    /**< `norm_w` [H]: γ of the input LN (Pre-LN) or of the final LN (Post-LN). */
+    DST_PARAM_NORM_B = 11,    /**< `norm_b` [H]. */
+    DST_PARAM_COUNT = 12      /**< Number of parameters. */
+} dst_param;
+
+/** @brief Where one parameter lives in the layer's arena (gradients use the same layout). */
+typedef struct dst_param_info {
+    const char *name;        /**< DeepSpeed name, e.g. "attn_qkvw"; static string. */
+    int32_t ndim;            /**< 1 or 2. */
+    int64_t shape[2];        /**< Row-major shape ([out, in] for weights). */
+    int64_t numel;           /**< Number of elements. */
+    size_t offset_bytes;     /**< Byte offset from the start of the arena (multiple of 256). */
+    size_t size_bytes;       /**< numel × dtype size. */
+} dst_param_info;
+
+/**
+ * @brief Creates a layer and initialises its parameters.
+ *
+ * Weights are drawn from N(0, initializer_range) with a Philox stream keyed by `config->seed`
+ * (identical on every backend); `attn_ow` and `output_w` use initializer_range/sqrt(2·num_hidden_layers)
+ * when `adjust_init_range` is set; biases are 0, LayerNorm γ 1 and β 0. The layer gets the next
+ * layer id of its context (0, 1, 2, …).
+ * @param ctx The context; the layer keeps it alive.
+ * @param config The configuration; copied.
+ * @param[out] out Receives the layer; unchanged on failure.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (see dst_layer_config_validate()); ::DST_ERR_UNSUPPORTED;
+ *         ::DST_ERR_OUT_OF_MEMORY.
+ * Ownership: the caller owns the layer and frees it with dst_layer_destroy().
+ * Thread safety: not concurrently with other calls on the same context. @since v0.1
+ */
+DST_API dst_status dst_layer_create(dst_context *ctx, const dst_layer_config *config, dst_layer **out);
+
+/**
+ * @brief Destroys a layer, its arenas (unless caller-bound), its default saved activations and workspace.
+ * @param layer The layer, or NULL (no effect). ::dst_saved objects created for it must be destroyed first.
+ * Thread safety: not concurrently with other calls on the layer. @since v0.1
+ */
+DST_API void dst_layer_destroy(dst_layer *layer);
+
+/**
+ * @brief Copies the layer's configuration (with `intermediate_size` resolved).
+ * @param layer The layer.
+ * @param[out] config Receives the configuration; its `struct_size` must be set by the caller
+ *             (dst_layer_config_default() does) and only that many bytes are written.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT (NULL, or a struct_size that is too small).
+ * Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_get_config(const dst_layer *layer, dst_layer_config *config);
+
+/**
+ * @brief The layer's id within its context, in creation order from 0 (DeepSpeed's `layer_id`).
+ * @param layer The layer.
+ * @param[out] id Receives the id.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_get_id(const dst_layer *layer, int *id);
+
+/**
+ * @brief Switches between training (dropout on, activations saved) and inference.
+ * @param layer The layer.
+ * @param training Non-zero for training.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_set_training(dst_layer *layer, int training);
+
+/**
+ * @brief Looks up a parameter by name.
+ *
+ * Accepts DeepSpeed's names ("attn_qkvw" … "norm_b"), optionally after a prefix ending in '.'
+ * (e.g. "bert.encoder.layer.3.attn_qkvw").
+ * @param name NUL-terminated name.
+ * @param[out] param Receives the ::dst_param.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL or an unknown name.
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_param_lookup(const char *name, dst_param *param);
+
+/**
+ * @brief Shape and arena position of a parameter (and of its gradient).
+ * @param layer The layer.
+ * @param param The parameter.
+ * @param[out] info Receives the description; `info->name` is a static string.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT (NULL, or `param` out of range).
+ * Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_param_info(const dst_layer *layer, dst_param param, dst_param_info *info);
+
+/**
+ * @brief Size of the parameter arena (and of the gradient arena) in bytes.
+ * @param layer The layer.
+ * @param[out] bytes Receives the size; parameters are 256-byte aligned inside it.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_arena_bytes(const dst_layer *layer, size_t *bytes);
+
+/**
+ * @brief The parameter arena: all 12 parameters in one buffer (see dst_layer_param_info()).
+ * @param layer The layer.
+ * @param[out] data Receives the arena pointer, in the context's memory space.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Ownership: owned by the layer (or by the caller, once bound); valid until the layer is destroyed
+ * or another arena is bound. The caller may read and write it between calls (an optimizer step).
+ * Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_param_arena(dst_layer *layer, void **data);
+
+/**
+ * @brief The gradient arena: same layout as the parameter arena.
+ * @param layer The layer.
+ * @param[out] data Receives the arena pointer, in the context's memory space.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Ownership: as for dst_layer_param_arena(). Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_grad_arena(dst_layer *layer, void **data);
+
+/**
+ * @brief Makes the layer use caller-owned memory for its parameters.
+ * @param layer The layer.
+ * @param data Caller memory in the context's memory space, at least dst_layer_arena_bytes() bytes,
+ *             aligned to 256 bytes.
+ * @param bytes Size of `data` in bytes.
+ * @param copy_current Non-zero: the current parameter values are copied into `data` first.
+ *                     Zero: `data` is taken as it is (it must hold valid parameters).
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer or misalignment (nothing changes).
+ * Ownership: the caller keeps ownership and must keep `data` alive while the layer uses it; the
+ * layer's own arena is freed. Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_bind_param_arena(dst_layer *layer, void *data, size_t bytes, int copy_current);
+
+/**
+ * @brief Makes the layer use caller-owned memory for its gradients.
+ * @param layer The layer.
+ * @param data Caller memory as for dst_layer_bind_param_arena().
+ * @param bytes Size of `data` in bytes.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer or misalignment (nothing changes).
+ * Ownership: as for dst_layer_bind_param_arena(); the contents are taken as they are.
+ * Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_bind_grad_arena(dst_layer *layer, void *data, size_t bytes);
+
+/**
+ * @brief Copies host data into one parameter, converting between floating dtypes.
+ * @param layer The layer.
+ * @param name Parameter name as accepted by dst_param_lookup().
+ * @param src Host memory with `count` elements of `dtype`.
+ * @param dtype ::DST_DTYPE_FP32, FP16, BF16 or FP64.
+ * @param count Must equal the parameter's element count.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, unknown name, wrong count or dtype).
+ * Ownership: `src` stays the caller's and may be freed after the return. Thread safety: as for the layer.
+ * @since v0.1
+ */
+DST_API dst_status dst_layer_set_param(dst_layer *layer, const char *name, const void *src,
+                                       dst_dtype dtype, size_t count);
+
+/**
+ * @brief Copies one parameter into host memory, converting to `dtype`.
+ * @param layer The layer.
+ * @param name Parameter name as accepted by dst_param_lookup().
+ * @param dst Host memory for `count` elements of `dtype`.
+ * @param dtype ::DST_DTYPE_FP32, FP16, BF16 or FP64.
+ * @param count Must equal the parameter's element count.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, unknown name, wrong count or dtype).
+ * Ownership: `dst` is the caller's. Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_get_param(const dst_layer *layer, const char *name, void *dst,
+                                       dst_dtype dtype, size_t count);
+
+/**
+ * @brief Copies the gradient of one parameter into host memory, converting to `dtype`.
+ * @param layer The layer.
+ * @param name Parameter name as accepted by dst_param_lookup().
+ * @param dst Host memory for `count` elements of `dtype`.
+ * @param dtype ::DST_DTYPE_FP32, FP16, BF16 or FP64.
+ * @param count Must equal the parameter's element count.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, unknown name, wrong count or dtype).
+ * Ownership: `dst` is the caller's. Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_get_grad(const dst_layer *layer, const char *name, void *dst,
+                                      dst_dtype dtype, size_t count);
+
+/**
+ * @brief Sets every gradient to zero.
+ * @param layer The layer.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_zero_grads(dst_layer *layer);
+/** @} */
+
+/**
+ * @defgroup run Forward and backward
+ * @brief Running the layer; masks; saved activations.
+ * @{
+ */
+/** @brief Kind of attention mask. */
+typedef enum dst_mask_kind {
+    DST_MASK_NONE = 0,         /**< Every key is visible. */
+    DST_MASK_ADDITIVE = 1,     /**< Added to the scores: tensor [B, S] or [B, 1, 1, S], layer dtype or FP32. */
+    DST_MASK_KEY_LENGTHS = 2   /**< Keys j ≥ len[b] are masked: tensor int32 [B], values in 1..S. */
+} dst_mask_kind;
+
+/** @brief An attention mask: its kind and its data (ignored for ::DST_MASK_NONE). */
+typedef struct dst_mask {
+    dst_mask_kind kind;  /**< Kind of mask. */
+    dst_tensor tensor;   /**< The mask data, in the context's memory space. */
+} dst_mask;
+
+/** @brief How backward stores parameter gradients. */
+typedef enum dst_grad_mode {
+    DST_GRAD_WRITE = 0,       /**< Overwrite the gradient arena. */
+    DST_GRAD_ACCUMULATE = 1   /**< Add to the gradient arena (gradient accumulation). */
+} dst_grad_mode;
+
+/**
+ * @brief Opaque holder of the activations that one training forward keeps for its backward.
+ *
+ * Hold one per micro-batch to have several forwards in flight; each layer also has a default one.
+ */
+typedef struct dst_saved dst_saved;
+
+/**
+ * @brief Creates an empty saved-activations object for a layer.
+ * @param layer The layer it will serve.
+ * @param[out] out Receives the object; unchanged on failure.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_OUT_OF_MEMORY.
+ * Ownership: the caller owns it and destroys it (before the layer) with dst_saved_destroy(). Memory is
+ * allocated by the forward that fills it. Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_saved_create(dst_layer *layer, dst_saved **out);
+
+/**
+ * @brief Destroys a saved-activations object and its memory.
+ * @param saved The object, or NULL (no effect). Thread safety: as for its layer. @since v0.1
+ */
+DST_API void dst_saved_destroy(dst_saved *saved);
+
+/**
+ * @brief Frees the memory a saved-activations object holds; it must be filled again before a backward.
+ * @param saved The object.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: as for its layer. @since v0.1
+ */
+DST_API dst_status dst_saved_release(dst_saved *saved);
+
+/**
+ * @brief Bytes of activations a saved-activations object currently holds.
+ * @param saved The object.
+ * @param[out] bytes Receives the size (0 when empty).
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: as for its layer. @since v0.1
+ */
+DST_API dst_status dst_saved_bytes(const dst_saved *saved, size_t *bytes);
+
+/**
+ * @brief Runs the layer forward on a batch.
+ *
+ * In training mode dropout is applied with the context's next RNG offsets and the activations needed
+ * by backward are kept in `saved`; in inference mode nothing is kept and the RNG does not advance.
+ * @param layer The layer.
+ * @param saved Where to keep activations (training only); NULL means the layer's default object.
+ * @param input [B, S, H] in the layer dtype; 1 ≤ S ≤ max_seq_len and B·S ≤ max_batch_tokens.
+ * @param mask The attention mask, or NULL for none.
+ * @param output [B, S, H] in the layer dtype; may not overlap `input`.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mask kind/shape/values);
+ *         ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure `output` and
+ *         `saved` are unchanged.
+ * Ownership: all tensors stay the caller's; `input` and `mask` are copied as needed, so they may be
+ * reused after the return. Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_forward(dst_layer *layer, dst_saved *saved, const dst_tensor *input,
+                                     const dst_mask *mask, dst_tensor *output);
+
+/**
+ * @brief Runs the layer backward for the forward recorded in `saved`.
+ *
+ * Writes dX and the 12 parameter gradients (into the gradient arena, overwriting or accumulating).
+ * `saved` stays valid, so backward may be repeated.
+ * @param layer The layer.
+ * @param saved The object filled by a training forward; NULL means the layer's default object.
+ * @param grad_output dL/dY, [B, S, H] with the B and S of that forward, in the layer dtype.
+ * @param grad_input dL/dX, [B, S, H] in the layer dtype; may not overlap `grad_output`.
+ * @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mode; a zero LayerNorm γ with
+ *         normalize_invertible); ::DST_ERR_STATE (no matching training forward);
+ *         ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure `grad_input` and the gradient arena
+ *         are unchanged.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_backward(dst_layer *layer, dst_saved *saved, const dst_tensor *grad_output,
+                                      dst_tensor *grad_input, dst_grad_mode mode);
+/** @} */
+
+/**
+ * @defgroup checkpoint Checkpoints and weight layouts
+ * @brief safetensors files of one layer or a stack; DeepSpeed and Hugging Face BERT names.
+ *
+ * A checkpoint is a safetensors file (an 8-byte little-endian header length, a JSON header, raw
+ * little-endian tensors) that other tools read. Layer i's parameters are stored under
+ * `<prefix>layer.<i>.<name>`, where `<name>` depends on the layout; gradients, when included, under
+ * `grad.<prefix>layer.<i>.<name>`. The `__metadata__` holds the configuration of every layer, the
+ * context's RNG seed and offset, the library version and the caller's client state.
+ * @{
+ */
+/** @brief Tensor naming scheme of a checkpoint. */
+typedef enum dst_weight_layout {
+    DST_LAYOUT_DEEPSPEED = 0,  /**< DeepSpeed Transformer Kernel names (`attn_qkvw` … `norm_b`); the native layout. */
+    DST_LAYOUT_HF_BERT = 1     /**< Hugging Face `BertLayer` names (`attention.self.query.weight` …); Post-LN only. */
+} dst_weight_layout;
+
+/** @brief Options of dst_checkpoint_save() and dst_checkpoint_load(). Fill with dst_checkpoint_options_default(). */
+typedef struct dst_checkpoint_options {
+    size_t struct_size;          /**< sizeof(dst_checkpoint_options); set by default(). */
+    dst_weight_layout layout;    /**< Naming scheme. Default ::DST_LAYOUT_DEEPSPEED. */
+    const char *prefix;          /**< Prepended to `layer.<i>.`; NULL or "" for none. Loading a Hugging Face
+                                      file also accepts the prefixes "bert.encoder." and "encoder." when this is
+                                      NULL. Default NULL. */
+    int32_t include_grads;       /**< Save: also write the gradients. Load: also read them (they must be present).
+                                      Default 0. */
+    int32_t save_dtype;          /**< Save: -1 keeps each layer's dtype, else a ::dst_dtype to convert to. Default -1. */
+    int32_t restore_rng;         /**< Load: set the first layer's context RNG state from the file. Default 1. */
+    const char *client_state;    /**< Save: an opaque NUL-terminated string stored with the weights (epoch, step…);
+                                      NULL for none. Default NULL. */
+} dst_checkpoint_options;
+
+/**
+ * @brief Fills checkpoint options with the defaults listed on each field.
+ * @param[out] options The struct to fill.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_checkpoint_options_default(dst_checkpoint_options *options);
+
+/**
+ * @brief Writes the parameters (and optionally gradients) of a stack of layers to a safetensors file.
+ *
+ * The file is written to a temporary file in the same folder, flushed and renamed over `path`, so
+ * `path` holds either its old content or the complete new file, never a partial one.
+ * @param layers Array of `num_layers` layers; layer i is stored as `layer.<i>`.
+ * @param num_layers Number of layers, ≥ 1.
+ * @param path Destination file.
+ * @param options Options, or NULL for the defaults.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, bad options, a Pre-LN layer with the Hugging Face
+ *         layout); ::DST_ERR_IO with the system's reason (the old file is left as it was).
+ * Ownership: nothing is retained. Thread safety: as for the layers. @since v0.1
+ */
+DST_API dst_status dst_checkpoint_save(dst_layer *const *layers, int num_layers, const char *path,
+                                       const dst_checkpoint_options *options);
+
+/**
+ * @brief Reads parameters (and optionally gradients) of a stack of layers from a safetensors file.
+ *
+ * Every tensor is checked (header bounds, offsets inside the data and not overlapping, dtype, shape
+ * against the target layer) before any layer is changed; a file of another floating dtype is
+ * converted. Tensors that belong to no target layer (embeddings, a pooler, further layers) are ignored.
+ * @param layers Array of `num_layers` target layers.
+ * @param num_layers Number of layers, ≥ 1.
+ * @param path Source file.
+ * @param options Options, or NULL for the defaults.
+ * @param client_state Buffer for the stored client state (NUL-terminated, truncated to fit), or NULL.
+ * @param client_state_size Size of that buffer in bytes.
+ * @param[out] client_state_len Receives the full length of the stored client state (0 when none), or NULL.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT; ::DST_ERR_IO (cannot open or read); ::DST_ERR_FORMAT
+ *         (malformed file, or a tensor missing or of the wrong shape — the message names it). On failure
+ *         no layer and no RNG state is changed.
+ * Ownership: nothing is retained. Thread safety: as for the layers. @since v0.1
+ */
+DST_API dst_status dst_checkpoint_load(dst_layer *const *layers, int num_layers, const char *path,
+                                       const dst_checkpoint_options *options, char *client_state,
+                                       size_t client_state_size, size_t *client_state_len);
+
+/**
+ * @brief Converts a checkpoint file between weight layouts without creating layers.
+ *
+ * Hugging Face → DeepSpeed fuses query/key/value into `attn_qkvw`/`attn_qkvb` (rows Q, K, V);
+ * DeepSpeed → Hugging Face splits them. Tensors outside the encoder layers are copied unchanged.
+ * The output is written atomically as by dst_checkpoint_save().
+ * @param in_path Source file.
+ * @param in_layout Layout of the source.
+ * @param in_prefix Prefix of the source's layer names, or NULL to detect ("", "bert.encoder.", "encoder.").
+ * @param out_path Destination file.
+ * @param out_layout Layout to write.
+ * @param out_prefix Prefix for the written layer names, or NULL to keep the source's.
+ * @param summary Buffer for a human-readable summary of what was read and written, or NULL.
+ * @param summary_size Size of that buffer (the summary is truncated to fit).
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT; ::DST_ERR_IO; ::DST_ERR_FORMAT (malformed file, an
+ *         incomplete layer — the message names the tensor).
+ * Ownership: nothing is retained. Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_checkpoint_convert(const char *in_path, dst_weight_layout in_layout, const char *in_prefix,
+                                          const char *out_path, dst_weight_layout out_layout,
+                                          const char *out_prefix, char *summary, size_t summary_size);
+/** @} */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSTRANSFORMER_DSTRANSFORMER_H */

@@ -1,0 +1,149 @@
+// The table of ops a backend implements. The layer's dataflow (src/layer/layer.cpp) is written once
+// in terms of these ops; the CPU backend (src/backend/cpu) is the reference, the CUDA backend
+// (src/backend/cuda) fills the same table with kernels and cuBLASLt.
+//
+// Conventions for every op:
+//  - Pointers are in the backend's memory space. Matrices are dense and row-major.
+//  - `dt` is the storage dtype of the layer (FP32, FP16, BF16 or FP64) and applies to every tensor
+//    argument unless the comment says "stat": statistics (LayerNorm mean/rstd, attention row
+//    log-sum-exp) are stored in the compute dtype, double for FP64 layers and float otherwise.
+//  - Arithmetic is done in the compute dtype; results are rounded once to the storage dtype.
+//  - Ops never validate shapes (the C API did); they return DST_OK or a status with a message set
+//    through dst::set_error (launch or library failures).
+//  - Gradient rule: ops that produce parameter gradients take `accumulate`: false writes, true adds.
+//  - Deterministic: the same inputs give bit-identical outputs unless the backend was told
+//    stochastic_mode (Backend::set_stochastic).
+//  - Optional pointers (nullptr skips that input or output): the bias `b` of linear_fwd, `dw`/`db`
+//    of linear_bwd_weight, `mean`/`rstd` of layernorm_fwd, `dresid`/`dgamma`/`dbeta` of
+//    layernorm_bwd, `pre_act`, and `probs`/`lse` of attention_fwd. attention_bwd needs `probs` or
+//    `lse`. Elementwise outputs may alias their inputs; layernorm_bwd computes dγ/dβ before dx, so
+//    dx may alias dy or dresid.
+//  - linear_fwd with GELU rounds u to the storage dtype (what pre_act receives) and applies GELU to
+//    the rounded value, so a GELU recomputed from pre_act in backward equals the forward's output.
+//    Attention forms P = exp(score − lse) in forward too, so recomputing from lse is exact.
+//    Dropout's scale is rounded to the compute dtype.
+#ifndef DST_BACKEND_BACKEND_H
+#define DST_BACKEND_BACKEND_H
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dstransformer/dstransformer.h"  // defines: dst_status, dst_dtype, dst_gelu, dst_mask_kind
+
+namespace dst {
+
+// One dropout site: keep element e iff philox_dropout_keep(seed, offset, e, threshold);
+// kept elements are scaled by `scale` = 1/(1-p). threshold == 0 means no dropout (identity).
+struct DropoutSite {
+    uint64_t seed = 0;
+    uint64_t offset = 0;
+    uint32_t threshold = 0;
+    double scale = 1.0;
+    bool active() const { return threshold != 0; }
+};
+
+// Attention over a fused QKV activation.
+// qkv: [B, S, 3H]; columns [0,H) are Q, [H,2H) K, [2H,3H) V; head h uses columns h·d … h·d+d−1 of
+// each block. ctx: [B, S, H] with the same head layout (heads merged, ready for the output GEMM).
+// scores[b,h,i,j] = scale · q_i·k_j + mask(b,j) (−inf where causal and j > i, or j ≥ len[b]);
+// P = softmax_j(scores) (rows that are entirely −inf give P = 0); P̃ = dropout(P) with element index
+// ((b·heads + h)·S + i)·S + j; ctx_i = Σ_j P̃_ij v_j.
+struct AttentionParams {
+    int64_t batch = 0, seq = 0, hidden = 0, heads = 0, head_dim = 0;
+    double scale = 1.0;          // 1/sqrt(head_dim)
+    bool causal = false;
+    dst_mask_kind mask_kind = DST_MASK_NONE;
+    const void *mask = nullptr;  // ADDITIVE: [B, S] of mask_dtype; KEY_LENGTHS: int32 [B]
+    dst_dtype mask_dtype = DST_DTYPE_FP32;
+    DropoutSite dropout;
+};
+
+enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual dst_backend kind() const = 0;
+
+    // ---- memory -------------------------------------------------------------------------------
+    // alloc returns DST_ERR_OUT_OF_MEMORY with a message when it fails; bytes == 0 gives nullptr.
+    virtual dst_status alloc(size_t bytes, void **ptr) = 0;
+    virtual void free(void *ptr) = 0;
+    virtual dst_status zero(void *ptr, size_t bytes) = 0;
+    virtual dst_status copy(void *dst, const void *src, size_t bytes, CopyKind kind) = 0;
+    virtual dst_status synchronize() = 0;
+    virtual void set_num_threads(int threads) = 0;  // host threads (CPU backend); 0 = default
+    virtual int num_threads() const = 0;
+    // Per-call modes, set by the layer before each forward/backward from its config.
+    virtual void set_stochastic(bool on) { (void)on; }
+    virtual void set_allow_tf32(bool on) { (void)on; }
+    // The stream all work is queued on (CUDA: a cudaStream_t; NULL restores the backend's own).
+    // The CPU backend has no streams and accepts only NULL.
+    virtual dst_status set_stream(void *stream);
+    virtual void *stream() const { return nullptr; }
+
+    // ---- GEMMs (nn.Linear convention, W is [m, k]) ---------------------------------------------
+    // y[n,m] = x[n,k]·W[m,k]ᵀ + b[m]; with gelu != nullptr also u = that value is written to
+    // pre_act (when pre_act != nullptr) and y = GELU(u) in the given form.
+    virtual dst_status linear_fwd(dst_dtype dt, const void *x, const void *w, const void *b, void *y,
+                                  int64_t n, int64_t k, int64_t m, const dst_gelu *gelu,
+                                  void *pre_act) = 0;
+    // dx[n,k] = dy[n,m]·W[m,k]  (accumulate: dx += …)
+    virtual dst_status linear_bwd_data(dst_dtype dt, const void *dy, const void *w, void *dx, int64_t n,
+                                       int64_t k, int64_t m, bool accumulate) = 0;
+    // dW[m,k] = dy[n,m]ᵀ·x[n,k], db[m] = Σ_n dy[n,m]  (accumulate: +=)
+    virtual dst_status linear_bwd_weight(dst_dtype dt, const void *dy, const void *x, void *dw, void *db,
+                                         int64_t n, int64_t k, int64_t m, bool accumulate) = 0;
+
+    // ---- LayerNorm over rows of length h --------------------------------------------------------
+    // mean = Σx/h, var = Σ(x−mean)²/h, rstd = 1/sqrt(var + eps) (stats), y = γ·(x−mean)·rstd + β.
+    virtual dst_status layernorm_fwd(dst_dtype dt, const void *x, const void *gamma, const void *beta,
+                                     void *y, void *mean, void *rstd, int64_t n, int64_t h,
+                                     double eps) = 0;
+    // From the input (invertible == false: `xy` is x, x̂ = (x−mean)·rstd) or from the output
+    // (invertible == true: `xy` is y, x̂ = (y−β)/γ, mean unused). g = γ·dy;
+    // dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) + dresid (dresid may be nullptr);
+    // dγ = Σ_rows dy·x̂, dβ = Σ_rows dy (accumulate: +=).
+    virtual dst_status layernorm_bwd(dst_dtype dt, const void *dy, const void *xy, bool invertible,
+                                     const void *gamma, const void *beta, const void *mean,
+                                     const void *rstd, const void *dresid, void *dx, void *dgamma,
+                                     void *dbeta, int64_t n, int64_t h, bool accumulate) = 0;
+    // Sets *all_nonzero to whether every element of x[count] is non-zero (γ check for invertible LN).
+    virtual dst_status all_nonzero(dst_dtype dt, const void *x, int64_t count, bool *all_nonzero) = 0;
+
+    // ---- elementwise ------------------------------------------------------------------------------
+    // g = GELU(u) over count elements.
+    virtual dst_status gelu_fwd(dst_dtype dt, dst_gelu form, const void *u, void *g, int64_t count) = 0;
+    // du = dg · GELU'(u).
+    virtual dst_status gelu_bwd(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du,
+                                int64_t count) = 0;
+    // y = residual + dropout(a) over count elements (element index = position in the buffer).
+    virtual dst_status dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
+                                            int64_t count, const DropoutSite &site) = 0;
+    // dx = dropout'(dy) = dy·keep·scale (identity when the site is inactive).
+    virtual dst_status dropout_bwd(dst_dtype dt, const void *dy, void *dx, int64_t count,
+                                   const DropoutSite &site) = 0;
+    // y = a + b over count elements.
+    virtual dst_status add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) = 0;
+
+    // ---- attention (one fused op) ------------------------------------------------------------------
+    // Writes ctx. When probs != nullptr also writes P (before dropout), [B, heads, S, S] in dt.
+    // When lse != nullptr also writes the row log-sum-exp of the scores, [B, heads, S] (stat),
+    // −inf for fully masked rows.
+    virtual dst_status attention_fwd(dst_dtype dt, const AttentionParams &p, const void *qkv, void *ctx,
+                                     void *probs, void *lse) = 0;
+    // Given dctx [B,S,H], writes dqkv [B,S,3H]. Uses probs when given, else recomputes P from qkv,
+    // the mask and lse. ctx is the forward output (for Σ_j P̃·dP̃ = dctx·ctx).
+    virtual dst_status attention_bwd(dst_dtype dt, const AttentionParams &p, const void *qkv,
+                                     const void *ctx, const void *dctx, const void *probs,
+                                     const void *lse, void *dqkv) = 0;
+};
+
+// Backend factories. They return DST_ERR_UNSUPPORTED with a message where the backend is missing.
+dst_status make_cpu_backend(Backend **out);
+// Number of usable CUDA devices; 0 in a build without CUDA or on a machine without a GPU.
+dst_status cuda_device_count(int *count);
+
+}  // namespace dst
+
+#endif  // DST_BACKEND_BACKEND_H

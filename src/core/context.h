@@ -1,0 +1,69 @@
+// The state behind a dst_context handle: the backend, the dropout RNG state, the layer counter and
+// the activation workspace that all layers of the context share (calls on a context are
+// sequential, so one workspace serves every layer). Layers hold a shared_ptr to the context, so it
+// outlives its handle while layers use it.
+#ifndef DST_CORE_CONTEXT_H
+#define DST_CORE_CONTEXT_H
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"  // defines: Backend
+#include "core/error.h"       // defines: set_error, DST_TRY
+
+namespace dst {
+
+struct Context {
+    std::unique_ptr<Backend> backend;
+    uint64_t rng_seed = 0;
+    uint64_t rng_offset = 0;
+    int next_layer_id = 0;
+
+    void *workspace = nullptr;
+    size_t workspace_capacity = 0;
+    bool workspace_owned = true;
+
+    Context() = default;
+    Context(const Context &) = delete;
+    Context &operator=(const Context &) = delete;
+    ~Context() {
+        if (workspace_owned && backend) backend->free(workspace);
+    }
+
+    // Reserves `count` consecutive RNG offsets and returns the first.
+    uint64_t take_offsets(uint64_t count) {
+        const uint64_t first = rng_offset;
+        rng_offset += count;
+        return first;
+    }
+
+    // Makes the workspace at least `bytes` large (growing an owned one; a caller-owned one that is
+    // too small is an error) and returns it.
+    dst_status ensure_workspace(size_t bytes, char **out) {
+        if (bytes > workspace_capacity) {
+            if (!workspace_owned)
+                return set_error(DST_ERR_CAPACITY,
+                                 "the caller-provided workspace has %zu bytes; this call needs %zu "
+                                 "(dst_layer_config_workspace_bytes)", workspace_capacity, bytes);
+            void *p = nullptr;
+            DST_TRY(backend->alloc(bytes, &p));
+            backend->free(workspace);
+            workspace = p;
+            workspace_capacity = bytes;
+        }
+        *out = static_cast<char *>(workspace);
+        return DST_OK;
+    }
+
+    // Uses caller memory as the workspace (nullptr returns to an owned, grown-on-demand one).
+    void set_workspace(void *data, size_t bytes) {
+        if (workspace_owned) backend->free(workspace);
+        workspace = data;
+        workspace_capacity = data ? bytes : 0;
+        workspace_owned = data == nullptr;
+    }
+};
+
+}  // namespace dst
+
+#endif  // DST_CORE_CONTEXT_H

@@ -1,0 +1,78 @@
+#include "layer/buffers.h"
+
+#include <algorithm>
+
+#include "core/dtype.h"
+#include "layer/config.h"
+
+namespace dst {
+
+static size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+
+Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training) {
+    const Dims dm = config_dims(cfg);
+    const size_t N = static_cast<size_t>(B * S);
+    const size_t es = dtype_size(cfg.dtype), ss = stat_size(cfg.dtype);
+    const size_t H = static_cast<size_t>(dm.H), I = static_cast<size_t>(dm.I);
+    const size_t BhS = static_cast<size_t>(B) * static_cast<size_t>(dm.heads) * static_cast<size_t>(S);
+    const bool pre = cfg.pre_layer_norm, inv = cfg.normalize_invertible;
+    const bool gck = cfg.gelu_checkpoint, ack = cfg.attn_dropout_checkpoint;
+
+    Plan p;
+    auto set = [&](Slot s, size_t bytes, bool used, bool kept) {
+        p.slot[s].bytes = bytes;
+        p.slot[s].used = used;
+        p.slot[s].kept = training && used && kept;
+    };
+    // x is the caller's buffer during forward; it is copied only when backward needs it.
+    set(kSlotX, N * H * es, true, pre ? !inv : true);
+    p.slot[kSlotX].used = p.slot[kSlotX].kept;
+    set(kSlotLn1Out, N * H * es, pre, true);
+    set(kSlotLn1Mean, N * ss, pre, !inv);
+    set(kSlotLn1Rstd, N * ss, pre, true);
+    set(kSlotQkv, N * 3 * H * es, true, true);
+    set(kSlotCtx, N * H * es, true, true);
+    set(kSlotProbs, BhS * static_cast<size_t>(S) * es, training && !ack, true);
+    set(kSlotLse, BhS * ss, training && ack, true);
+    set(kSlotResid, N * H * es, true, !inv);
+    set(kSlotLn2Out, N * H * es, true, true);
+    set(kSlotLn2Mean, N * ss, true, !inv);
+    set(kSlotLn2Rstd, N * ss, true, true);
+    set(kSlotPreGelu, N * I * es, true, true);
+    set(kSlotGelu, N * I * es, true, !gck);
+    set(kSlotSum, N * H * es, !pre, !inv);
+    set(kSlotOut, N * H * es, !pre && inv && training, true);
+    set(kSlotLn3Mean, N * ss, !pre, !inv);
+    set(kSlotLn3Rstd, N * ss, !pre, true);
+    set(kSlotMask, N * std::max<size_t>(4, es), training, true);
+    set(kSlotTmpH, N * H * es, true, false);
+
+    size_t saved = 0, ws = 0;
+    for (int s = 0; s < kSlotCount; ++s) {
+        if (!p.slot[s].used) continue;
+        size_t &cursor = p.slot[s].kept ? saved : ws;
+        p.offset[s] = cursor;
+        cursor += align256(p.slot[s].bytes);
+    }
+    p.saved_bytes = saved;
+    p.fwd_workspace = ws;
+
+    const size_t temp_bytes[kTempCount] = {N * H * es, N * H * es, N * H * es, pre ? 0 : N * H * es,
+                                           N * 3 * H * es, N * I * es, N * I * es};
+    size_t bws = 0;
+    for (int t = 0; t < kTempCount; ++t) {
+        p.temp_offset[t] = bws;
+        bws += align256(temp_bytes[t]);
+    }
+    p.bwd_workspace = training ? bws : 0;
+    return p;
+}
+
+const char *slot_name(Slot s) {
+    static const char *const names[kSlotCount] = {
+        "x", "ln1_out", "ln1_mean", "ln1_rstd", "qkv", "ctx", "probs", "lse", "resid", "ln2_out",
+        "ln2_mean", "ln2_rstd", "pre_gelu", "gelu", "sum", "out", "ln3_mean", "ln3_rstd", "mask", "tmp_h"};
+    return (s >= 0 && s < kSlotCount) ? names[s] : "?";
+}
+
+}  // namespace dst

@@ -1,0 +1,80 @@
+// Buffer bookkeeping of one layer call, in one table.
+//
+// Gradient rule: parameter gradients are written or accumulated (dst_grad_mode); activation
+// gradients (dX and the temporaries below) are always written; the residual-stream gradient is
+// added through the `dresid` input of the LayerNorm backward or an accumulating GEMM.
+//
+// A training forward keeps the "kept" slots in the caller's dst_saved object; every other slot it
+// uses lives in the layer's workspace, which backward reuses for its temporaries. Inference keeps
+// nothing. N = B·S tokens; "stat" slots are float (double for FP64 layers).
+#ifndef DST_LAYER_BUFFERS_H
+#define DST_LAYER_BUFFERS_H
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "dstransformer/dstransformer.h"  // defines: dst_layer_config
+
+namespace dst {
+
+enum Slot : int {
+    kSlotX,        // (N, H)   layer input x: LN1 backward (Pre-LN), dWqkv (Post-LN)
+    kSlotLn1Out,   // (N, H)   Pre-LN: h = LN1(x), input of the QKV GEMM
+    kSlotLn1Mean,  // (N) stat Pre-LN: LN1 mean (not needed when normalize_invertible)
+    kSlotLn1Rstd,  // (N) stat Pre-LN: LN1 1/σ
+    kSlotQkv,      // (N, 3H)  fused Q|K|V
+    kSlotCtx,      // (N, H)   attention context (heads merged)
+    kSlotProbs,    // (B, heads, S, S) softmax probabilities; kept unless attn_dropout_checkpoint
+    kSlotLse,      // (B, heads, S) stat row log-sum-exp; kept with attn_dropout_checkpoint
+    kSlotResid,    // (N, H)   r = x + dropout(attn out): LN2 input
+    kSlotLn2Out,   // (N, H)   h2 = LN2(r): FFN input
+    kSlotLn2Mean,  // (N) stat
+    kSlotLn2Rstd,  // (N) stat
+    kSlotPreGelu,  // (N, I)   u = h2·Wiᵀ + bi
+    kSlotGelu,     // (N, I)   g = GELU(u); recomputed in backward with gelu_checkpoint
+    kSlotSum,      // (N, H)   Post-LN: z = h2 + dropout(FFN out), final LN input
+    kSlotOut,      // (N, H)   Post-LN + normalize_invertible: the output y (final LN backward)
+    kSlotLn3Mean,  // (N) stat Post-LN final LN
+    kSlotLn3Rstd,  // (N) stat
+    kSlotMask,     // (B, S) × max(4, dtype) bytes: copy of the attention mask for backward
+    kSlotTmpH,     // (N, H)   workspace: projection outputs before dropout + residual
+    kSlotCount
+};
+
+// Backward temporaries, all in the workspace.
+enum Temp : int {
+    kTmp1,      // (N, H)
+    kTmp2,      // (N, H)
+    kTmp3,      // (N, H)   dr, the residual-stream gradient after the attention LN
+    kTmp5,      // (N, H)   Post-LN: dz
+    kTmpQkv,    // (N, 3H)  dqkv
+    kTmpI1,     // (N, I)   dg
+    kTmpI2,     // (N, I)   recomputed g, then du
+    kTempCount
+};
+
+struct SlotInfo {
+    size_t bytes = 0;
+    bool used = false;   // the call writes it
+    bool kept = false;   // lives in the saved object (training only)
+};
+
+struct Plan {
+    std::array<SlotInfo, kSlotCount> slot;
+    std::array<size_t, kSlotCount> offset{};    // in the saved object (kept) or workspace (others)
+    std::array<size_t, kTempCount> temp_offset{};
+    size_t saved_bytes = 0;   // the saved object's size
+    size_t fwd_workspace = 0;
+    size_t bwd_workspace = 0;
+};
+
+// Lays out the buffers of a call with B sequences of length S. `training` selects which slots are
+// kept; backward temporaries are laid out from offset 0 of the workspace.
+Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training);
+
+const char *slot_name(Slot s);
+
+}  // namespace dst
+
+#endif  // DST_LAYER_BUFFERS_H

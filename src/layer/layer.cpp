@@ -1,0 +1,456 @@
+// The layer's dataflow (DESIGN.md §2), written once over the Backend op table: two functions for
+// forward (Pre-LN, Post-LN) and two for backward. Buffers come from the plan in layer/buffers.h.
+#include "layer/layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/dtype.h"     // defines: dtype_size, stat_size, convert_host
+#include "core/error.h"     // defines: set_error, DST_TRY
+#include "kernels/philox.h" // defines: philox4x32_10, dropout_threshold
+
+namespace dst {
+
+// ---- parameter names and layout -----------------------------------------------------------------
+
+static const char *const kParamNames[DST_PARAM_COUNT] = {
+    "attn_qkvw", "attn_qkvb", "attn_ow", "attn_ob", "attn_nw", "attn_nb",
+    "inter_w",   "inter_b",   "output_w", "output_b", "norm_w", "norm_b"};
+
+const char *param_name(int p) { return (p >= 0 && p < DST_PARAM_COUNT) ? kParamNames[p] : nullptr; }
+
+int param_lookup(const char *name) {
+    if (!name) return -1;
+    const char *dot = std::strrchr(name, '.');
+    const char *base = dot ? dot + 1 : name;
+    for (int p = 0; p < DST_PARAM_COUNT; ++p)
+        if (std::strcmp(base, kParamNames[p]) == 0) return p;
+    return -1;
+}
+
+void Layer::param_shape(int p, int32_t *ndim, int64_t shape[2]) const {
+    const int64_t H = dims_.H, I = dims_.I;
+    int64_t r = 0, c = 0;
+    switch (p) {
+    case DST_PARAM_ATTN_QKVW: r = 3 * H; c = H; break;
+    case DST_PARAM_ATTN_QKVB: r = 3 * H; break;
+    case DST_PARAM_ATTN_OW: r = H; c = H; break;
+    case DST_PARAM_INTER_W: r = I; c = H; break;
+    case DST_PARAM_INTER_B: r = I; break;
+    case DST_PARAM_OUTPUT_W: r = H; c = I; break;
+    default: r = H; break;  // the [H] biases and LayerNorm γ/β
+    }
+    *ndim = c ? 2 : 1;
+    shape[0] = r;
+    shape[1] = c ? c : 0;
+}
+
+// ---- creation, arenas ---------------------------------------------------------------------------
+
+dst_status Layer::create(std::shared_ptr<Context> ctx, const dst_layer_config &cfg, Layer **out) {
+    std::unique_ptr<Layer> L(new Layer());
+    L->ctx_ = std::move(ctx);
+    L->cfg_ = cfg;
+    L->dims_ = config_dims(cfg);
+    L->cfg_.intermediate_size = static_cast<int32_t>(L->dims_.I);
+    L->training_ = cfg.training != 0;
+    L->default_saved_.layer = L.get();
+    const size_t es = dtype_size(cfg.dtype);
+    size_t off = 0;
+    for (int p = 0; p < DST_PARAM_COUNT; ++p) {
+        int32_t nd;
+        int64_t sh[2];
+        L->param_shape(p, &nd, sh);
+        L->numel_[p] = nd == 2 ? sh[0] * sh[1] : sh[0];
+        L->offset_[p] = off;
+        off += (static_cast<size_t>(L->numel_[p]) * es + 255) & ~size_t(255);
+    }
+    L->arena_bytes_ = off;
+    Backend &be = *L->ctx_->backend;
+    DST_TRY(be.alloc(off, &L->params_));
+    DST_TRY(be.alloc(off, &L->grads_));
+    DST_TRY(be.zero(L->grads_, off));
+    DST_TRY(L->init_params());
+    L->id_ = L->ctx_->next_layer_id++;
+    *out = L.release();
+    return DST_OK;
+}
+
+Layer::~Layer() {
+    for (Saved *s : saved_objects_) {
+        s->release();
+        s->layer = nullptr;
+    }
+    default_saved_.release();
+    Backend &be = *ctx_->backend;
+    if (own_params_) be.free(params_);
+    if (own_grads_) be.free(grads_);
+}
+
+// Weights ~ N(0, σ) from the Philox "init" stream keyed by cfg.seed: element e of parameter p uses
+// counter {e_lo, e_hi, p, 'INIT'}; words 0 and 1 feed one Box–Muller draw in double. Computed on
+// the host and copied, so every backend starts from bit-identical weights.
+dst_status Layer::init_params() {
+    const double range = cfg_.initializer_range;
+    const double out_std =
+        cfg_.adjust_init_range ? range / std::sqrt(2.0 * cfg_.num_hidden_layers) : range;
+    const uint32_t k0 = static_cast<uint32_t>(cfg_.seed), k1 = static_cast<uint32_t>(cfg_.seed >> 32);
+    std::vector<double> host;
+    std::vector<char> conv;
+    for (int p = 0; p < DST_PARAM_COUNT; ++p) {
+        const size_t n = static_cast<size_t>(numel_[p]);
+        host.assign(n, 0.0);
+        double sigma = -1.0;
+        if (p == DST_PARAM_ATTN_QKVW || p == DST_PARAM_INTER_W) sigma = range;
+        if (p == DST_PARAM_ATTN_OW || p == DST_PARAM_OUTPUT_W) sigma = out_std;
+        if (p == DST_PARAM_ATTN_NW || p == DST_PARAM_NORM_W) host.assign(n, 1.0);
+        if (sigma >= 0.0) {
+            for (size_t e = 0; e < n; ++e) {
+                Philox4 c{{static_cast<uint32_t>(e), static_cast<uint32_t>(static_cast<uint64_t>(e) >> 32),
+                           static_cast<uint32_t>(p), 0x494E4954u}};
+                const Philox4 r = philox4x32_10(c, k0, k1);
+                const double u1 = (static_cast<double>(r.v[0]) + 0.5) / 4294967296.0;
+                const double u2 = static_cast<double>(r.v[1]) / 4294967296.0;
+                host[e] = sigma * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+            }
+        }
+        conv.resize(n * dtype_size(cfg_.dtype));
+        convert_host(host.data(), DST_DTYPE_FP64, conv.data(), cfg_.dtype, n);
+        DST_TRY(backend().copy(param(p), conv.data(), conv.size(), CopyKind::HostToDevice));
+    }
+    return backend().synchronize();
+}
+
+dst_status Layer::bind_params(void *data, bool copy_current) {
+    if (copy_current) DST_TRY(backend().copy(data, params_, arena_bytes_, CopyKind::DeviceToDevice));
+    if (own_params_) backend().free(params_);
+    params_ = data;
+    own_params_ = false;
+    return DST_OK;
+}
+
+dst_status Layer::bind_grads(void *data) {
+    if (own_grads_) backend().free(grads_);
+    grads_ = data;
+    own_grads_ = false;
+    return DST_OK;
+}
+
+dst_status Layer::zero_grads() { return backend().zero(grads_, arena_bytes_); }
+
+// ---- saved activations --------------------------------------------------------------------------
+
+void Saved::release() {
+    if (mem && layer) layer->backend().free(mem);
+    mem = nullptr;
+    capacity = 0;
+    bytes = 0;
+    valid = false;
+}
+
+dst_status Layer::new_saved(Saved **out) {
+    std::unique_ptr<Saved> s(new Saved());
+    s->layer = this;
+    saved_objects_.insert(s.get());
+    *out = s.release();
+    return DST_OK;
+}
+
+void Layer::delete_saved(Saved *s) {
+    saved_objects_.erase(s);
+    delete s;
+}
+
+// ---- helpers ------------------------------------------------------------------------------------
+
+DropoutSite Layer::site(uint64_t seed, uint64_t offset, float ratio) const {
+    DropoutSite d;
+    d.seed = seed;
+    d.offset = offset;
+    d.threshold = dropout_threshold(static_cast<double>(ratio));
+    d.scale = d.threshold ? 1.0 / (1.0 - static_cast<double>(ratio)) : 1.0;
+    return d;
+}
+
+AttentionParams Layer::attention_params(int64_t B, int64_t S) const {
+    AttentionParams ap;
+    ap.batch = B;
+    ap.seq = S;
+    ap.hidden = dims_.H;
+    ap.heads = dims_.heads;
+    ap.head_dim = dims_.d;
+    ap.scale = 1.0 / std::sqrt(static_cast<double>(dims_.d));
+    ap.causal = cfg_.causal != 0;
+    return ap;
+}
+
+// Pointer to slot s of a plan: in the saved object when kept, else in the workspace.
+static void *at(const Plan &p, char *sv, char *ws, Slot s) {
+    if (!p.slot[s].used) return nullptr;
+    return (p.slot[s].kept ? sv : ws) + p.offset[s];
+}
+static void *tmp(const Plan &p, char *ws, Temp t) { return ws + p.temp_offset[t]; }
+
+// ---- forward ------------------------------------------------------------------------------------
+
+dst_status Layer::forward(Saved *saved, const void *x, int64_t B, int64_t S, const MaskArg &mask, void *y) {
+    const bool train = training_;
+    const Plan p = make_plan(cfg_, B, S, train);
+    Backend &be = backend();
+    be.set_stochastic(cfg_.stochastic_mode != 0);
+    be.set_allow_tf32(cfg_.allow_tf32 != 0);
+    const size_t N = static_cast<size_t>(B * S);
+    const size_t row = static_cast<size_t>(dims_.H) * dtype_size(cfg_.dtype);
+
+    // Allocate everything before writing anything the caller owns.
+    char *ws = nullptr;
+    DST_TRY(ctx_->ensure_workspace(std::max(p.fwd_workspace, p.bwd_workspace), &ws));
+    char *sv = nullptr;
+    if (train) {
+        if (saved->capacity < p.saved_bytes) {
+            void *m = nullptr;
+            DST_TRY(be.alloc(p.saved_bytes, &m));
+            saved->release();
+            saved->mem = m;
+            saved->capacity = p.saved_bytes;
+        }
+        sv = static_cast<char *>(saved->mem);
+    } else {
+        // Inference records nothing: a saved object it was handed no longer matches a forward.
+        saved->valid = false;
+    }
+
+    AttentionParams ap = attention_params(B, S);
+    ap.mask_kind = mask.kind;
+    ap.mask = mask.data;
+    ap.mask_dtype = mask.dtype;
+    DropoutSite d0, d1, d2;
+    uint64_t seed = 0, first = 0;
+    if (train) {
+        seed = ctx_->rng_seed;
+        first = ctx_->take_offsets(3);
+        d0 = site(seed, first + 0, cfg_.attn_dropout_ratio);
+        d1 = site(seed, first + 1, cfg_.hidden_dropout_ratio);
+        d2 = site(seed, first + 2, cfg_.hidden_dropout_ratio);
+        if (mask.kind != DST_MASK_NONE) {
+            const size_t mbytes = (mask.kind == DST_MASK_KEY_LENGTHS ? static_cast<size_t>(B)
+                                                                     : N) * dtype_size(mask.dtype);
+            void *mcopy = at(p, sv, ws, kSlotMask);
+            DST_TRY(be.copy(mcopy, mask.data, mbytes, CopyKind::DeviceToDevice));
+            ap.mask = mcopy;
+        }
+        if (p.slot[kSlotX].kept) {
+            void *xs = at(p, sv, ws, kSlotX);
+            DST_TRY(be.copy(xs, x, N * row, CopyKind::DeviceToDevice));
+            x = xs;
+        }
+    }
+    ap.dropout = d0;
+    if (cfg_.pre_layer_norm)
+        DST_TRY(forward_pre_ln(p, sv, ws, x, ap, d1, d2, y));
+    else
+        DST_TRY(forward_post_ln(p, sv, ws, x, ap, d1, d2, y));
+
+    if (train) {
+        saved->valid = true;
+        saved->B = B;
+        saved->S = S;
+        saved->rng_seed = seed;
+        saved->rng_offset = first;
+        saved->mask_kind = mask.kind;
+        saved->mask_dtype = mask.dtype;
+        saved->bytes = p.saved_bytes;
+    }
+    return DST_OK;
+}
+
+// h = LN1(x); qkv = h·Wqkvᵀ + b; ctx = attention(qkv); r = x + dropout(ctx·Woᵀ + bo);
+// h2 = LN2(r); g = GELU(h2·Wiᵀ + bi); y = r + dropout(g·Woutᵀ + bout).
+dst_status Layer::forward_pre_ln(const Plan &p, char *sv, char *ws, const void *x, const AttentionParams &ap,
+                                 const DropoutSite &d1, const DropoutSite &d2, void *y) {
+    Backend &be = backend();
+    const dst_dtype dt = cfg_.dtype;
+    const int64_t N = ap.batch * ap.seq, H = dims_.H, I = dims_.I;
+    const double eps = cfg_.layer_norm_eps;
+    void *h = at(p, sv, ws, kSlotLn1Out), *qkv = at(p, sv, ws, kSlotQkv), *ctx = at(p, sv, ws, kSlotCtx);
+    void *r = at(p, sv, ws, kSlotResid), *h2 = at(p, sv, ws, kSlotLn2Out);
+    void *u = at(p, sv, ws, kSlotPreGelu), *g = at(p, sv, ws, kSlotGelu), *t = at(p, sv, ws, kSlotTmpH);
+    const dst_gelu act = cfg_.gelu;
+
+    DST_TRY(be.layernorm_fwd(dt, x, param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B), h,
+                             at(p, sv, ws, kSlotLn1Mean), at(p, sv, ws, kSlotLn1Rstd), N, H, eps));
+    DST_TRY(be.linear_fwd(dt, h, param(DST_PARAM_ATTN_QKVW), param(DST_PARAM_ATTN_QKVB), qkv, N, H, 3 * H,
+                          nullptr, nullptr));
+    DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, at(p, sv, ws, kSlotProbs), at(p, sv, ws, kSlotLse)));
+    DST_TRY(be.linear_fwd(dt, ctx, param(DST_PARAM_ATTN_OW), param(DST_PARAM_ATTN_OB), t, N, H, H, nullptr,
+                          nullptr));
+    DST_TRY(be.dropout_residual_fwd(dt, t, x, r, N * H, d1));
+    DST_TRY(be.layernorm_fwd(dt, r, param(DST_PARAM_ATTN_NW), param(DST_PARAM_ATTN_NB), h2,
+                             at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), N, H, eps));
+    DST_TRY(be.linear_fwd(dt, h2, param(DST_PARAM_INTER_W), param(DST_PARAM_INTER_B), g, N, H, I, &act, u));
+    DST_TRY(be.linear_fwd(dt, g, param(DST_PARAM_OUTPUT_W), param(DST_PARAM_OUTPUT_B), t, N, I, H, nullptr,
+                          nullptr));
+    return be.dropout_residual_fwd(dt, t, r, y, N * H, d2);
+}
+
+// qkv = x·Wqkvᵀ + b; ctx = attention(qkv); r = x + dropout(ctx·Woᵀ + bo); h2 = LN2(r);
+// z = h2 + dropout(GELU(h2·Wiᵀ + bi)·Woutᵀ + bout); y = LN(z).
+dst_status Layer::forward_post_ln(const Plan &p, char *sv, char *ws, const void *x, const AttentionParams &ap,
+                                  const DropoutSite &d1, const DropoutSite &d2, void *y) {
+    Backend &be = backend();
+    const dst_dtype dt = cfg_.dtype;
+    const int64_t N = ap.batch * ap.seq, H = dims_.H, I = dims_.I;
+    const double eps = cfg_.layer_norm_eps;
+    void *qkv = at(p, sv, ws, kSlotQkv), *ctx = at(p, sv, ws, kSlotCtx);
+    void *r = at(p, sv, ws, kSlotResid), *h2 = at(p, sv, ws, kSlotLn2Out);
+    void *u = at(p, sv, ws, kSlotPreGelu), *g = at(p, sv, ws, kSlotGelu), *t = at(p, sv, ws, kSlotTmpH);
+    void *z = at(p, sv, ws, kSlotSum);
+    const dst_gelu act = cfg_.gelu;
+
+    DST_TRY(be.linear_fwd(dt, x, param(DST_PARAM_ATTN_QKVW), param(DST_PARAM_ATTN_QKVB), qkv, N, H, 3 * H,
+                          nullptr, nullptr));
+    DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, at(p, sv, ws, kSlotProbs), at(p, sv, ws, kSlotLse)));
+    DST_TRY(be.linear_fwd(dt, ctx, param(DST_PARAM_ATTN_OW), param(DST_PARAM_ATTN_OB), t, N, H, H, nullptr,
+                          nullptr));
+    DST_TRY(be.dropout_residual_fwd(dt, t, x, r, N * H, d1));
+    DST_TRY(be.layernorm_fwd(dt, r, param(DST_PARAM_ATTN_NW), param(DST_PARAM_ATTN_NB), h2,
+                             at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), N, H, eps));
+    DST_TRY(be.linear_fwd(dt, h2, param(DST_PARAM_INTER_W), param(DST_PARAM_INTER_B), g, N, H, I, &act, u));
+    DST_TRY(be.linear_fwd(dt, g, param(DST_PARAM_OUTPUT_W), param(DST_PARAM_OUTPUT_B), t, N, I, H, nullptr,
+                          nullptr));
+    DST_TRY(be.dropout_residual_fwd(dt, t, h2, z, N * H, d2));
+    DST_TRY(be.layernorm_fwd(dt, z, param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B), y,
+                             at(p, sv, ws, kSlotLn3Mean), at(p, sv, ws, kSlotLn3Rstd), N, H, eps));
+    if (p.slot[kSlotOut].used)
+        DST_TRY(be.copy(at(p, sv, ws, kSlotOut), y, static_cast<size_t>(N * H) * dtype_size(dt),
+                        CopyKind::DeviceToDevice));
+    return DST_OK;
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+
+dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumulate) {
+    const Plan p = make_plan(cfg_, saved->B, saved->S, true);
+    Backend &be = backend();
+    be.set_stochastic(cfg_.stochastic_mode != 0);
+    be.set_allow_tf32(cfg_.allow_tf32 != 0);
+    if (cfg_.normalize_invertible) {
+        // x̂ = (y − β)/γ needs every γ non-zero; check before anything is written.
+        for (int gp : {DST_PARAM_ATTN_NW, DST_PARAM_NORM_W}) {
+            bool ok = false;
+            DST_TRY(be.all_nonzero(cfg_.dtype, param(gp), dims_.H, &ok));
+            if (!ok)
+                return set_error(DST_ERR_INVALID_ARGUMENT,
+                                 "dst_layer_backward: parameter %s has a zero element; normalize_invertible "
+                                 "recovers the LayerNorm input as (y - beta)/gamma and needs every gamma non-zero",
+                                 param_name(gp));
+        }
+    }
+    char *ws = nullptr;
+    DST_TRY(ctx_->ensure_workspace(std::max(p.fwd_workspace, p.bwd_workspace), &ws));
+    char *sv = static_cast<char *>(saved->mem);
+
+    AttentionParams ap = attention_params(saved->B, saved->S);
+    ap.mask_kind = saved->mask_kind;
+    ap.mask = saved->mask_kind != DST_MASK_NONE ? at(p, sv, ws, kSlotMask) : nullptr;
+    ap.mask_dtype = saved->mask_dtype;
+    ap.dropout = site(saved->rng_seed, saved->rng_offset + 0, cfg_.attn_dropout_ratio);
+    const DropoutSite d1 = site(saved->rng_seed, saved->rng_offset + 1, cfg_.hidden_dropout_ratio);
+    const DropoutSite d2 = site(saved->rng_seed, saved->rng_offset + 2, cfg_.hidden_dropout_ratio);
+    if (cfg_.pre_layer_norm) return backward_pre_ln(p, sv, ws, ap, d1, d2, dy, dx, accumulate);
+    return backward_post_ln(p, sv, ws, ap, d1, d2, dy, dx, accumulate);
+}
+
+dst_status Layer::backward_pre_ln(const Plan &p, char *sv, char *ws, const AttentionParams &ap,
+                                  const DropoutSite &d1, const DropoutSite &d2, const void *dy, void *dx,
+                                  bool acc) {
+    Backend &be = backend();
+    const dst_dtype dt = cfg_.dtype;
+    const int64_t N = ap.batch * ap.seq, H = dims_.H, I = dims_.I;
+    const bool inv = cfg_.normalize_invertible;
+    void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3);
+    void *dqkv = tmp(p, ws, kTmpQkv), *dg = tmp(p, ws, kTmpI1), *gi2 = tmp(p, ws, kTmpI2);
+    void *u = at(p, sv, ws, kSlotPreGelu), *h2 = at(p, sv, ws, kSlotLn2Out), *h = at(p, sv, ws, kSlotLn1Out);
+
+    // FFN: d_o = dropout'(dy); dWout, dbout; dg = d_o·Wout; du = dg·GELU'(u); dWi, dbi; dh2 = du·Wi.
+    DST_TRY(be.dropout_bwd(dt, dy, t1, N * H, d2));
+    void *g = at(p, sv, ws, kSlotGelu);
+    if (!p.slot[kSlotGelu].kept) {
+        DST_TRY(be.gelu_fwd(dt, cfg_.gelu, u, gi2, N * I));
+        g = gi2;
+    }
+    DST_TRY(be.linear_bwd_weight(dt, t1, g, grad(DST_PARAM_OUTPUT_W), grad(DST_PARAM_OUTPUT_B), N, I, H, acc));
+    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_OUTPUT_W), dg, N, I, H, false));
+    DST_TRY(be.gelu_bwd(dt, cfg_.gelu, dg, u, gi2, N * I));
+    DST_TRY(be.linear_bwd_weight(dt, gi2, h2, grad(DST_PARAM_INTER_W), grad(DST_PARAM_INTER_B), N, H, I, acc));
+    DST_TRY(be.linear_bwd_data(dt, gi2, param(DST_PARAM_INTER_W), t2, N, H, I, false));
+    // Attention LN: dr = LN2'(dh2) + dy (residual stream).
+    DST_TRY(be.layernorm_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
+                             param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd),
+                             dy, dr, grad(DST_PARAM_ATTN_NW), grad(DST_PARAM_ATTN_NB), N, H, acc));
+    // Attention: da = dropout'(dr); dWo, dbo; dctx = da·Wo; dqkv; dWqkv, dbqkv; dh = dqkv·Wqkv.
+    DST_TRY(be.dropout_bwd(dt, dr, t1, N * H, d1));
+    DST_TRY(be.linear_bwd_weight(dt, t1, at(p, sv, ws, kSlotCtx), grad(DST_PARAM_ATTN_OW), grad(DST_PARAM_ATTN_OB),
+                                 N, H, H, acc));
+    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_ATTN_OW), t2, N, H, H, false));
+    DST_TRY(be.attention_bwd(dt, ap, at(p, sv, ws, kSlotQkv), at(p, sv, ws, kSlotCtx), t2,
+                             at(p, sv, ws, kSlotProbs), at(p, sv, ws, kSlotLse), dqkv));
+    DST_TRY(be.linear_bwd_weight(dt, dqkv, h, grad(DST_PARAM_ATTN_QKVW), grad(DST_PARAM_ATTN_QKVB), N, H, 3 * H,
+                                 acc));
+    DST_TRY(be.linear_bwd_data(dt, dqkv, param(DST_PARAM_ATTN_QKVW), t1, N, H, 3 * H, false));
+    // Input LN: dx = LN1'(dh) + dr.
+    return be.layernorm_bwd(dt, t1, inv ? h : at(p, sv, ws, kSlotX), inv, param(DST_PARAM_NORM_W),
+                            param(DST_PARAM_NORM_B), at(p, sv, ws, kSlotLn1Mean), at(p, sv, ws, kSlotLn1Rstd), dr,
+                            dx, grad(DST_PARAM_NORM_W), grad(DST_PARAM_NORM_B), N, H, acc);
+}
+
+dst_status Layer::backward_post_ln(const Plan &p, char *sv, char *ws, const AttentionParams &ap,
+                                   const DropoutSite &d1, const DropoutSite &d2, const void *dy, void *dx,
+                                   bool acc) {
+    Backend &be = backend();
+    const dst_dtype dt = cfg_.dtype;
+    const int64_t N = ap.batch * ap.seq, H = dims_.H, I = dims_.I;
+    const size_t hbytes = static_cast<size_t>(N * H) * dtype_size(dt);
+    const bool inv = cfg_.normalize_invertible;
+    void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3), *dz = tmp(p, ws, kTmp5);
+    void *dqkv = tmp(p, ws, kTmpQkv), *dg = tmp(p, ws, kTmpI1), *gi2 = tmp(p, ws, kTmpI2);
+    void *u = at(p, sv, ws, kSlotPreGelu), *h2 = at(p, sv, ws, kSlotLn2Out);
+
+    // Final LN: dz = LN'(dy).
+    DST_TRY(be.layernorm_bwd(dt, dy, inv ? at(p, sv, ws, kSlotOut) : at(p, sv, ws, kSlotSum), inv,
+                             param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B), at(p, sv, ws, kSlotLn3Mean),
+                             at(p, sv, ws, kSlotLn3Rstd), nullptr, dz, grad(DST_PARAM_NORM_W),
+                             grad(DST_PARAM_NORM_B), N, H, acc));
+    // FFN, as in Pre-LN, with dh2 = du·Wi + dz (the residual around the FFN).
+    DST_TRY(be.dropout_bwd(dt, dz, t1, N * H, d2));
+    void *g = at(p, sv, ws, kSlotGelu);
+    if (!p.slot[kSlotGelu].kept) {
+        DST_TRY(be.gelu_fwd(dt, cfg_.gelu, u, gi2, N * I));
+        g = gi2;
+    }
+    DST_TRY(be.linear_bwd_weight(dt, t1, g, grad(DST_PARAM_OUTPUT_W), grad(DST_PARAM_OUTPUT_B), N, I, H, acc));
+    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_OUTPUT_W), dg, N, I, H, false));
+    DST_TRY(be.gelu_bwd(dt, cfg_.gelu, dg, u, gi2, N * I));
+    DST_TRY(be.linear_bwd_weight(dt, gi2, h2, grad(DST_PARAM_INTER_W), grad(DST_PARAM_INTER_B), N, H, I, acc));
+    DST_TRY(be.copy(t2, dz, hbytes, CopyKind::DeviceToDevice));
+    DST_TRY(be.linear_bwd_data(dt, gi2, param(DST_PARAM_INTER_W), t2, N, H, I, true));
+    // Attention LN: dr = LN2'(dh2).
+    DST_TRY(be.layernorm_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
+                             param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd),
+                             nullptr, dr, grad(DST_PARAM_ATTN_NW), grad(DST_PARAM_ATTN_NB), N, H, acc));
+    // Attention, as in Pre-LN; the QKV GEMM read x directly, and dx = dqkv·Wqkv + dr.
+    DST_TRY(be.dropout_bwd(dt, dr, t1, N * H, d1));
+    DST_TRY(be.linear_bwd_weight(dt, t1, at(p, sv, ws, kSlotCtx), grad(DST_PARAM_ATTN_OW), grad(DST_PARAM_ATTN_OB),
+                                 N, H, H, acc));
+    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_ATTN_OW), t2, N, H, H, false));
+    DST_TRY(be.attention_bwd(dt, ap, at(p, sv, ws, kSlotQkv), at(p, sv, ws, kSlotCtx), t2,
+                             at(p, sv, ws, kSlotProbs), at(p, sv, ws, kSlotLse), dqkv));
+    DST_TRY(be.linear_bwd_weight(dt, dqkv, at(p, sv, ws, kSlotX), grad(DST_PARAM_ATTN_QKVW),
+                                 grad(DST_PARAM_ATTN_QKVB), N, H, 3 * H, acc));
+    DST_TRY(be.copy(dx, dr, hbytes, CopyKind::DeviceToDevice));
+    return be.linear_bwd_data(dt, dqkv, param(DST_PARAM_ATTN_QKVW), dx, N, H, 3 * H, true);
+}
+
+}  // namespace dst
