@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "backend/backend.h"  // defines: Backend, make_cpu_backend
+#include "capi/guard.h"       // defines: guarded
+#include "capi/handles.h"     // defines: dst_context, dst_layer, dst_saved
 #include "core/context.h"     // defines: Context
 #include "core/dtype.h"       // defines: dtype_size, convert_host
 #include "core/error.h"       // defines: set_error, last_error
@@ -20,33 +22,10 @@
 #include "backend/cuda/cuda_backend.h"  // defines: make_cuda_backend, cuda_device_count
 #endif
 
-struct dst_context {
-    std::shared_ptr<dst::Context> impl;
-};
-struct dst_layer {
-    std::unique_ptr<dst::Layer> impl;
-};
-struct dst_saved {
-    dst::Saved *impl = nullptr;
-};
-
 using dst::set_error;
+using dst::capi::guarded;
 
 namespace {
-
-// Runs `body` and turns any C++ exception into a status: nothing is thrown across the ABI.
-template <class F>
-dst_status guarded(const char *fn, F &&body) noexcept {
-    try {
-        return body();
-    } catch (const std::bad_alloc &) {
-        return set_error(DST_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
-    } catch (const std::exception &e) {
-        return set_error(DST_ERR_INTERNAL, "%s: internal error: %s", fn, e.what());
-    } catch (...) {
-        return set_error(DST_ERR_INTERNAL, "%s: internal error (unknown exception)", fn);
-    }
-}
 
 #define DST_REQUIRE(fn, ptr)                                                            \
     do {                                                                                \

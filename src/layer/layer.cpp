@@ -363,6 +363,45 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
     return backward_post_ln(p, sv, ws, ap, d1, d2, dy, dx, accumulate);
 }
 
+// FFN: d_o = dropout'(dout); dWout, dbout; dg = d_o·Wout; du = dg·GELU'(u) (left in kTmpI2); dWi, dbi.
+dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, const DropoutSite &d2, const void *dout,
+                               int64_t N, bool acc) {
+    Backend &be = backend();
+    const dst_dtype dt = cfg_.dtype;
+    const int64_t H = dims_.H, I = dims_.I;
+    void *t1 = tmp(p, ws, kTmp1), *dg = tmp(p, ws, kTmpI1), *du = tmp(p, ws, kTmpI2);
+    void *u = at(p, sv, ws, kSlotPreGelu);
+    DST_TRY(be.dropout_bwd(dt, dout, t1, N * H, d2));
+    void *g = at(p, sv, ws, kSlotGelu);
+    if (!p.slot[kSlotGelu].kept) {  // gelu_checkpoint: recompute g into the buffer du takes next
+        DST_TRY(be.gelu_fwd(dt, cfg_.gelu, u, du, N * I));
+        g = du;
+    }
+    DST_TRY(be.linear_bwd_weight(dt, t1, g, grad(DST_PARAM_OUTPUT_W), grad(DST_PARAM_OUTPUT_B), N, I, H, acc));
+    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_OUTPUT_W), dg, N, I, H, false));
+    DST_TRY(be.gelu_bwd(dt, cfg_.gelu, dg, u, du, N * I));
+    return be.linear_bwd_weight(dt, du, at(p, sv, ws, kSlotLn2Out), grad(DST_PARAM_INTER_W),
+                                grad(DST_PARAM_INTER_B), N, H, I, acc);
+}
+
+// Attention: da = dropout'(dr); dWo, dbo; dctx = da·Wo; dqkv (left in kTmpQkv); dWqkv, dbqkv from the
+// QKV GEMM's input `qkv_in`.
+dst_status Layer::backward_attention(const Plan &p, char *sv, char *ws, const AttentionParams &ap,
+                                     const DropoutSite &d1, const void *dr, const void *qkv_in, bool acc) {
+    Backend &be = backend();
+    const dst_dtype dt = cfg_.dtype;
+    const int64_t N = ap.batch * ap.seq, H = dims_.H;
+    void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dqkv = tmp(p, ws, kTmpQkv);
+    DST_TRY(be.dropout_bwd(dt, dr, t1, N * H, d1));
+    DST_TRY(be.linear_bwd_weight(dt, t1, at(p, sv, ws, kSlotCtx), grad(DST_PARAM_ATTN_OW), grad(DST_PARAM_ATTN_OB),
+                                 N, H, H, acc));
+    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_ATTN_OW), t2, N, H, H, false));
+    DST_TRY(be.attention_bwd(dt, ap, at(p, sv, ws, kSlotQkv), at(p, sv, ws, kSlotCtx), t2,
+                             at(p, sv, ws, kSlotProbs), at(p, sv, ws, kSlotLse), dqkv));
+    return be.linear_bwd_weight(dt, dqkv, qkv_in, grad(DST_PARAM_ATTN_QKVW), grad(DST_PARAM_ATTN_QKVB), N, H,
+                                3 * H, acc);
+}
+
 dst_status Layer::backward_pre_ln(const Plan &p, char *sv, char *ws, const AttentionParams &ap,
                                   const DropoutSite &d1, const DropoutSite &d2, const void *dy, void *dx,
                                   bool acc) {
@@ -371,35 +410,18 @@ dst_status Layer::backward_pre_ln(const Plan &p, char *sv, char *ws, const Atten
     const int64_t N = ap.batch * ap.seq, H = dims_.H, I = dims_.I;
     const bool inv = cfg_.normalize_invertible;
     void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3);
-    void *dqkv = tmp(p, ws, kTmpQkv), *dg = tmp(p, ws, kTmpI1), *gi2 = tmp(p, ws, kTmpI2);
-    void *u = at(p, sv, ws, kSlotPreGelu), *h2 = at(p, sv, ws, kSlotLn2Out), *h = at(p, sv, ws, kSlotLn1Out);
+    void *h2 = at(p, sv, ws, kSlotLn2Out), *h = at(p, sv, ws, kSlotLn1Out);
 
-    // FFN: d_o = dropout'(dy); dWout, dbout; dg = d_o·Wout; du = dg·GELU'(u); dWi, dbi; dh2 = du·Wi.
-    DST_TRY(be.dropout_bwd(dt, dy, t1, N * H, d2));
-    void *g = at(p, sv, ws, kSlotGelu);
-    if (!p.slot[kSlotGelu].kept) {
-        DST_TRY(be.gelu_fwd(dt, cfg_.gelu, u, gi2, N * I));
-        g = gi2;
-    }
-    DST_TRY(be.linear_bwd_weight(dt, t1, g, grad(DST_PARAM_OUTPUT_W), grad(DST_PARAM_OUTPUT_B), N, I, H, acc));
-    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_OUTPUT_W), dg, N, I, H, false));
-    DST_TRY(be.gelu_bwd(dt, cfg_.gelu, dg, u, gi2, N * I));
-    DST_TRY(be.linear_bwd_weight(dt, gi2, h2, grad(DST_PARAM_INTER_W), grad(DST_PARAM_INTER_B), N, H, I, acc));
-    DST_TRY(be.linear_bwd_data(dt, gi2, param(DST_PARAM_INTER_W), t2, N, H, I, false));
+    // FFN, then dh2 = du·Wi.
+    DST_TRY(backward_ffn(p, sv, ws, d2, dy, N, acc));
+    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, false));
     // Attention LN: dr = LN2'(dh2) + dy (residual stream).
     DST_TRY(be.layernorm_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
                              param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd),
                              dy, dr, grad(DST_PARAM_ATTN_NW), grad(DST_PARAM_ATTN_NB), N, H, acc));
-    // Attention: da = dropout'(dr); dWo, dbo; dctx = da·Wo; dqkv; dWqkv, dbqkv; dh = dqkv·Wqkv.
-    DST_TRY(be.dropout_bwd(dt, dr, t1, N * H, d1));
-    DST_TRY(be.linear_bwd_weight(dt, t1, at(p, sv, ws, kSlotCtx), grad(DST_PARAM_ATTN_OW), grad(DST_PARAM_ATTN_OB),
-                                 N, H, H, acc));
-    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_ATTN_OW), t2, N, H, H, false));
-    DST_TRY(be.attention_bwd(dt, ap, at(p, sv, ws, kSlotQkv), at(p, sv, ws, kSlotCtx), t2,
-                             at(p, sv, ws, kSlotProbs), at(p, sv, ws, kSlotLse), dqkv));
-    DST_TRY(be.linear_bwd_weight(dt, dqkv, h, grad(DST_PARAM_ATTN_QKVW), grad(DST_PARAM_ATTN_QKVB), N, H, 3 * H,
-                                 acc));
-    DST_TRY(be.linear_bwd_data(dt, dqkv, param(DST_PARAM_ATTN_QKVW), t1, N, H, 3 * H, false));
+    // Attention, whose QKV GEMM read h = LN1(x); dh = dqkv·Wqkv.
+    DST_TRY(backward_attention(p, sv, ws, ap, d1, dr, h, acc));
+    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpQkv), param(DST_PARAM_ATTN_QKVW), t1, N, H, 3 * H, false));
     // Input LN: dx = LN1'(dh) + dr.
     return be.layernorm_bwd(dt, t1, inv ? h : at(p, sv, ws, kSlotX), inv, param(DST_PARAM_NORM_W),
                             param(DST_PARAM_NORM_B), at(p, sv, ws, kSlotLn1Mean), at(p, sv, ws, kSlotLn1Rstd), dr,
@@ -414,43 +436,26 @@ dst_status Layer::backward_post_ln(const Plan &p, char *sv, char *ws, const Atte
     const int64_t N = ap.batch * ap.seq, H = dims_.H, I = dims_.I;
     const size_t hbytes = static_cast<size_t>(N * H) * dtype_size(dt);
     const bool inv = cfg_.normalize_invertible;
-    void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3), *dz = tmp(p, ws, kTmp5);
-    void *dqkv = tmp(p, ws, kTmpQkv), *dg = tmp(p, ws, kTmpI1), *gi2 = tmp(p, ws, kTmpI2);
-    void *u = at(p, sv, ws, kSlotPreGelu), *h2 = at(p, sv, ws, kSlotLn2Out);
+    void *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3), *dz = tmp(p, ws, kTmp5);
+    void *h2 = at(p, sv, ws, kSlotLn2Out);
 
     // Final LN: dz = LN'(dy).
     DST_TRY(be.layernorm_bwd(dt, dy, inv ? at(p, sv, ws, kSlotOut) : at(p, sv, ws, kSlotSum), inv,
                              param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B), at(p, sv, ws, kSlotLn3Mean),
                              at(p, sv, ws, kSlotLn3Rstd), nullptr, dz, grad(DST_PARAM_NORM_W),
                              grad(DST_PARAM_NORM_B), N, H, acc));
-    // FFN, as in Pre-LN, with dh2 = du·Wi + dz (the residual around the FFN).
-    DST_TRY(be.dropout_bwd(dt, dz, t1, N * H, d2));
-    void *g = at(p, sv, ws, kSlotGelu);
-    if (!p.slot[kSlotGelu].kept) {
-        DST_TRY(be.gelu_fwd(dt, cfg_.gelu, u, gi2, N * I));
-        g = gi2;
-    }
-    DST_TRY(be.linear_bwd_weight(dt, t1, g, grad(DST_PARAM_OUTPUT_W), grad(DST_PARAM_OUTPUT_B), N, I, H, acc));
-    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_OUTPUT_W), dg, N, I, H, false));
-    DST_TRY(be.gelu_bwd(dt, cfg_.gelu, dg, u, gi2, N * I));
-    DST_TRY(be.linear_bwd_weight(dt, gi2, h2, grad(DST_PARAM_INTER_W), grad(DST_PARAM_INTER_B), N, H, I, acc));
+    // FFN, then dh2 = du·Wi + dz (the residual around the FFN).
+    DST_TRY(backward_ffn(p, sv, ws, d2, dz, N, acc));
     DST_TRY(be.copy(t2, dz, hbytes, CopyKind::DeviceToDevice));
-    DST_TRY(be.linear_bwd_data(dt, gi2, param(DST_PARAM_INTER_W), t2, N, H, I, true));
+    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, true));
     // Attention LN: dr = LN2'(dh2).
     DST_TRY(be.layernorm_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
                              param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd),
                              nullptr, dr, grad(DST_PARAM_ATTN_NW), grad(DST_PARAM_ATTN_NB), N, H, acc));
-    // Attention, as in Pre-LN; the QKV GEMM read x directly, and dx = dqkv·Wqkv + dr.
-    DST_TRY(be.dropout_bwd(dt, dr, t1, N * H, d1));
-    DST_TRY(be.linear_bwd_weight(dt, t1, at(p, sv, ws, kSlotCtx), grad(DST_PARAM_ATTN_OW), grad(DST_PARAM_ATTN_OB),
-                                 N, H, H, acc));
-    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_ATTN_OW), t2, N, H, H, false));
-    DST_TRY(be.attention_bwd(dt, ap, at(p, sv, ws, kSlotQkv), at(p, sv, ws, kSlotCtx), t2,
-                             at(p, sv, ws, kSlotProbs), at(p, sv, ws, kSlotLse), dqkv));
-    DST_TRY(be.linear_bwd_weight(dt, dqkv, at(p, sv, ws, kSlotX), grad(DST_PARAM_ATTN_QKVW),
-                                 grad(DST_PARAM_ATTN_QKVB), N, H, 3 * H, acc));
+    // Attention, whose QKV GEMM read x directly; dx = dqkv·Wqkv + dr.
+    DST_TRY(backward_attention(p, sv, ws, ap, d1, dr, at(p, sv, ws, kSlotX), acc));
     DST_TRY(be.copy(dx, dr, hbytes, CopyKind::DeviceToDevice));
-    return be.linear_bwd_data(dt, dqkv, param(DST_PARAM_ATTN_QKVW), dx, N, H, 3 * H, true);
+    return be.linear_bwd_data(dt, tmp(p, ws, kTmpQkv), param(DST_PARAM_ATTN_QKVW), dx, N, H, 3 * H, true);
 }
 
 }  // namespace dst

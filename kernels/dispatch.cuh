@@ -1,0 +1,173 @@
+// Shared by every CUDA kernel family and by the CUDA backend's glue:
+//  1. Check macros. DST_CHECK_GEN(expr, ok, to_string, to_status) evaluates a library call once and,
+//     when the result is not `ok`, records "<statement> failed: <reason> (file:line, function)" with
+//     dst::set_error and returns the mapped dst_status from the enclosing function. DST_CUDA_CHECK is
+//     its CUDA runtime form, DST_CUDA_LAUNCH_CHECK() checks the kernel launch just issued. Nothing in
+//     the backend exits, aborts or prints. (The cuBLASLt form lives in cuda_backend.cpp, the only
+//     user of cuBLASLt.)
+//  2. Dtype dispatch (device compilation only): the storage types float, __half, __nv_bfloat16 and
+//     double; their compute type compute_t<T> (double for double, float otherwise: the backend.h
+//     rule); to_compute()/to_storage<T>() conversions (round to nearest even); math overloads on the
+//     compute type (no fast-math intrinsics: results must track the CPU reference); and
+//     dispatch_dtype(dt, op, f), which calls f(T{}) with the storage type of a runtime dst_dtype:
+//
+//         return dispatch_dtype(dt, "gelu_fwd", [&](auto tag) {
+//             using T = decltype(tag);
+//             my_kernel<T><<<grid, block, 0, stream>>>(...);
+//             DST_CUDA_LAUNCH_CHECK();
+//             return DST_OK;
+//         });
+#ifndef DST_KERNELS_DISPATCH_CUH
+#define DST_KERNELS_DISPATCH_CUH
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/error.h"                   // defines: dst::set_error
+#include "dstransformer/dstransformer.h"  // defines: dst_status, dst_dtype
+
+// ---- check macros ------------------------------------------------------------------------------
+
+#define DST_CHECK_GEN(expr, ok, to_string, to_status)                                            \
+    do {                                                                                         \
+        const auto dst_check_r_ = (expr);                                                        \
+        if (dst_check_r_ != (ok)) {                                                              \
+            return ::dst::set_error(to_status(dst_check_r_), "%s failed: %s (%s:%d, %s)", #expr, \
+                                    to_string(dst_check_r_), __FILE__, __LINE__, __func__);      \
+        }                                                                                        \
+    } while (0)
+
+#define DST_CUDA_CHECK(expr) \
+    DST_CHECK_GEN(expr, cudaSuccess, cudaGetErrorString, ::dst::cuda::cuda_error_status)
+
+// Reports a failed launch (bad configuration, too much shared memory, no kernel image for the GPU).
+#define DST_CUDA_LAUNCH_CHECK() DST_CUDA_CHECK(cudaGetLastError())
+
+namespace dst {
+namespace cuda {
+
+// Maps a CUDA runtime error onto a status and clears the thread's last-error slot, so that a failed
+// allocation is not reported again by the next launch check.
+inline dst_status cuda_error_status(cudaError_t e) {
+    (void)cudaGetLastError();
+    return e == cudaErrorMemoryAllocation ? DST_ERR_OUT_OF_MEMORY : DST_ERR_BACKEND;
+}
+
+// Bytes of the compute type of a storage dtype (stats, softmax, reductions).
+inline size_t compute_size(dst_dtype dt) { return dt == DST_DTYPE_FP64 ? 8 : 4; }
+
+// Blocks for a grid-stride loop over `work` items with `threads` per block.
+inline unsigned grid_blocks(int64_t work, int threads, int64_t cap = 65536) {
+    int64_t blocks = (work + threads - 1) / threads;
+    if (blocks < 1) blocks = 1;
+    return static_cast<unsigned>(blocks < cap ? blocks : cap);
+}
+
+}  // namespace cuda
+}  // namespace dst
+
+// ---- dtype dispatch (nvcc only) ------------------------------------------------------------------
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace dst {
+namespace cuda {
+
+template <typename T>
+struct ComputeOf {
+    using type = float;
+};
+template <>
+struct ComputeOf<double> {
+    using type = double;
+};
+template <typename T>
+using compute_t = typename ComputeOf<T>::type;
+
+#define DST_DEV __device__ __forceinline__
+
+DST_DEV float to_compute(float v) { return v; }
+DST_DEV double to_compute(double v) { return v; }
+DST_DEV float to_compute(__half v) { return __half2float(v); }
+DST_DEV float to_compute(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+DST_DEV T to_storage(compute_t<T> v);
+template <>
+DST_DEV float to_storage<float>(float v) { return v; }
+template <>
+DST_DEV double to_storage<double>(double v) { return v; }
+template <>
+DST_DEV __half to_storage<__half>(float v) { return __float2half_rn(v); }
+template <>
+DST_DEV __nv_bfloat16 to_storage<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Accurate math on the compute type (the library is never built with --use_fast_math).
+DST_DEV float dexp(float x) { return expf(x); }
+DST_DEV double dexp(double x) { return exp(x); }
+DST_DEV float dlog(float x) { return logf(x); }
+DST_DEV double dlog(double x) { return log(x); }
+DST_DEV float dsqrt(float x) { return sqrtf(x); }
+DST_DEV double dsqrt(double x) { return sqrt(x); }
+DST_DEV float derf(float x) { return erff(x); }
+DST_DEV double derf(double x) { return erf(x); }
+DST_DEV float dtanh(float x) { return tanhf(x); }
+DST_DEV double dtanh(double x) { return tanh(x); }
+DST_DEV float dfma(float a, float b, float c) { return fmaf(a, b, c); }
+DST_DEV double dfma(double a, double b, double c) { return fma(a, b, c); }
+DST_DEV float dmax(float a, float b) { return fmaxf(a, b); }
+DST_DEV double dmax(double a, double b) { return fmax(a, b); }
+
+template <typename C>
+DST_DEV C neg_inf() {
+    return static_cast<C>(-INFINITY);
+}
+
+// Sum over the 32 lanes of a warp, the same tree on every call (deterministic).
+template <typename C>
+DST_DEV C warp_sum(C v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// Sum over a block whose size is a multiple of 32 (at most 1024); `scratch` holds 33 values.
+// Every thread gets the result. Fixed order: deterministic.
+template <typename C>
+__device__ C block_sum(C v, C *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    __syncthreads();  // scratch may still be read by a previous call
+    v = warp_sum(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        C t = lane < warps ? scratch[lane] : C(0);
+        t = warp_sum(t);
+        if (lane == 0) scratch[32] = t;
+    }
+    __syncthreads();
+    return scratch[32];
+}
+
+#undef DST_DEV
+
+// Calls f(T{}) with the storage type of dt and returns its status.
+template <typename F>
+dst_status dispatch_dtype(dst_dtype dt, const char *op, F &&f) {
+    switch (dt) {
+        case DST_DTYPE_FP32: return f(float{});
+        case DST_DTYPE_FP16: return f(__half{});
+        case DST_DTYPE_BF16: return f(__nv_bfloat16{});
+        case DST_DTYPE_FP64: return f(double{});
+        default: break;
+    }
+    return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: %s: unsupported dtype %d", op,
+                     static_cast<int>(dt));
+}
+
+}  // namespace cuda
+}  // namespace dst
+#endif  // __CUDACC__
+
+#endif  // DST_KERNELS_DISPATCH_CUH

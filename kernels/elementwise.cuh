@@ -1,0 +1,38 @@
+// Elementwise ops of the CUDA backend: GELU forward/backward (erf and tanh forms), residual +
+// dropout, dropout backward, add, and the any-zero test behind all_nonzero. Every launcher takes the stream first,
+// then the storage dtype, returns DST_OK or a status with a message, and never synchronizes.
+#ifndef DST_KERNELS_ELEMENTWISE_CUH
+#define DST_KERNELS_ELEMENTWISE_CUH
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"              // defines: DropoutSite
+#include "dstransformer/dstransformer.h"  // defines: dst_status, dst_dtype, dst_gelu
+
+namespace dst {
+namespace cuda {
+
+// g = GELU(u) over count elements (g may alias u).
+dst_status gelu_fwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *u, void *g,
+                    int64_t count);
+// du = dg · GELU'(u) (du may alias dg).
+dst_status gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
+                    void *du, int64_t count);
+// y = residual + dropout(a); element e kept iff philox_dropout_keep(seed, offset, e, threshold).
+dst_status dropout_residual_fwd(cudaStream_t stream, dst_dtype dt, const void *a, const void *residual,
+                                void *y, int64_t count, const DropoutSite &site);
+// dx = dy · keep · scale (a copy when the site is inactive).
+dst_status dropout_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, void *dx, int64_t count,
+                       const DropoutSite &site);
+// y = a + b.
+dst_status add(cudaStream_t stream, dst_dtype dt, const void *a, const void *b, void *y, int64_t count);
+// Sets the device int *flag to 1 when some element of x is zero (±0), else 0 (asynchronous; the
+// all_nonzero op reads it back).
+dst_status any_zero(cudaStream_t stream, dst_dtype dt, const void *x, int64_t count, int *flag);
+
+}  // namespace cuda
+}  // namespace dst
+
+#endif  // DST_KERNELS_ELEMENTWISE_CUH

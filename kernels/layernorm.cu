@@ -1,0 +1,207 @@
+// LayerNorm forward and backward.
+//   layernorm_fwd_kernel: one block per row; two passes over the row (mean, then the centred sum of
+//     squares: population variance, no cancellation), block sums in a fixed tree.
+//   layernorm_bwd_dx_kernel: one block per row; Σg and Σg·x̂ in one pass, dx in a second (each
+//     thread reads its elements before writing them, so dx may alias dy or dresid).
+//   layernorm_param_partial_kernel + layernorm_param_finalize_kernel: dγ and dβ as column sums of
+//     dy·x̂ and dy, in the same two-pass, fixed-order scheme as kernels/bias.cu.
+// Arithmetic in compute_t<T>; one rounding on store.
+#include "kernels/layernorm.cuh"
+
+#include "kernels/dispatch.cuh"
+
+namespace dst {
+namespace cuda {
+namespace {
+
+constexpr int kTileCols = 32, kRowLanes = 8, kMaxChunks = 128;
+
+int row_threads(int64_t h) { return h <= 128 ? 32 : (h <= 1024 ? 128 : 256); }
+
+int64_t chunk_count(int64_t n) {
+    const int64_t c = (n + 31) / 32;
+    return c < kMaxChunks ? c : kMaxChunks;
+}
+
+// ================================ kernels ========================================================
+
+template <typename T>
+__global__ void layernorm_fwd_kernel(const T *x, const T *__restrict__ gamma,
+                                     const T *__restrict__ beta, T *y,
+                                     compute_t<T> *__restrict__ mean, compute_t<T> *__restrict__ rstd,
+                                     int64_t h, compute_t<T> eps) {
+    using C = compute_t<T>;
+    __shared__ C scratch[33];
+    const int64_t row = blockIdx.x;
+    const T *xr = x + row * h;
+    C s = 0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += to_compute(xr[c]);
+    const C mu = block_sum(s, scratch) / C(h);
+    C q = 0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+        const C d = to_compute(xr[c]) - mu;
+        q += d * d;
+    }
+    const C var = block_sum(q, scratch) / C(h);
+    const C rs = C(1) / dsqrt(var + eps);
+    T *yr = y + row * h;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
+        yr[c] = to_storage<T>(to_compute(gamma[c]) * ((to_compute(xr[c]) - mu) * rs) +
+                              to_compute(beta[c]));
+    if (threadIdx.x == 0) {
+        if (mean) mean[row] = mu;
+        if (rstd) rstd[row] = rs;
+    }
+}
+
+// x̂ of element (row, c): from the input and stats, or from the output and γ, β.
+template <typename T>
+__device__ __forceinline__ compute_t<T> xhat(const T *xy, const T *gamma, const T *beta, bool invertible,
+                                             compute_t<T> mu, compute_t<T> rs, int64_t idx, int64_t c) {
+    const compute_t<T> v = to_compute(xy[idx]);
+    if (invertible) return (v - to_compute(beta[c])) / to_compute(gamma[c]);
+    return (v - mu) * rs;
+}
+
+template <typename T>
+__global__ void layernorm_bwd_dx_kernel(const T *dy, const T *__restrict__ xy,
+                                        bool invertible, const T *__restrict__ gamma,
+                                        const T *__restrict__ beta, const compute_t<T> *__restrict__ mean,
+                                        const compute_t<T> *__restrict__ rstd, const T *dresid, T *dx,
+                                        int64_t h) {
+    using C = compute_t<T>;
+    __shared__ C scratch[33];
+    const int64_t row = blockIdx.x, base = row * h;
+    const C rs = rstd[row];
+    const C mu = invertible ? C(0) : mean[row];
+    C sg = 0, sgx = 0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+        const C g = to_compute(gamma[c]) * to_compute(dy[base + c]);
+        sg += g;
+        sgx += g * xhat(xy, gamma, beta, invertible, mu, rs, base + c, c);
+    }
+    const C mg = block_sum(sg, scratch) / C(h);
+    const C mgx = block_sum(sgx, scratch) / C(h);
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+        const C g = to_compute(gamma[c]) * to_compute(dy[base + c]);
+        C v = rs * (g - mg - xhat(xy, gamma, beta, invertible, mu, rs, base + c, c) * mgx);
+        if (dresid) v += to_compute(dresid[base + c]);
+        dx[base + c] = to_storage<T>(v);
+    }
+}
+
+// partial[0][chunk][c] = Σ_{rows of chunk} dy·x̂, partial[1][chunk][c] = Σ dy.
+template <typename T>
+__global__ void layernorm_param_partial_kernel(const T *__restrict__ dy, const T *__restrict__ xy,
+                                               bool invertible, const T *__restrict__ gamma,
+                                               const T *__restrict__ beta,
+                                               const compute_t<T> *__restrict__ mean,
+                                               const compute_t<T> *__restrict__ rstd,
+                                               compute_t<T> *__restrict__ partial, int64_t n, int64_t h,
+                                               int64_t chunks, int64_t rows_per_chunk) {
+    using C = compute_t<T>;
+    __shared__ C red[2][kRowLanes][kTileCols + 1];
+    const int64_t c = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
+    const int64_t r0 = blockIdx.y * rows_per_chunk;
+    const int64_t r1 = r0 + rows_per_chunk < n ? r0 + rows_per_chunk : n;
+    C sg = 0, sb = 0;
+    if (c < h) {
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+            const C d = to_compute(dy[r * h + c]);
+            const C mu = invertible ? C(0) : mean[r];
+            sg += d * xhat(xy, gamma, beta, invertible, mu, rstd[r], r * h + c, c);
+            sb += d;
+        }
+    }
+    red[0][threadIdx.y][threadIdx.x] = sg;
+    red[1][threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < h) {
+        C tg = red[0][0][threadIdx.x], tb = red[1][0][threadIdx.x];
+        for (int k = 1; k < kRowLanes; ++k) {
+            tg += red[0][k][threadIdx.x];
+            tb += red[1][k][threadIdx.x];
+        }
+        partial[blockIdx.y * h + c] = tg;
+        partial[(chunks + blockIdx.y) * h + c] = tb;
+    }
+}
+
+template <typename T>
+__global__ void layernorm_param_finalize_kernel(const compute_t<T> *__restrict__ partial, T *dgamma,
+                                                T *dbeta, int64_t h, int64_t chunks, bool accumulate) {
+    using C = compute_t<T>;
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < h;
+         c += int64_t(gridDim.x) * blockDim.x) {
+        C tg = 0, tb = 0;
+        for (int64_t k = 0; k < chunks; ++k) {
+            tg += partial[k * h + c];
+            tb += partial[(chunks + k) * h + c];
+        }
+        if (dgamma) dgamma[c] = to_storage<T>(accumulate ? to_compute(dgamma[c]) + tg : tg);
+        if (dbeta) dbeta[c] = to_storage<T>(accumulate ? to_compute(dbeta[c]) + tb : tb);
+    }
+}
+
+}  // namespace
+
+// ================================ launchers ======================================================
+
+dst_status layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *x, const void *gamma,
+                         const void *beta, void *y, void *mean, void *rstd, int64_t n, int64_t h,
+                         double eps) {
+    if (n <= 0 || h <= 0) return DST_OK;
+    return dispatch_dtype(dt, "layernorm_fwd", [&](auto tag) {
+        using T = decltype(tag);
+        using C = compute_t<T>;
+        layernorm_fwd_kernel<T><<<static_cast<unsigned>(n), row_threads(h), 0, stream>>>(
+            static_cast<const T *>(x), static_cast<const T *>(gamma), static_cast<const T *>(beta),
+            static_cast<T *>(y), static_cast<C *>(mean), static_cast<C *>(rstd), h, static_cast<C>(eps));
+        DST_CUDA_LAUNCH_CHECK();
+        return DST_OK;
+    });
+}
+
+size_t layernorm_bwd_workspace(dst_dtype dt, int64_t n, int64_t h) {
+    return static_cast<size_t>(2 * chunk_count(n) * h) * compute_size(dt);
+}
+
+dst_status layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *xy,
+                         bool invertible, const void *gamma, const void *beta, const void *mean,
+                         const void *rstd, const void *dresid, void *dx, void *dgamma, void *dbeta,
+                         int64_t n, int64_t h, bool accumulate, void *workspace) {
+    if (h <= 0) return DST_OK;
+    const int64_t chunks = chunk_count(n);
+    const int64_t rows_per_chunk = chunks > 0 ? (n + chunks - 1) / chunks : 0;
+    return dispatch_dtype(dt, "layernorm_bwd", [&](auto tag) {
+        using T = decltype(tag);
+        using C = compute_t<T>;
+        const T *dy_t = static_cast<const T *>(dy), *xy_t = static_cast<const T *>(xy);
+        const T *g_t = static_cast<const T *>(gamma), *b_t = static_cast<const T *>(beta);
+        const C *mean_c = static_cast<const C *>(mean), *rstd_c = static_cast<const C *>(rstd);
+        // γ/β gradients first: dx may alias dy or dresid (stream order makes the reads come first).
+        if (dgamma || dbeta) {
+            C *partial = static_cast<C *>(workspace);
+            if (chunks > 0) {
+                const dim3 grid(static_cast<unsigned>((h + kTileCols - 1) / kTileCols),
+                                static_cast<unsigned>(chunks));
+                layernorm_param_partial_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(
+                    dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, partial, n, h, chunks, rows_per_chunk);
+                DST_CUDA_LAUNCH_CHECK();
+            }
+            layernorm_param_finalize_kernel<T><<<grid_blocks(h, 256), 256, 0, stream>>>(
+                partial, static_cast<T *>(dgamma), static_cast<T *>(dbeta), h, chunks, accumulate);
+            DST_CUDA_LAUNCH_CHECK();
+        }
+        if (n > 0 && dx) {
+            layernorm_bwd_dx_kernel<T><<<static_cast<unsigned>(n), row_threads(h), 0, stream>>>(
+                dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, static_cast<const T *>(dresid),
+                static_cast<T *>(dx), h);
+            DST_CUDA_LAUNCH_CHECK();
+        }
+        return DST_OK;
+    });
+}
+
+}  // namespace cuda
+}  // namespace dst

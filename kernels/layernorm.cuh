@@ -1,0 +1,39 @@
+// LayerNorm kernels of the CUDA backend (rows of length h): forward with saved statistics, and
+// backward either from the input and its statistics or from the output (normalize_invertible),
+// with an optional residual gradient added to dx and deterministic γ/β gradients.
+// Statistics (mean, rstd) are in the compute type: double for FP64, float otherwise.
+#ifndef DST_KERNELS_LAYERNORM_CUH
+#define DST_KERNELS_LAYERNORM_CUH
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dstransformer/dstransformer.h"  // defines: dst_status, dst_dtype
+
+namespace dst {
+namespace cuda {
+
+// y = γ·(x−mean)·rstd + β; mean/rstd (each may be nullptr) receive the row statistics.
+dst_status layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *x, const void *gamma,
+                         const void *beta, void *y, void *mean, void *rstd, int64_t n, int64_t h,
+                         double eps);
+
+// Workspace bytes layernorm_bwd needs for the γ/β partial sums.
+size_t layernorm_bwd_workspace(dst_dtype dt, int64_t n, int64_t h);
+
+// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) + dresid with g = γ·dy and x̂ = (x−mean)·rstd, or, when
+// `invertible`, x̂ = (y−β)/γ from the output (mean unused). dγ = Σ_rows dy·x̂, dβ = Σ_rows dy
+// (accumulate: +=); dgamma/dbeta/dresid may be nullptr; dx may alias dy or dresid (dγ/dβ are
+// computed first). Deterministic: per-chunk partial sums in
+// `workspace`, then a fixed-order pass; no atomics.
+dst_status layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *xy,
+                         bool invertible, const void *gamma, const void *beta, const void *mean,
+                         const void *rstd, const void *dresid, void *dx, void *dgamma, void *dbeta,
+                         int64_t n, int64_t h, bool accumulate, void *workspace);
+
+}  // namespace cuda
+}  // namespace dst
+
+#endif  // DST_KERNELS_LAYERNORM_CUH

@@ -1,0 +1,540 @@
+// CUDA backend: memory, stream and workspace management, GEMMs through cuBLASLt, and the glue that
+// maps the remaining ops of the table onto the launchers of kernels/*.cuh.
+//
+// GEMMs. Row-major y[n,m] = x[n,k]·W[m,k]ᵀ is, in cuBLASLt's column-major terms, D[m,n] =
+// op(A)·op(B) with A = W viewed as k×m (transposed), B = x viewed as k×n; the bwd GEMMs are
+// mapped the same way (comments at each call). Accumulation in fp32 (CUBLAS_COMPUTE_32F; TF32 only
+// when set_allow_tf32(true)), FP64 in CUBLAS_COMPUTE_64F. The bias of linear_fwd uses the BIAS
+// epilogue; for FP64 (and for a bias pointer under 16-byte alignment) the bias is broadcast into D
+// first and the GEMM runs with beta = 1 — the same single rounding. GELU (erf or tanh) runs as a
+// separate elementwise kernel, since cuBLASLt's GELU epilogue is the tanh form only.
+// Determinism: cuBLASLt is bit-reproducible for a fixed problem, algorithm and workspace size; the
+// workspace offered to it is a fixed size (kGemmWorkspace, or the caller's workspace if smaller),
+// so the heuristic picks the same algorithm every call. Every reduction kernel is ordered.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cstdint>
+#include <memory>
+#include <new>
+
+#include "core/error.h"
+#include "kernels/attention.cuh"
+#include "kernels/bias.cuh"
+#include "kernels/dispatch.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/layernorm.cuh"
+
+namespace dst {
+
+namespace {
+
+constexpr size_t kGemmWorkspace = size_t(32) << 20;  // cuBLAS's recommendation for Hopper
+constexpr size_t kWorkspaceGranule = size_t(1) << 20;
+
+dst_status lt_status(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_ALLOC_FAILED ? DST_ERR_OUT_OF_MEMORY : DST_ERR_BACKEND;
+}
+
+#define DST_CUBLASLT_CHECK(expr) DST_CHECK_GEN(expr, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString, lt_status)
+
+size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+size_t storage_size(dst_dtype dt) {
+    return dt == DST_DTYPE_FP64 ? 8 : (dt == DST_DTYPE_FP16 || dt == DST_DTYPE_BF16) ? 2 : 4;
+}
+
+// Largest power of two (≤ 256) dividing the address: what cuBLASLt may assume about a pointer.
+uint32_t pointer_alignment(const void *p) {
+    const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+    if (u == 0) return 256;
+    const uintptr_t low = u & (~u + 1);
+    return low >= 256 ? 256u : static_cast<uint32_t>(low);
+}
+
+// Owners of the cuBLASLt descriptors of one GEMM call.
+struct LtMatmul {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~LtMatmul() {
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        if (d) cublasLtMatrixLayoutDestroy(d);
+        if (b) cublasLtMatrixLayoutDestroy(b);
+        if (a) cublasLtMatrixLayoutDestroy(a);
+        if (op) cublasLtMatmulDescDestroy(op);
+    }
+};
+
+bool mask_in_compute_type(dst_dtype dt, dst_dtype mask_dtype) {
+    return dt == DST_DTYPE_FP64 ? mask_dtype == DST_DTYPE_FP64 : mask_dtype == DST_DTYPE_FP32;
+}
+
+}  // namespace
+
+// One column-major GEMM D[M,N] = op(A)·op(B) (+ D when accumulating) (+ bias[M] by epilogue).
+struct CudaBackend::Gemm {
+    cublasOperation_t ta, tb;
+    int64_t M, N, K;
+    const void *A;
+    int64_t lda;
+    const void *B;
+    int64_t ldb;
+    void *D;
+    int64_t ldd;
+    bool accumulate;
+    const void *bias;
+};
+
+// ---- lifetime ----------------------------------------------------------------------------------
+
+dst_status cuda_device_count(int *count) {
+    if (!count) return set_error(DST_ERR_INVALID_ARGUMENT, "cuda_device_count: count is NULL");
+    *count = 0;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();  // no driver or no device: zero devices, not an error
+        return DST_OK;
+    }
+    *count = n;
+    return DST_OK;
+}
+
+dst_status CudaBackend::create(int device, CudaBackend **out) {
+    *out = nullptr;
+    int count = 0;
+    DST_TRY(cuda_device_count(&count));
+    if (count == 0) return set_error(DST_ERR_UNSUPPORTED, "cuda backend: no usable CUDA device");
+    if (device < 0 || device >= count)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: device %d out of range (%d device%s)",
+                         device, count, count == 1 ? "" : "s");
+    std::unique_ptr<CudaBackend> be(new (std::nothrow) CudaBackend());
+    if (!be) return set_error(DST_ERR_OUT_OF_MEMORY, "cuda backend: cannot allocate the backend");
+    be->device_ = device;
+    DST_CUDA_CHECK(cudaSetDevice(device));
+    DST_CUDA_CHECK(cudaStreamCreateWithFlags(&be->own_stream_, cudaStreamNonBlocking));
+    be->stream_ = be->own_stream_;
+    DST_CUBLASLT_CHECK(cublasLtCreate(&be->lt_));
+    DST_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&be->flag_), sizeof(int)));
+    *out = be.release();
+    return DST_OK;
+}
+
+dst_status make_cuda_backend(int device, Backend **out) {
+    if (!out) return set_error(DST_ERR_INVALID_ARGUMENT, "make_cuda_backend: out is NULL");
+    *out = nullptr;
+    CudaBackend *be = nullptr;
+    DST_TRY(CudaBackend::create(device, &be));
+    *out = be;
+    return DST_OK;
+}
+
+CudaBackend::~CudaBackend() {
+    // Destructors cannot report: errors are dropped and the error slot cleared.
+    if (cudaSetDevice(device_) == cudaSuccess) {
+        if (stream_) (void)cudaStreamSynchronize(stream_);
+        if (own_ws_) (void)cudaFree(own_ws_);
+        if (flag_) (void)cudaFree(flag_);
+        if (lt_) (void)cublasLtDestroy(lt_);
+        if (own_stream_) (void)cudaStreamDestroy(own_stream_);
+    }
+    (void)cudaGetLastError();
+}
+
+dst_status CudaBackend::activate() const {
+    DST_CUDA_CHECK(cudaSetDevice(device_));
+    return DST_OK;
+}
+
+dst_status CudaBackend::set_stream(void *cuda_stream) {
+    DST_TRY(activate());
+    if (cuda_stream) {
+        // Refuse a handle CUDA does not know, or one of another device, before switching to it.
+        int dev = -1;
+        const cudaError_t e = cudaStreamGetDevice(static_cast<cudaStream_t>(cuda_stream), &dev);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: stream %p is not a valid CUDA stream (%s)",
+                             cuda_stream, cudaGetErrorString(e));
+        }
+        if (dev != device_)
+            return set_error(DST_ERR_INVALID_ARGUMENT,
+                             "cuda backend: stream %p belongs to device %d, the context runs on device %d", cuda_stream,
+                             dev, device_);
+    }
+    DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    stream_ = cuda_stream ? static_cast<cudaStream_t>(cuda_stream) : own_stream_;
+    return DST_OK;
+}
+
+dst_status CudaBackend::set_workspace(void *ptr, size_t bytes) {
+    DST_TRY(activate());
+    DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (own_ws_) {
+        DST_CUDA_CHECK(cudaFree(own_ws_));
+        own_ws_ = nullptr;
+        own_ws_bytes_ = 0;
+    }
+    user_ws_ = ptr;
+    user_ws_bytes_ = ptr ? bytes : 0;
+    return DST_OK;
+}
+
+dst_status CudaBackend::workspace(size_t bytes, void **ptr) {
+    *ptr = nullptr;
+    if (bytes == 0) return DST_OK;
+    if (user_ws_) {
+        if (bytes > user_ws_bytes_)
+            return set_error(DST_ERR_CAPACITY,
+                             "cuda backend: the caller's workspace has %zu bytes, this op needs %zu",
+                             user_ws_bytes_, bytes);
+        *ptr = user_ws_;
+        return DST_OK;
+    }
+    if (bytes > own_ws_bytes_) {
+        // Work queued earlier may still read the old buffer.
+        DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        if (own_ws_) DST_CUDA_CHECK(cudaFree(own_ws_));
+        own_ws_ = nullptr;
+        own_ws_bytes_ = 0;
+        const size_t want = align_up(bytes, kWorkspaceGranule);
+        if (cudaMalloc(&own_ws_, want) != cudaSuccess) {
+            (void)cudaGetLastError();
+            own_ws_ = nullptr;
+            return set_error(DST_ERR_OUT_OF_MEMORY,
+                             "cuda backend: cannot allocate %zu bytes of workspace on device %d", want,
+                             device_);
+        }
+        own_ws_bytes_ = want;
+    }
+    *ptr = own_ws_;
+    return DST_OK;
+}
+
+// ---- memory --------------------------------------------------------------------------------------
+
+dst_status CudaBackend::alloc(size_t bytes, void **ptr) {
+    *ptr = nullptr;
+    if (bytes == 0) return DST_OK;
+    DST_TRY(activate());
+    if (cudaMalloc(ptr, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *ptr = nullptr;
+        size_t free_b = 0, total_b = 0;
+        (void)cudaMemGetInfo(&free_b, &total_b);
+        (void)cudaGetLastError();
+        return set_error(DST_ERR_OUT_OF_MEMORY,
+                         "cuda backend: cannot allocate %zu bytes on device %d (%zu of %zu bytes free)",
+                         bytes, device_, free_b, total_b);
+    }
+    return DST_OK;
+}
+
+void CudaBackend::free(void *ptr) {
+    if (!ptr) return;
+    if (cudaSetDevice(device_) == cudaSuccess) (void)cudaFree(ptr);
+    (void)cudaGetLastError();
+}
+
+dst_status CudaBackend::zero(void *ptr, size_t bytes) {
+    if (bytes == 0) return DST_OK;
+    DST_TRY(activate());
+    DST_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));
+    return DST_OK;
+}
+
+// Copies that touch host memory complete before returning (plain memcpy semantics, also for
+// pinned host buffers); device-to-device copies are enqueued.
+dst_status CudaBackend::copy(void *dst, const void *src, size_t bytes, CopyKind kind) {
+    if (bytes == 0 || dst == src) return DST_OK;
+    DST_TRY(activate());
+    cudaMemcpyKind k = cudaMemcpyDeviceToDevice;
+    if (kind == CopyKind::HostToDevice) k = cudaMemcpyHostToDevice;
+    if (kind == CopyKind::DeviceToHost) k = cudaMemcpyDeviceToHost;
+    DST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, stream_));
+    if (kind != CopyKind::DeviceToDevice) DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return DST_OK;
+}
+
+dst_status CudaBackend::synchronize() {
+    DST_TRY(activate());
+    DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return DST_OK;
+}
+
+// ---- GEMMs ---------------------------------------------------------------------------------------
+
+dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
+    cudaDataType_t type, scale_type;
+    cublasComputeType_t compute;
+    switch (dt) {
+        case DST_DTYPE_FP32:
+            type = scale_type = CUDA_R_32F;
+            compute = allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+            break;
+        case DST_DTYPE_FP16:
+            type = CUDA_R_16F;
+            scale_type = CUDA_R_32F;
+            compute = CUBLAS_COMPUTE_32F;
+            break;
+        case DST_DTYPE_BF16:
+            type = CUDA_R_16BF;
+            scale_type = CUDA_R_32F;
+            compute = CUBLAS_COMPUTE_32F;
+            break;
+        case DST_DTYPE_FP64:
+            type = scale_type = CUDA_R_64F;
+            compute = CUBLAS_COMPUTE_64F;
+            break;
+        default:
+            return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: gemm: unsupported dtype %d",
+                             static_cast<int>(dt));
+    }
+
+    LtMatmul mm;
+    DST_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&mm.op, compute, scale_type));
+    const int32_t ta = g.ta, tb = g.tb;
+    DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (g.bias) {
+        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        const int32_t bias_type = type;
+        DST_CUBLASLT_CHECK(
+            cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                          &g.bias, sizeof g.bias));
+        DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                          &bias_type, sizeof bias_type));
+    }
+    const bool an = g.ta == CUBLAS_OP_N, bn = g.tb == CUBLAS_OP_N;
+    DST_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&mm.a, type, an ? g.M : g.K, an ? g.K : g.M, g.lda));
+    DST_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&mm.b, type, bn ? g.K : g.N, bn ? g.N : g.K, g.ldb));
+    DST_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&mm.d, type, g.M, g.N, g.ldd));
+
+    const size_t ws_bytes = user_ws_ ? (user_ws_bytes_ < kGemmWorkspace ? user_ws_bytes_ : kGemmWorkspace)
+                                     : kGemmWorkspace;
+    void *ws = nullptr;
+    DST_TRY(workspace(ws_bytes, &ws));
+    const uint64_t ws_limit = ws_bytes;
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&mm.pref));
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        mm.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_limit, sizeof ws_limit));
+    const uint32_t al_a = pointer_alignment(g.A), al_b = pointer_alignment(g.B),
+                   al_d = pointer_alignment(g.D);
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    DST_CUBLASLT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, mm.op, mm.a, mm.b, mm.d, mm.d, mm.pref, 1,
+                                                      &heur, &found));
+    if (found < 1)
+        return set_error(DST_ERR_BACKEND,
+                         "cuda backend: cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (dtype %d)",
+                         static_cast<long long>(g.M), static_cast<long long>(g.N),
+                         static_cast<long long>(g.K), static_cast<int>(dt));
+    const float alpha_f = 1.0f, beta_f = g.accumulate ? 1.0f : 0.0f;
+    const double alpha_d = 1.0, beta_d = g.accumulate ? 1.0 : 0.0;
+    const bool dbl = scale_type == CUDA_R_64F;
+    const void *alpha = dbl ? static_cast<const void *>(&alpha_d) : static_cast<const void *>(&alpha_f);
+    const void *beta = dbl ? static_cast<const void *>(&beta_d) : static_cast<const void *>(&beta_f);
+    DST_CUBLASLT_CHECK(cublasLtMatmul(lt_, mm.op, alpha, g.A, mm.a, g.B, mm.b, beta, g.D, mm.d, g.D, mm.d,
+                                      &heur.algo, ws, heur.workspaceSize, stream_));
+    return DST_OK;
+}
+
+dst_status CudaBackend::linear_fwd(dst_dtype dt, const void *x, const void *w, const void *b, void *y,
+                                   int64_t n, int64_t k, int64_t m, const dst_gelu *gelu,
+                                   void *pre_act) {
+    DST_TRY(activate());
+    if (n <= 0 || m <= 0) return DST_OK;
+    void *target = (gelu && pre_act) ? pre_act : y;
+    const bool epilogue_bias = b && dt != DST_DTYPE_FP64 && pointer_alignment(b) >= 16;
+    if (b && !epilogue_bias) DST_TRY(cuda::bias_broadcast(stream_, dt, b, target, n, m));
+    // D[m,n] = (W as k×m)ᵀ · (x as k×n)
+    const Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, w, k, x, k, target, m, b && !epilogue_bias,
+                 epilogue_bias ? b : nullptr};
+    DST_TRY(gemm(dt, g));
+    if (gelu) DST_TRY(cuda::gelu_fwd(stream_, dt, *gelu, target, y, n * m));
+    return DST_OK;
+}
+
+dst_status CudaBackend::linear_bwd_data(dst_dtype dt, const void *dy, const void *w, void *dx, int64_t n,
+                                        int64_t k, int64_t m, bool accumulate) {
+    DST_TRY(activate());
+    if (n <= 0 || k <= 0) return DST_OK;
+    if (m <= 0) {
+        if (!accumulate) DST_CUDA_CHECK(cudaMemsetAsync(dx, 0, n * k * storage_size(dt), stream_));
+        return DST_OK;
+    }
+    // D[k,n] = (W as k×m) · (dy as m×n)
+    const Gemm g{CUBLAS_OP_N, CUBLAS_OP_N, k, n, m, w, k, dy, m, dx, k, accumulate, nullptr};
+    return gemm(dt, g);
+}
+
+dst_status CudaBackend::linear_bwd_weight(dst_dtype dt, const void *dy, const void *x, void *dw, void *db,
+                                          int64_t n, int64_t k, int64_t m, bool accumulate) {
+    DST_TRY(activate());
+    if (m <= 0) return DST_OK;
+    if (n <= 0) {  // empty batch: the gradients are zero
+        if (!accumulate) {
+            if (dw) DST_CUDA_CHECK(cudaMemsetAsync(dw, 0, m * k * storage_size(dt), stream_));
+            if (db) DST_CUDA_CHECK(cudaMemsetAsync(db, 0, m * storage_size(dt), stream_));
+        }
+        return DST_OK;
+    }
+    if (dw && k > 0) {
+        // D[k,m] = (x as k×n) · (dy as m×n)ᵀ
+        const Gemm g{CUBLAS_OP_N, CUBLAS_OP_T, k, m, n, x, k, dy, m, dw, k, accumulate, nullptr};
+        DST_TRY(gemm(dt, g));
+    }
+    if (db) {
+        void *ws = nullptr;
+        DST_TRY(workspace(cuda::column_sum_workspace(dt, n, m), &ws));
+        DST_TRY(cuda::column_sum(stream_, dt, dy, db, n, m, accumulate, ws));
+    }
+    return DST_OK;
+}
+
+// ---- LayerNorm -----------------------------------------------------------------------------------
+
+dst_status CudaBackend::layernorm_fwd(dst_dtype dt, const void *x, const void *gamma, const void *beta,
+                                      void *y, void *mean, void *rstd, int64_t n, int64_t h, double eps) {
+    DST_TRY(activate());
+    return cuda::layernorm_fwd(stream_, dt, x, gamma, beta, y, mean, rstd, n, h, eps);
+}
+
+dst_status CudaBackend::layernorm_bwd(dst_dtype dt, const void *dy, const void *xy, bool invertible,
+                                      const void *gamma, const void *beta, const void *mean,
+                                      const void *rstd, const void *dresid, void *dx, void *dgamma,
+                                      void *dbeta, int64_t n, int64_t h, bool accumulate) {
+    DST_TRY(activate());
+    void *ws = nullptr;
+    if (dgamma || dbeta) DST_TRY(workspace(cuda::layernorm_bwd_workspace(dt, n, h), &ws));
+    return cuda::layernorm_bwd(stream_, dt, dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx, dgamma,
+                               dbeta, n, h, accumulate, ws);
+}
+
+dst_status CudaBackend::all_nonzero(dst_dtype dt, const void *x, int64_t count, bool *all_nonzero) {
+    DST_TRY(activate());
+    DST_TRY(cuda::any_zero(stream_, dt, x, count, flag_));
+    int any_zero = 0;
+    DST_CUDA_CHECK(cudaMemcpyAsync(&any_zero, flag_, sizeof any_zero, cudaMemcpyDeviceToHost, stream_));
+    DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    *all_nonzero = any_zero == 0;
+    return DST_OK;
+}
+
+// ---- elementwise ---------------------------------------------------------------------------------
+
+dst_status CudaBackend::gelu_fwd(dst_dtype dt, dst_gelu form, const void *u, void *g, int64_t count) {
+    DST_TRY(activate());
+    return cuda::gelu_fwd(stream_, dt, form, u, g, count);
+}
+
+dst_status CudaBackend::gelu_bwd(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du,
+                                 int64_t count) {
+    DST_TRY(activate());
+    return cuda::gelu_bwd(stream_, dt, form, dg, u, du, count);
+}
+
+dst_status CudaBackend::dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
+                                             int64_t count, const DropoutSite &site) {
+    DST_TRY(activate());
+    return cuda::dropout_residual_fwd(stream_, dt, a, residual, y, count, site);
+}
+
+dst_status CudaBackend::dropout_bwd(dst_dtype dt, const void *dy, void *dx, int64_t count,
+                                    const DropoutSite &site) {
+    DST_TRY(activate());
+    return cuda::dropout_bwd(stream_, dt, dy, dx, count, site);
+}
+
+dst_status CudaBackend::add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) {
+    DST_TRY(activate());
+    return cuda::add(stream_, dt, a, b, y, count);
+}
+
+// ---- attention -----------------------------------------------------------------------------------
+
+namespace {
+
+cuda::AttentionLaunch make_launch(dst_dtype dt, const AttentionParams &p) {
+    cuda::AttentionLaunch l;
+    l.dt = dt;
+    l.batch = p.batch;
+    l.seq = p.seq;
+    l.hidden = p.hidden;
+    l.heads = p.heads;
+    l.head_dim = p.head_dim;
+    l.scale = p.scale;
+    l.causal = p.causal;
+    l.dropout = p.dropout;
+    if (p.mask_kind == DST_MASK_KEY_LENGTHS) l.key_len = static_cast<const int32_t *>(p.mask);
+    return l;
+}
+
+dst_status check_mask(const AttentionParams &p) {
+    if (p.mask_kind == DST_MASK_NONE) return DST_OK;
+    if (!p.mask) return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: attention mask is NULL");
+    if (p.mask_kind == DST_MASK_KEY_LENGTHS && p.mask_dtype != DST_DTYPE_INT32)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: key lengths must be int32");
+    if (p.mask_kind == DST_MASK_ADDITIVE && p.mask_dtype == DST_DTYPE_INT32)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: an additive mask cannot be int32");
+    return DST_OK;
+}
+
+}  // namespace
+
+dst_status CudaBackend::attention_fwd(dst_dtype dt, const AttentionParams &p, const void *qkv, void *ctx,
+                                      void *probs, void *lse) {
+    DST_TRY(activate());
+    DST_TRY(check_mask(p));
+    cuda::AttentionLaunch l = make_launch(dt, p);
+    const size_t cs = cuda::compute_size(dt);
+    const bool additive = p.mask_kind == DST_MASK_ADDITIVE;
+    const bool convert = additive && !mask_in_compute_type(dt, p.mask_dtype);
+    const size_t bias_bytes = convert ? align_up(size_t(p.batch * p.seq) * cs, 256) : 0;
+    const size_t lse_bytes = (probs && !lse) ? size_t(p.batch * p.heads * p.seq) * cs : 0;
+    void *ws = nullptr;
+    DST_TRY(workspace(bias_bytes + lse_bytes, &ws));
+    if (convert) {
+        DST_TRY(cuda::attention_key_bias(stream_, dt, p.mask_dtype, p.mask, ws, p.batch * p.seq));
+        l.key_bias = ws;
+    } else if (additive) {
+        l.key_bias = p.mask;
+    }
+    void *lse_out = lse ? lse : (probs ? static_cast<char *>(ws) + bias_bytes : nullptr);
+    DST_TRY(cuda::attention_fwd(stream_, l, qkv, ctx, lse_out));
+    if (probs) DST_TRY(cuda::attention_probs(stream_, l, qkv, lse_out, probs));
+    return DST_OK;
+}
+
+dst_status CudaBackend::attention_bwd(dst_dtype dt, const AttentionParams &p, const void *qkv,
+                                      const void *ctx, const void *dctx, const void *probs,
+                                      const void *lse, void *dqkv) {
+    DST_TRY(activate());
+    DST_TRY(check_mask(p));
+    cuda::AttentionLaunch l = make_launch(dt, p);
+    const size_t cs = cuda::compute_size(dt);
+    const bool additive = p.mask_kind == DST_MASK_ADDITIVE;
+    const bool convert = additive && !mask_in_compute_type(dt, p.mask_dtype);
+    const size_t bias_bytes = convert ? align_up(size_t(p.batch * p.seq) * cs, 256) : 0;
+    void *ws = nullptr;
+    DST_TRY(workspace(bias_bytes + cuda::attention_bwd_workspace(l), &ws));
+    if (convert) {
+        DST_TRY(cuda::attention_key_bias(stream_, dt, p.mask_dtype, p.mask, ws, p.batch * p.seq));
+        l.key_bias = ws;
+    } else if (additive) {
+        l.key_bias = p.mask;
+    }
+    return cuda::attention_bwd(stream_, l, qkv, ctx, dctx, probs, lse, dqkv,
+                               static_cast<char *>(ws) + bias_bytes);
+}
+
+}  // namespace dst

@@ -1,0 +1,115 @@
+// The CUDA backend: fills the Backend op table with the kernels of kernels/*.cu and cuBLASLt
+// GEMMs. One backend object owns, for one device: a stream (its own non-blocking stream, or one the
+// caller substitutes), a cuBLASLt handle and a workspace (grown on demand, or caller-owned).
+// Every op is enqueued on the stream and returns without waiting, except copies to or from host
+// memory (memcpy semantics, also for pinned buffers) and all_nonzero, which synchronize the stream. Internal header; the C API creates the backend through
+// make_cuda_backend() and exposes the extra methods below.
+#ifndef DST_BACKEND_CUDA_CUDA_BACKEND_H
+#define DST_BACKEND_CUDA_CUDA_BACKEND_H
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "backend/backend.h"
+
+namespace dst {
+
+class CudaBackend final : public Backend {
+public:
+    // Use make_cuda_backend().
+    static dst_status create(int device, CudaBackend **out);
+    ~CudaBackend() override;
+    CudaBackend(const CudaBackend &) = delete;
+    CudaBackend &operator=(const CudaBackend &) = delete;
+
+    dst_backend kind() const override { return DST_BACKEND_CUDA; }
+
+    dst_status alloc(size_t bytes, void **ptr) override;
+    void free(void *ptr) override;
+    dst_status zero(void *ptr, size_t bytes) override;
+    dst_status copy(void *dst, const void *src, size_t bytes, CopyKind kind) override;
+    dst_status synchronize() override;
+    void set_num_threads(int threads) override { threads_ = threads > 0 ? threads : 0; }
+    int num_threads() const override { return threads_ > 0 ? threads_ : 1; }
+
+    dst_status linear_fwd(dst_dtype dt, const void *x, const void *w, const void *b, void *y, int64_t n,
+                          int64_t k, int64_t m, const dst_gelu *gelu, void *pre_act) override;
+    dst_status linear_bwd_data(dst_dtype dt, const void *dy, const void *w, void *dx, int64_t n,
+                               int64_t k, int64_t m, bool accumulate) override;
+    dst_status linear_bwd_weight(dst_dtype dt, const void *dy, const void *x, void *dw, void *db,
+                                 int64_t n, int64_t k, int64_t m, bool accumulate) override;
+
+    dst_status layernorm_fwd(dst_dtype dt, const void *x, const void *gamma, const void *beta, void *y,
+                             void *mean, void *rstd, int64_t n, int64_t h, double eps) override;
+    dst_status layernorm_bwd(dst_dtype dt, const void *dy, const void *xy, bool invertible,
+                             const void *gamma, const void *beta, const void *mean, const void *rstd,
+                             const void *dresid, void *dx, void *dgamma, void *dbeta, int64_t n,
+                             int64_t h, bool accumulate) override;
+    dst_status all_nonzero(dst_dtype dt, const void *x, int64_t count, bool *all_nonzero) override;
+
+    dst_status gelu_fwd(dst_dtype dt, dst_gelu form, const void *u, void *g, int64_t count) override;
+    dst_status gelu_bwd(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du,
+                        int64_t count) override;
+    dst_status dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
+                                    int64_t count, const DropoutSite &site) override;
+    dst_status dropout_bwd(dst_dtype dt, const void *dy, void *dx, int64_t count,
+                           const DropoutSite &site) override;
+    dst_status add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) override;
+
+    dst_status attention_fwd(dst_dtype dt, const AttentionParams &p, const void *qkv, void *ctx,
+                             void *probs, void *lse) override;
+    dst_status attention_bwd(dst_dtype dt, const AttentionParams &p, const void *qkv, const void *ctx,
+                             const void *dctx, const void *probs, const void *lse,
+                             void *dqkv) override;
+
+    // ---- CUDA-specific (the C API exposes these) ----------------------------------------------
+    int device() const { return device_; }
+    // The stream every op is enqueued on (a cudaStream_t).
+    void *stream() const override { return stream_; }
+    // Runs every later op on `cuda_stream` (a cudaStream_t the caller owns and keeps alive while
+    // it is set); nullptr restores the backend's own stream. Waits for the work already queued on
+    // the current stream first, so the workspace is never shared by two streams at once.
+    dst_status set_stream(void *cuda_stream) override;
+    // Bytes of the workspace in use now (owned or caller-owned).
+    size_t workspace_bytes() const { return user_ws_ ? user_ws_bytes_ : own_ws_bytes_; }
+    // Uses caller-owned device memory [ptr, ptr + bytes) as workspace (the caller keeps it alive and
+    // untouched while set; ops needing more fail with DST_ERR_CAPACITY naming the size);
+    // ptr == nullptr returns to the backend's own workspace, grown on demand. Frees the owned one.
+    dst_status set_workspace(void *ptr, size_t bytes);
+    // Lets fp32 GEMMs use TF32 tensor cores (default off: fp32 results then match the CPU to 1e-5).
+    void set_allow_tf32(bool on) override { allow_tf32_ = on; }
+    bool allow_tf32() const { return allow_tf32_; }
+
+private:
+    CudaBackend() = default;
+    dst_status activate() const;  // cudaSetDevice(device_)
+    // A pointer to at least `bytes` of workspace (nullptr for 0 bytes); grows the owned one.
+    dst_status workspace(size_t bytes, void **ptr);
+    struct Gemm;
+    dst_status gemm(dst_dtype dt, const Gemm &g);
+
+    int device_ = 0;
+    int threads_ = 0;
+    bool allow_tf32_ = false;
+    cudaStream_t own_stream_ = nullptr;
+    cudaStream_t stream_ = nullptr;
+    cublasLtHandle_t lt_ = nullptr;
+    void *own_ws_ = nullptr;
+    size_t own_ws_bytes_ = 0;
+    void *user_ws_ = nullptr;
+    size_t user_ws_bytes_ = 0;
+    int *flag_ = nullptr;  // device int for all_nonzero
+};
+
+// Creates a CUDA backend on `device` (0-based). DST_ERR_UNSUPPORTED when no GPU is usable,
+// DST_ERR_INVALID_ARGUMENT for a device out of range; *out is nullptr on failure.
+dst_status make_cuda_backend(int device, Backend **out);
+// Number of usable CUDA devices; any CUDA error (no driver, no device) counts as 0. Never fails
+// unless `count` is nullptr.
+dst_status cuda_device_count(int *count);
+
+}  // namespace dst
+
+#endif  // DST_BACKEND_CUDA_CUDA_BACKEND_H

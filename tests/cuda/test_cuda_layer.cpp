@@ -1,0 +1,345 @@
+// The whole layer on the CUDA backend, through the public C API, against the CPU reference in FP64.
+//
+// Every combination of Pre/Post-LN × the three memory switches × dropout on/off × mask kind × dtype
+// runs forward and backward on the GPU and on the CPU. The CPU layer computes in FP64 from the very
+// values the GPU layer holds (inputs, mask and parameters rounded to the GPU dtype), so the relative
+// L2 error per tensor (output, dX, 12 gradients) measures the GPU computation alone: FP64 ≤ 1e-12
+// (summation order only), FP32 ≤ 1e-5 (TF32 off), FP16 ≤ 1e-3, BF16 ≤ 1e-2 (DESIGN.md §5). With
+// dropout on, the same (seed, offset) must give the CPU's masks, or these bounds fail by orders of
+// magnitude. Outputs are poisoned (NaN) before each call. Further: determinism, device memory
+// actually saved by the switches, and errors that leave the layer usable. Tests skip without a GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "../cpu/test_util.h"
+
+using namespace dsttest;
+
+namespace {
+
+bool have_gpu() {
+    int n = 0;
+    return dst_cuda_device_count(&n) == DST_OK && n > 0;
+}
+
+#define SKIP_WITHOUT_GPU() \
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+Ctx make_cuda_ctx() {
+    dst_context *c = nullptr;
+    EXPECT_EQ(dst_context_create(DST_BACKEND_CUDA, 0, &c), DST_OK) << dst_last_error();
+    return Ctx(c);
+}
+
+// A device copy of a host tensor, freed with the context's allocator.
+class DevTensor {
+public:
+    DevTensor(dst_context *ctx, const HostTensor &h) : ctx_(ctx), view_(h.view()) {
+        EXPECT_EQ(dst_malloc(ctx, h.nbytes(), &view_.data), DST_OK) << dst_last_error();
+        EXPECT_EQ(dst_memcpy(ctx, view_.data, h.data(), h.nbytes(), DST_COPY_HOST_TO_CONTEXT), DST_OK);
+    }
+    ~DevTensor() { dst_free(ctx_, view_.data); }
+    DevTensor(const DevTensor &) = delete;
+    DevTensor &operator=(const DevTensor &) = delete;
+    void download(HostTensor &h) const {
+        EXPECT_EQ(dst_memcpy(ctx_, h.data(), view_.data, h.nbytes(), DST_COPY_CONTEXT_TO_HOST), DST_OK);
+    }
+    dst_tensor *view() { return &view_; }
+
+private:
+    dst_context *ctx_;
+    dst_tensor view_;
+};
+
+struct Shape {
+    int B, S, H, heads, I;
+};
+
+struct Case {
+    bool pre;
+    int switches;  // bit 0 attn_dropout_checkpoint, bit 1 normalize_invertible, bit 2 gelu_checkpoint
+    bool dropout;
+    dst_mask_kind mask;
+    dst_dtype dt;
+    Shape shape;
+    bool causal = false;
+};
+
+struct Result {
+    std::vector<double> y, dx;
+    std::vector<std::vector<double>> grads;
+    std::vector<unsigned char> grad_bytes;
+};
+
+dst_layer_config config_of(const Case &c, dst_dtype dt) {
+    dst_layer_config cfg;
+    dst_layer_config_default(&cfg);
+    cfg.hidden_size = c.shape.H;
+    cfg.heads = c.shape.heads;
+    cfg.intermediate_size = c.shape.I;
+    cfg.dtype = dt;
+    cfg.pre_layer_norm = c.pre;
+    cfg.attn_dropout_checkpoint = c.switches & 1;
+    cfg.normalize_invertible = (c.switches >> 1) & 1;
+    cfg.gelu_checkpoint = (c.switches >> 2) & 1;
+    cfg.attn_dropout_ratio = c.dropout ? 0.1f : 0.0f;
+    cfg.hidden_dropout_ratio = c.dropout ? 0.1f : 0.0f;
+    cfg.causal = c.causal;
+    cfg.max_batch_tokens = int64_t(c.shape.B) * c.shape.S;
+    cfg.max_seq_len = c.shape.S;
+    return cfg;
+}
+
+// Inputs of one case, already rounded to the GPU dtype (exactly representable there).
+struct Inputs {
+    std::vector<std::vector<double>> params;
+    std::vector<double> x, dy, mask_add;
+    std::vector<int32_t> lengths;
+};
+
+Inputs make_inputs(const Case &c, uint64_t seed) {
+    const auto &s = c.shape;
+    Rng rng(seed);
+    Inputs in;
+    const int64_t sizes[DST_PARAM_COUNT] = {3LL * s.H * s.H, 3LL * s.H, 1LL * s.H * s.H, s.H, s.H, s.H,
+                                            1LL * s.I * s.H, s.I, 1LL * s.H * s.I, s.H, s.H, s.H};
+    const double fan[DST_PARAM_COUNT] = {double(s.H), 0, double(s.H), 0, 0, 0, double(s.H), 0, double(s.I), 0, 0, 0};
+    for (int p = 0; p < DST_PARAM_COUNT; ++p) {
+        std::vector<double> v(static_cast<size_t>(sizes[p]));
+        const bool gamma = p == DST_PARAM_ATTN_NW || p == DST_PARAM_NORM_W;
+        for (auto &x : v) x = round_to(fan[p] > 0 ? rng.normal() / std::sqrt(fan[p]) : gamma ? 1.0 + 0.2 * rng.normal()
+                                                                                              : 0.3 * rng.normal(),
+                                       c.dt);
+        in.params.push_back(v);
+    }
+    const size_t n = size_t(s.B) * s.S * s.H;
+    in.x = rng.normals(n);
+    in.dy = rng.normals(n);
+    for (auto &v : in.x) v = round_to(v, c.dt);
+    for (auto &v : in.dy) v = round_to(v, c.dt);
+    in.mask_add.assign(size_t(s.B) * s.S, 0.0);
+    in.lengths.assign(size_t(s.B), s.S);
+    for (int b = 1; b < s.B; ++b) {
+        in.lengths[size_t(b)] = std::max(1, s.S - (b * s.S) / (s.B + 1));
+        for (int j = in.lengths[size_t(b)]; j < s.S; ++j) in.mask_add[size_t(b) * s.S + j] = -10000.0;
+    }
+    for (auto &v : in.mask_add) v = round_to(v, c.dt);
+    return in;
+}
+
+// Runs forward + backward of case `c` on `ctx` with a layer of dtype `dt`.
+void run_layer(dst_context *ctx, bool on_gpu, const Case &c, dst_dtype dt, const Inputs &in, Result *r) {
+    const auto &s = c.shape;
+    dst_layer_config cfg = config_of(c, dt);
+    Layer layer = make_layer(ctx, cfg);
+    ASSERT_TRUE(layer);
+    for (int p = 0; p < DST_PARAM_COUNT; ++p) set_param(layer.get(), kParamNames[p], in.params[size_t(p)]);
+    HostTensor x = HostTensor::from_doubles(dt, {s.B, s.S, s.H}, in.x);
+    HostTensor dy = HostTensor::from_doubles(dt, {s.B, s.S, s.H}, in.dy);
+    HostTensor y(dt, {s.B, s.S, s.H}), dx(dt, {s.B, s.S, s.H});
+    y.poison();
+    dx.poison();
+    HostTensor mh;
+    if (c.mask == DST_MASK_ADDITIVE) mh = HostTensor::from_doubles(dt, {s.B, s.S}, in.mask_add);
+    if (c.mask == DST_MASK_KEY_LENGTHS) {
+        mh = HostTensor(DST_DTYPE_INT32, {s.B});
+        std::memcpy(mh.data(), in.lengths.data(), in.lengths.size() * 4);
+    }
+    ASSERT_EQ(dst_context_set_rng_state(ctx, 77, 1234), DST_OK);
+    if (on_gpu) {
+        DevTensor dxv(ctx, x), dyv(ctx, y), ddy(ctx, dy), ddx(ctx, dx);
+        dst_mask m = mask_none();
+        std::unique_ptr<DevTensor> dm;
+        if (c.mask != DST_MASK_NONE) {
+            dm.reset(new DevTensor(ctx, mh));
+            m.kind = c.mask;
+            m.tensor = *dm->view();
+        }
+        DST_ASSERT_OK(dst_layer_forward(layer.get(), nullptr, dxv.view(), &m, dyv.view()));
+        DST_ASSERT_OK(dst_layer_backward(layer.get(), nullptr, ddy.view(), ddx.view(), DST_GRAD_WRITE));
+        dyv.download(y);
+        ddx.download(dx);
+    } else {
+        dst_mask m = c.mask == DST_MASK_NONE ? mask_none() : mask_of(c.mask, mh);
+        dst_tensor xv = x.view(), yv = y.view(), dyv = dy.view(), dxv = dx.view();
+        DST_ASSERT_OK(dst_layer_forward(layer.get(), nullptr, &xv, &m, &yv));
+        DST_ASSERT_OK(dst_layer_backward(layer.get(), nullptr, &dyv, &dxv, DST_GRAD_WRITE));
+    }
+    r->y = y.doubles();
+    r->dx = dx.doubles();
+    r->grads = all_grads(layer.get());
+    r->grad_bytes = grad_arena_bytes(layer.get());
+}
+
+double tolerance(dst_dtype dt) {
+    switch (dt) {
+        case DST_DTYPE_FP64: return 1e-12;
+        case DST_DTYPE_FP32: return 1e-5;
+        case DST_DTYPE_FP16: return 1e-3;
+        default: return 1e-2;
+    }
+}
+
+std::string case_name(const Case &c) {
+    static const char *masks[] = {"nomask", "additive", "lengths"};
+    std::string n = std::string(c.pre ? "pre" : "post") + "_sw" + std::to_string(c.switches) +
+                    (c.dropout ? "_drop" : "_nodrop") + "_" + masks[c.mask] + "_" + dst_dtype_string(c.dt);
+    n += "_B" + std::to_string(c.shape.B) + "S" + std::to_string(c.shape.S) + "H" + std::to_string(c.shape.H);
+    if (c.causal) n += "_causal";
+    return n;
+}
+
+class CudaLayer : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaLayer, MatchesCpuFp64) {
+    SKIP_WITHOUT_GPU();
+    const Case c = GetParam();
+    const Inputs in = make_inputs(c, 1000 + c.switches + 16 * c.mask);
+    Ctx gctx = make_cuda_ctx(), cctx = make_ctx();
+    ASSERT_TRUE(gctx && cctx);
+    Result g, r;
+    run_layer(gctx.get(), true, c, c.dt, in, &g);
+    run_layer(cctx.get(), false, c, DST_DTYPE_FP64, in, &r);
+    const double tol = tolerance(c.dt);
+    auto check = [&](const char *name, const std::vector<double> &a, const std::vector<double> &b) {
+        const double e = rel_l2(a, b);
+        EXPECT_LE(e, tol) << name << " of " << case_name(c);  // NaN fails too
+        return e;
+    };
+    double worst = check("output", g.y, r.y);
+    worst = std::max(worst, check("grad_input", g.dx, r.dx));
+    for (int p = 0; p < DST_PARAM_COUNT; ++p) worst = std::max(worst, check(kParamNames[p], g.grads[p], r.grads[p]));
+    std::printf("%s: worst rel L2 %.2e (bound %.0e)\n", case_name(c).c_str(), worst, tol);
+}
+
+std::vector<Case> grid() {
+    std::vector<Case> v;
+    const Shape small{3, 13, 48, 3, 80};  // odd S, odd head count, I != 4H, d = 16
+    for (dst_dtype dt : {DST_DTYPE_FP64, DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16})
+        for (bool pre : {true, false})
+            for (int sw = 0; sw < 8; ++sw)
+                for (bool drop : {false, true})
+                    for (dst_mask_kind m : {DST_MASK_NONE, DST_MASK_ADDITIVE, DST_MASK_KEY_LENGTHS})
+                        v.push_back({pre, sw, drop, m, dt, small});
+    // Awkward and real shapes, a few combinations each.
+    const Shape s1{5, 1, 40, 5, 56}, s129{2, 129, 96, 3, 200}, base{2, 128, 768, 12, 3072}, large{2, 512, 1024, 16, 4096};
+    for (dst_dtype dt : {DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16}) {
+        v.push_back({true, 0, true, DST_MASK_ADDITIVE, dt, s1});
+        v.push_back({false, 7, true, DST_MASK_KEY_LENGTHS, dt, s129});
+        v.push_back({true, 0, true, DST_MASK_KEY_LENGTHS, dt, s129, true});
+        v.push_back({false, 0, true, DST_MASK_ADDITIVE, dt, base});
+        v.push_back({true, 7, true, DST_MASK_KEY_LENGTHS, dt, large});
+    }
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, CudaLayer, ::testing::ValuesIn(grid()),
+                         [](const ::testing::TestParamInfo<Case> &i) { return case_name(i.param); });
+
+// Two runs with the same seed and offset are bit-identical (output, dX and the gradient arena).
+TEST(CudaLayerDeterminism, TwoRunsBitIdentical) {
+    SKIP_WITHOUT_GPU();
+    for (dst_dtype dt : {DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16}) {
+        const Case c{true, 0, true, DST_MASK_ADDITIVE, dt, {4, 128, 256, 4, 1024}};
+        const Inputs in = make_inputs(c, 5);
+        Ctx ctx = make_cuda_ctx();
+        Result a, b;
+        run_layer(ctx.get(), true, c, dt, in, &a);
+        run_layer(ctx.get(), true, c, dt, in, &b);
+        EXPECT_TRUE(a.y == b.y && a.dx == b.dx && a.grad_bytes == b.grad_bytes) << dst_dtype_string(dt);
+    }
+}
+
+// Device memory a training forward keeps, measured with cudaMemGetInfo around a forward into a fresh
+// saved-activations object; each switch must lower it, and it must match dst_saved_bytes.
+TEST(CudaLayerMemory, SwitchesLowerMeasuredDeviceMemory) {
+    SKIP_WITHOUT_GPU();
+    const Shape s{8, 512, 1024, 16, 4096};
+    size_t measured[4] = {0, 0, 0, 0};
+    const int combos[4] = {0, 1, 2, 4};
+    for (int k = 0; k < 4; ++k) {
+        Case c{true, combos[k], true, DST_MASK_KEY_LENGTHS, DST_DTYPE_FP16, s};
+        Ctx ctx = make_cuda_ctx();
+        dst_layer_config cfg = config_of(c, DST_DTYPE_FP16);
+        Layer layer = make_layer(ctx.get(), cfg);
+        HostTensor x(DST_DTYPE_FP16, {s.B, s.S, s.H}), lens(DST_DTYPE_INT32, {s.B});
+        for (int b = 0; b < s.B; ++b) reinterpret_cast<int32_t *>(lens.data())[b] = s.S;
+        DevTensor dx(ctx.get(), x), dy(ctx.get(), x), dl(ctx.get(), lens);
+        dst_mask m = mask_none();
+        m.kind = DST_MASK_KEY_LENGTHS;
+        m.tensor = *dl.view();
+        // Warm-up: grows the workspace and the backend's scratch, fills the default saved object.
+        DST_ASSERT_OK(dst_layer_forward(layer.get(), nullptr, dx.view(), &m, dy.view()));
+        Saved sv = make_saved(layer.get());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        size_t free0 = 0, free1 = 0, total = 0;
+        ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+        DST_ASSERT_OK(dst_layer_forward(layer.get(), sv.get(), dx.view(), &m, dy.view()));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
+        measured[k] = free0 - free1;
+        size_t counted = 0;
+        DST_ASSERT_OK(dst_saved_bytes(sv.get(), &counted));
+        // cudaMalloc rounds allocations up to its page size (2 MiB).
+        EXPECT_NEAR(double(measured[k]), double(counted), double(4u << 20)) << "switches " << combos[k];
+        std::printf("switches %d: measured %.2f MB, counted %.2f MB per sample\n", combos[k],
+                    measured[k] / 1e6 / s.B, counted / 1e6 / s.B);
+    }
+    for (int k = 1; k < 4; ++k) EXPECT_LT(measured[k], measured[0]) << "switch combination " << combos[k];
+}
+
+// Errors on the GPU return a status and leave the layer usable.
+TEST(CudaLayerErrors, CapacityStreamAndOutOfMemory) {
+    SKIP_WITHOUT_GPU();
+    const Case c{true, 0, true, DST_MASK_NONE, DST_DTYPE_FP16, {2, 16, 64, 4, 128}};
+    Ctx ctx = make_cuda_ctx();
+    dst_layer_config cfg = config_of(c, DST_DTYPE_FP16);
+    Layer layer = make_layer(ctx.get(), cfg);
+    HostTensor x(DST_DTYPE_FP16, {2, 16, 64}), big(DST_DTYPE_FP16, {4, 16, 64});
+    DevTensor dx(ctx.get(), x), dy(ctx.get(), x), dbig(ctx.get(), big), dbig2(ctx.get(), big);
+    auto works = [&] {
+        EXPECT_EQ(dst_layer_forward(layer.get(), nullptr, dx.view(), nullptr, dy.view()), DST_OK) << dst_last_error();
+        EXPECT_EQ(dst_layer_backward(layer.get(), nullptr, dy.view(), dx.view(), DST_GRAD_WRITE), DST_OK)
+            << dst_last_error();
+    };
+    // Over capacity.
+    EXPECT_EQ(dst_layer_forward(layer.get(), nullptr, dbig.view(), nullptr, dbig2.view()), DST_ERR_CAPACITY);
+    works();
+    // A stream that no longer exists.
+    cudaStream_t st;
+    ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
+    EXPECT_EQ(dst_context_set_stream(ctx.get(), st), DST_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(dst_last_error()).find("stream"), std::string::npos) << dst_last_error();
+    works();
+    // A caller stream works, and NULL returns to the context's own.
+    ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+    DST_EXPECT_OK(dst_context_set_stream(ctx.get(), st));
+    works();
+    DST_EXPECT_OK(dst_context_synchronize(ctx.get()));
+    DST_EXPECT_OK(dst_context_set_stream(ctx.get(), nullptr));
+    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
+    // Exhausted device memory: a layer whose call needs far more than the device has.
+    dst_layer_config huge = cfg;
+    huge.hidden_size = 4096;
+    huge.heads = 32;
+    huge.intermediate_size = 16384;
+    huge.max_batch_tokens = int64_t(1) << 24;
+    huge.max_seq_len = 1 << 14;
+    Layer hl = make_layer(ctx.get(), huge);
+    ASSERT_TRUE(hl);
+    dst_tensor hx = *dx.view(), hy = *dy.view();
+    hx.data = reinterpret_cast<void *>(256);  // never read: the allocation fails first
+    hy.data = reinterpret_cast<void *>(1u << 30);
+    hx.shape[0] = hy.shape[0] = 1024;
+    hx.shape[1] = hy.shape[1] = 1 << 14;
+    hx.shape[2] = hy.shape[2] = 4096;
+    EXPECT_EQ(dst_layer_forward(hl.get(), nullptr, &hx, nullptr, &hy), DST_ERR_OUT_OF_MEMORY) << dst_last_error();
+    works();
+}
+
+}  // namespace
