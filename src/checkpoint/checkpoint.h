@@ -1,0 +1,32 @@
+// Checkpoints of layer stacks (dst_checkpoint_save/load) and file-to-file layout conversion
+// (dst_checkpoint_convert), on top of the safetensors reader/writer and the layout name tables.
+// The C API validated the arguments (non-NULL layers and path, num_layers >= 1, options complete with
+// a known layout and save_dtype); `fn` prefixes every message.
+#ifndef DST_CHECKPOINT_CHECKPOINT_H
+#define DST_CHECKPOINT_CHECKPOINT_H
+
+#include <cstddef>
+
+#include "dstransformer/dstransformer.h"  // defines: dst_checkpoint_options, dst_weight_layout
+
+namespace dst {
+
+class Layer;
+
+// Metadata keys written by checkpoint_save (see docs/checkpoints.md).
+constexpr char kCheckpointFormat[] = "dstransformer-checkpoint-1";
+
+dst_status checkpoint_save(const char *fn, Layer *const *layers, int num_layers, const char *path,
+                           const dst_checkpoint_options &options);
+
+dst_status checkpoint_load(const char *fn, Layer *const *layers, int num_layers, const char *path,
+                           const dst_checkpoint_options &options, char *client_state, size_t client_state_size,
+                           size_t *client_state_len);
+
+dst_status checkpoint_convert(const char *fn, const char *in_path, dst_weight_layout in_layout,
+                              const char *in_prefix, const char *out_path, dst_weight_layout out_layout,
+                              const char *out_prefix, char *summary, size_t summary_size);
+
+}  // namespace dst
+
+#endif  // DST_CHECKPOINT_CHECKPOINT_H
