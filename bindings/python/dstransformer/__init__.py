@@ -1,0 +1,109 @@
+"""Python binding of libdstransformer, a fused BERT-style Transformer layer for training.
+
+Main classes: :class:`Context` (backend, device, RNG state, stream), :class:`LayerConfig` (DeepSpeed's
+``DeepSpeedTransformerConfig`` fields), :class:`Layer` (forward/backward on NumPy arrays on the CPU
+backend or on device arrays on CUDA), :class:`SavedActivations`, :class:`Mask`; checkpoints with
+:func:`save_checkpoint`, :func:`load_checkpoint` and :func:`convert`. The PyTorch drop-in for DeepSpeed's
+``DeepSpeedTransformerLayer`` is in :mod:`dstransformer.torch` (imported on demand; this package does not
+need torch). The raw SWIG module, a complete wrapping of the C API, is :mod:`dstransformer._native`.
+
+Every failed library call raises a :class:`DstError` subclass carrying the library's message.
+"""
+
+from . import _native
+from ._errors import (
+    ERROR_CLASSES as _ERROR_CLASSES,
+    BackendError,
+    CapacityError,
+    DstError,
+    DstIOError,
+    FormatError,
+    InternalError,
+    InvalidArgumentError,
+    OutOfMemoryError,
+    StateError,
+    UnsupportedError,
+)
+
+_native.dstpy_register_errors(dict(_ERROR_CLASSES), DstError)
+
+from ._arrays import DeviceArray, aligned_empty, bf16_numpy_dtype  # noqa: E402
+from ._config import LayerConfig  # noqa: E402
+from ._core import (  # noqa: E402
+    PARAM_NAMES,
+    Context,
+    Layer,
+    Mask,
+    ParamInfo,
+    SavedActivations,
+    convert,
+    cuda_device_count,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+__version__ = _native.dst_version_string()
+
+#: Version of the C header the binding was generated from, as major·10000 + minor·100 + patch.
+HEADER_VERSION = _native.DST_VERSION_NUMBER
+
+
+def version() -> str:
+    """Version of the loaded library, "major.minor.patch"."""
+    return _native.dst_version_string()
+
+
+def version_number() -> int:
+    """Version of the loaded library as major·10000 + minor·100 + patch."""
+    return int(_native.dst_version())
+
+
+def last_error() -> str:
+    """Message of the last failed library call on this thread ("" when none failed)."""
+    return _native.dst_last_error()
+
+
+def status_string(status: int) -> str:
+    """Name of a status value, e.g. "DST_ERR_CAPACITY"."""
+    return _native.dst_status_string(int(status))
+
+
+def dtype_size(dtype) -> int:
+    """Bytes per element of a dtype ("fp32", "fp16", "bf16", "fp64")."""
+    from ._config import dtype_code
+
+    return int(_native.dst_dtype_size(dtype_code(dtype)))
+
+
+__all__ = [
+    "DstError",
+    "InvalidArgumentError",
+    "UnsupportedError",
+    "CapacityError",
+    "OutOfMemoryError",
+    "StateError",
+    "BackendError",
+    "DstIOError",
+    "FormatError",
+    "InternalError",
+    "Context",
+    "LayerConfig",
+    "Layer",
+    "SavedActivations",
+    "Mask",
+    "ParamInfo",
+    "PARAM_NAMES",
+    "DeviceArray",
+    "aligned_empty",
+    "bf16_numpy_dtype",
+    "save_checkpoint",
+    "load_checkpoint",
+    "convert",
+    "cuda_device_count",
+    "version",
+    "version_number",
+    "last_error",
+    "status_string",
+    "dtype_size",
+    "HEADER_VERSION",
+]

@@ -1,0 +1,528 @@
+"""PyTorch drop-in for DeepSpeed's ``DeepSpeedTransformerConfig`` / ``DeepSpeedTransformerLayer``.
+
+Importing this module imports torch; ``import dstransformer`` alone does not.
+
+    from dstransformer.torch import TransformerConfig, TransformerLayer
+    cfg = TransformerConfig(batch_size=8, hidden_size=1024, intermediate_size=4096, heads=16,
+                            attn_dropout_ratio=0.1, hidden_dropout_ratio=0.1, num_hidden_layers=24,
+                            initializer_range=0.02, local_rank=0, seed=1234, fp16=True,
+                            pre_layer_norm=True)
+    layer = TransformerLayer(cfg)            # on cuda:local_rank (CPU when no GPU is usable)
+    y = layer(x, attention_mask)             # x [B, S, H]; mask [B, 1, 1, S] or [B, S] additive
+
+Differences from DeepSpeed, all deliberate: any sequence length (no padding to a multiple of 16), the mask
+may be omitted, an int32 [B] tensor of key lengths is accepted as a mask; each layer is self-contained
+(no global registry; ``copy.deepcopy`` gives an independent layer); the weights of layer ``layer_id`` are
+drawn from the library's Philox stream with seed ``config.seed + layer_id`` (DeepSpeed draws from torch's
+RNG; call :meth:`TransformerLayer.init_transformer_weights` for that); ``adjust_init_range`` applies on
+every rank.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Dict, Optional
+
+import torch
+from torch import nn
+
+from . import _native
+from ._config import LayerConfig
+from ._core import PARAM_NAMES, Context, Layer, SavedActivations, cuda_device_count, native_mask
+
+__all__ = ["TransformerConfig", "TransformerLayer", "DeepSpeedTransformerConfig", "DeepSpeedTransformerLayer"]
+
+_TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
+_DST_OF_TORCH = {
+    torch.float32: _native.DST_DTYPE_FP32,
+    torch.float16: _native.DST_DTYPE_FP16,
+    torch.bfloat16: _native.DST_DTYPE_BF16,
+    torch.float64: _native.DST_DTYPE_FP64,
+    torch.int32: _native.DST_DTYPE_INT32,
+}
+_NAME_OF_TORCH = {v: k for k, v in _TORCH_DTYPES.items()}
+_ALIGN = 256
+
+# DeepSpeed's positional order of DeepSpeedTransformerConfig's arguments.
+_DS_ARG_ORDER = (
+    "batch_size", "hidden_size", "intermediate_size", "heads", "attn_dropout_ratio", "hidden_dropout_ratio",
+    "num_hidden_layers", "initializer_range", "layer_norm_eps", "local_rank", "seed", "fp16",
+    "pre_layer_norm", "normalize_invertible", "gelu_checkpoint", "adjust_init_range",
+    "attn_dropout_checkpoint", "stochastic_mode", "return_tuple", "training",
+)
+
+
+class TransformerConfig(LayerConfig):
+    """``DeepSpeedTransformerConfig`` with the same arguments (positional order included), plus the
+    library's fields (``max_seq_length``, ``dtype``, ``max_batch_tokens``, ``gelu``, ``causal``,
+    ``allow_tf32``); see :class:`dstransformer.LayerConfig`."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        if len(args) > len(_DS_ARG_ORDER):
+            raise TypeError(f"TransformerConfig takes at most {len(_DS_ARG_ORDER)} positional arguments")
+        for name, value in zip(_DS_ARG_ORDER, args):
+            if name in kwargs:
+                raise TypeError(f"TransformerConfig got multiple values for argument {name!r}")
+            kwargs[name] = value
+        super().__init__(**kwargs)
+
+
+# ---- shared contexts: one per device, so that the layers of a model share one dropout RNG stream ----
+_CONTEXTS: Dict[tuple, Context] = {}
+
+
+def _context_for(device: torch.device) -> Context:
+    key = (device.type, device.index or 0)
+    ctx = _CONTEXTS.get(key)
+    if ctx is None or ctx.closed:
+        ctx = Context("cuda" if device.type == "cuda" else "cpu", key[1])
+        _CONTEXTS[key] = ctx
+    return ctx
+
+
+def _choose_device(config: LayerConfig, device: Any) -> torch.device:
+    if device is not None:
+        dev = torch.device(device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        return dev
+    if torch.cuda.is_available() and cuda_device_count() > 0:
+        rank = int(config.local_rank) if config.local_rank is not None else -1
+        if rank >= 0:
+            torch.cuda.set_device(rank)  # as DeepSpeed does
+            return torch.device("cuda", rank)
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _aligned_empty(numel: int, dtype: torch.dtype, device: torch.device, zero: bool = True) -> torch.Tensor:
+    """A 1-D tensor of ``numel`` elements whose data is 256-byte aligned (a view into a slightly larger
+    allocation when the allocator does not already align)."""
+    esize = torch.empty((), dtype=dtype).element_size()
+    make = torch.zeros if zero else torch.empty
+    t = make(numel, dtype=dtype, device=device)
+    if t.data_ptr() % _ALIGN == 0:
+        return t
+    raw = make(numel + _ALIGN // esize, dtype=dtype, device=device)
+    off = ((-raw.data_ptr()) % _ALIGN) // esize
+    return raw.narrow(0, off, numel)
+
+
+def _set_stream(ctx: Context, device: torch.device) -> None:
+    """Points the context at torch's current stream. Torch's default stream is the legacy default stream,
+    whose handle is 0; to the C API 0 (NULL) means the context's own non-blocking stream, which would not
+    be ordered with torch's work, so the legacy stream's explicit handle (cudaStreamLegacy) is passed."""
+    if device.type == "cuda":
+        handle = torch.cuda.current_stream(device).cuda_stream
+        ctx.set_stream(handle if handle else Context.LEGACY_DEFAULT_STREAM)
+
+
+class _Layout:
+    """Element offsets of the 12 parameters in the flat arena of one dtype."""
+
+    def __init__(self, layer: Layer):
+        esize = int(_native.dst_dtype_size(layer._dtype))
+        self.arena_bytes = layer.arena_bytes
+        self.numel = self.arena_bytes // esize
+        self.entries = {}
+        for name in PARAM_NAMES:
+            info = layer.param_info(name)
+            self.entries[name] = (info.offset_bytes // esize, info.numel, info.shape)
+
+    def view(self, flat: torch.Tensor, name: str) -> torch.Tensor:
+        off, n, shape = self.entries[name]
+        return flat.narrow(0, off, n).view(shape)
+
+    def padding_ranges(self):
+        spans = sorted((off, off + n) for off, n, _ in self.entries.values())
+        pos = 0
+        for a, b in spans:
+            if a > pos:
+                yield pos, a
+            pos = max(pos, b)
+        if pos < self.numel:
+            yield pos, self.numel
+
+
+class _TransformerFunction(torch.autograd.Function):
+    """One forward/backward of the native layer. Each forward owns one SavedActivations, so several
+    forwards may be in flight; the gradient of the flat parameter is written into a fresh tensor that
+    is bound as the layer's gradient arena."""
+
+    @staticmethod
+    def forward(ctx, x, flat, mask, module, native, training):  # noqa: D401
+        B, S, _ = x.shape
+        saved = SavedActivations(native) if training else None
+        out = torch.empty_like(x)
+        module._run_forward(native, saved, x, mask, out)
+        ctx.native = native
+        ctx.saved_obj = saved
+        ctx.module = module
+        ctx.shape = (B, S)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        saved = ctx.saved_obj
+        if saved is None:
+            raise RuntimeError(
+                "TransformerLayer: backward needs a training-mode forward (call .train(); DeepSpeed's layer "
+                "has the same requirement), or this forward was already back-propagated (retain_graph / a "
+                "second backward is not supported: the saved activations are freed by the first backward)")
+        module, native = ctx.module, ctx.native
+        dy = dy.contiguous()
+        dx = torch.empty_like(dy)
+        grad_flat = module._backward_into(native, saved, dy, dx)
+        saved.close()
+        ctx.saved_obj = None
+        return dx, grad_flat, None, None, None, None
+
+
+class TransformerLayer(nn.Module):
+    """Drop-in for ``DeepSpeedTransformerLayer(config, initial_weights=None, initial_biases=None)``.
+
+    The 12 parameters live in ONE flat ``nn.Parameter`` (:attr:`flat_params`, the layer's arena, in the
+    layer dtype). ``attn_qkvw`` … ``norm_b`` are properties returning views of it (assigning to them copies
+    the values); ``state_dict()`` uses these DeepSpeed names and ``load_state_dict`` accepts them.
+    ``train()``/``eval()`` switch dropout; as in DeepSpeed, dropout is also off under ``torch.no_grad()``.
+    ``forward(hidden_states, attention_mask=None, ...)`` returns a tensor, or a 1-tuple with
+    ``config.return_tuple``. CUDA tensors run on ``torch.cuda.current_stream()``; CPU tensors use the
+    CPU backend. ``.to()``, ``.cuda()``, ``.half()``, ``.to(torch.bfloat16)`` and ``copy.deepcopy`` work:
+    the native layer follows the flat parameter.
+    """
+
+    layer_id = 0  # class-level counter, as DeepSpeedTransformerLayer.layer_id
+
+    def __init__(self, config: LayerConfig, initial_weights: Optional[list] = None,
+                 initial_biases: Optional[list] = None, *, device: Any = None):
+        super().__init__()
+        if isinstance(config, dict):
+            config = TransformerConfig.from_dict(config)
+        if not isinstance(config, LayerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        self.config = config
+        self.config.layer_id = TransformerLayer.layer_id
+        TransformerLayer.layer_id += 1
+        self._my_layer_id = self.config.layer_id
+        self._native = None
+        self._bound_ptr = None
+        self._last_grad_buf = None
+        self._native_training = None
+        dev = _choose_device(config, device)
+        dtype = _TORCH_DTYPES[config.resolved_dtype]
+        native = self._make_native(dev, config.resolved_dtype, config.resolved_max_batch_tokens,
+                                   int(config.max_seq_length))
+        layout = _Layout(native)
+        flat = _aligned_empty(layout.numel, dtype, dev, zero=True)
+        _set_stream(native.context, dev)
+        native.bind_param_arena(flat.data_ptr(), layout.arena_bytes, copy_current=True)
+        for a, b in layout.padding_ranges():  # whatever the copy put between parameters
+            flat[a:b].zero_()
+        self._attach(native, layout, flat.data_ptr())
+        self.flat_params = nn.Parameter(flat)
+        if initial_weights is not None or initial_biases is not None:
+            self._load_initial(initial_weights, initial_biases)
+
+    # ---- the native layer ---------------------------------------------------------------------------
+    def _make_native(self, dev: torch.device, dtype_name: str, max_tokens: int, max_seq: int) -> Layer:
+        cfg = self.config.copy()
+        cfg.dtype = dtype_name
+        cfg.fp16 = dtype_name == "fp16"
+        cfg.max_batch_tokens = int(max_tokens)
+        cfg.max_seq_length = int(max_seq)
+        ctx = _context_for(dev)
+        seed = int(cfg.seed) & ((1 << 64) - 1)
+        cur_seed, cur_off = ctx.rng_state
+        if cur_seed != seed:  # DeepSpeed seeds its dropout RNG from the config; keep the offset moving on
+            ctx.set_rng_state(seed, cur_off)
+        return Layer(ctx, cfg, seed_offset=self._my_layer_id)
+
+    def _attach(self, native: Layer, layout: _Layout, ptr: int) -> None:
+        self._native = native
+        self._layout = layout
+        self._device = torch.device(native.context.backend, native.context.device) \
+            if native.context.backend == "cuda" else torch.device("cpu")
+        self._dtype_name = native.dtype
+        self._bound_ptr = ptr
+        self._capacity = (int(native.config.max_batch_tokens), int(native.config.max_seq_length))
+        self._native_training = None
+
+    def _sync_native(self, B: int = 1, S: int = 1) -> Layer:
+        """Makes the native layer match the flat parameter (device, dtype, address) and the call's size."""
+        p = self.flat_params
+        dev = p.device
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if p.dtype not in _NAME_OF_TORCH:
+            raise TypeError(f"TransformerLayer: parameters are {p.dtype}; supported: float32, float16, bfloat16, "
+                            "float64")
+        name = _NAME_OF_TORCH[p.dtype]
+        need_tokens, need_seq = max(self._capacity[0], B * S), max(self._capacity[1], S)
+        rebuild = (self._native is None or dev != self._device or name != self._dtype_name
+                   or (need_tokens, need_seq) != self._capacity)
+        if rebuild:
+            old_layout = self._layout
+            native = self._make_native(dev, name, need_tokens, need_seq)
+            layout = _Layout(native)
+            data = p.data
+            if layout.entries != old_layout.entries or data.data_ptr() % _ALIGN:
+                new = _aligned_empty(layout.numel, p.dtype, dev, zero=True)
+                for n in PARAM_NAMES:
+                    layout.view(new, n).copy_(old_layout.view(data, n))
+                p.data = new
+            self._native = None
+            _set_stream(native.context, dev)
+            native.bind_param_arena(p.data_ptr(), layout.arena_bytes, copy_current=False)
+            self._attach(native, layout, p.data_ptr())
+        elif p.data_ptr() != self._bound_ptr:
+            data = p.data
+            if data.data_ptr() % _ALIGN or not data.is_contiguous():
+                new = _aligned_empty(self._layout.numel, p.dtype, dev, zero=False)
+                new.copy_(data)
+                p.data = new
+            _set_stream(self._native.context, dev)
+            self._native.bind_param_arena(p.data_ptr(), self._layout.arena_bytes, copy_current=False)
+            self._bound_ptr = p.data_ptr()
+        return self._native
+
+    @property
+    def native(self) -> Layer:
+        """The :class:`dstransformer.Layer` that runs this module (bound to :attr:`flat_params`)."""
+        return self._sync_native()
+
+    # ---- running ------------------------------------------------------------------------------------
+    def _prepare_mask(self, mask: Optional[torch.Tensor], B: int, S: int, dev: torch.device,
+                      dtype: torch.dtype) -> Optional[torch.Tensor]:
+        if mask is None:
+            return None
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"attention_mask must be a torch.Tensor or None, got {type(mask).__name__}")
+        if mask.device != dev:
+            raise ValueError(f"attention_mask is on {mask.device}, hidden_states on {dev}")
+        if mask.dtype == torch.bool:
+            raise TypeError("attention_mask: boolean masks are ambiguous; pass an additive float mask "
+                            "(0 keep, -10000 drop) of shape [B, 1, 1, S] or [B, S], or int32 key lengths [B]")
+        if not mask.is_floating_point():
+            if tuple(mask.shape) != (B,):
+                raise ValueError(f"attention_mask: an integer mask holds key lengths and must have shape ({B},), "
+                                 f"got {tuple(mask.shape)}")
+            return mask.detach().to(torch.int32).contiguous()
+        if tuple(mask.shape) not in ((B, 1, 1, S), (B, S)):
+            raise ValueError(f"attention_mask: shape {tuple(mask.shape)}, expected [B, 1, 1, S] = {(B, 1, 1, S)} "
+                             f"or [B, S] = {(B, S)} (an additive key mask)")
+        mask = mask.detach()
+        if mask.dtype not in (torch.float32, dtype):
+            mask = mask.to(torch.float32)
+        return mask.contiguous()
+
+    def _native_mask(self, mask: Optional[torch.Tensor]):
+        if mask is None:
+            return None
+        if mask.dtype == torch.int32:
+            return native_mask(_native.DST_MASK_KEY_LENGTHS, mask.data_ptr(), _native.DST_DTYPE_INT32, mask.shape)
+        return native_mask(_native.DST_MASK_ADDITIVE, mask.data_ptr(), _DST_OF_TORCH[mask.dtype], mask.shape)
+
+    def _run_forward(self, native: Layer, saved: Optional[SavedActivations], x: torch.Tensor,
+                     mask: Optional[torch.Tensor], out: torch.Tensor) -> None:
+        B, S, _ = x.shape
+        _set_stream(native.context, x.device)
+        native._run_forward(None if saved is None else saved.handle, x.data_ptr(), B, S,
+                            self._native_mask(mask), out.data_ptr())
+
+    def _backward_into(self, native: Layer, saved: SavedActivations, dy: torch.Tensor,
+                       dx: torch.Tensor) -> torch.Tensor:
+        B, S, _ = dy.shape
+        p = self.flat_params
+        if p.dtype != dy.dtype:
+            raise RuntimeError(f"TransformerLayer: parameters changed dtype ({p.dtype}) between forward and "
+                               f"backward ({dy.dtype})")
+        grad = _aligned_empty(p.numel(), p.dtype, dy.device, zero=True)
+        _set_stream(native.context, dy.device)
+        native.bind_grad_arena(grad.data_ptr(), grad.numel() * grad.element_size())
+        native._run_backward(saved.handle, dy.data_ptr(), B, S, dx.data_ptr(), False)
+        self._last_grad_buf = grad  # keeps the memory the native layer points at alive
+        return grad
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                head_mask=None, layer_head_mask=None, encoder_hidden_states=None,
+                encoder_attention_mask=None, past_key_value=None, output_attentions=False, grads=None):
+        """``hidden_states`` [B, S, H] in the layer dtype; ``attention_mask`` None, additive [B, 1, 1, S]
+        or [B, S] (fp32 or the layer dtype; other float dtypes are converted), or int32 key lengths [B].
+        The Hugging Face extras are accepted and ignored, as in DeepSpeed."""
+        x = hidden_states
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"hidden_states must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3:
+            raise ValueError(f"hidden_states: shape {tuple(x.shape)}, expected [B, S, H]")
+        B, S, H = x.shape
+        if H != int(self.config.hidden_size):
+            raise ValueError(f"hidden_states: last dimension is {H}, expected hidden_size {self.config.hidden_size}")
+        p = self.flat_params
+        if x.device != p.device:
+            raise ValueError(f"hidden_states is on {x.device}, the layer's parameters on {p.device}")
+        if x.dtype != p.dtype:
+            raise TypeError(f"hidden_states: dtype {x.dtype}, expected {p.dtype} (the layer dtype)")
+        native = self._sync_native(B, S)
+        x = x.contiguous()
+        mask = self._prepare_mask(attention_mask, B, S, x.device, x.dtype)
+        training = bool(self.training and torch.is_grad_enabled())
+        if self._native_training != training:
+            native.train(training)
+            self._native_training = training
+        if torch.is_grad_enabled() and (x.requires_grad or p.requires_grad):
+            out = _TransformerFunction.apply(x, p, mask, self, native, training)
+        else:
+            out = torch.empty_like(x)
+            self._run_forward(native, None, x, mask, out)
+        return (out,) if self.config.return_tuple else out
+
+    # ---- parameters under DeepSpeed's names ---------------------------------------------------------------
+    def param_view(self, name: str) -> torch.Tensor:
+        """A detached view of one parameter inside :attr:`flat_params` (in-place edits reach the layer)."""
+        if name not in self._layout.entries:
+            raise KeyError(f"unknown parameter {name!r}; expected one of {', '.join(PARAM_NAMES)}")
+        return self._layout.view(self.flat_params.detach(), name)
+
+    def param_grad(self, name: str) -> Optional[torch.Tensor]:
+        """A view of one parameter's gradient inside ``flat_params.grad`` (None before a backward)."""
+        g = self.flat_params.grad
+        return None if g is None else self._layout.view(g, name)
+
+    def named_views(self) -> Dict[str, torch.Tensor]:
+        return {n: self.param_view(n) for n in PARAM_NAMES}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in PARAM_NAMES and "_layout" in self.__dict__:
+            with torch.no_grad():
+                self.param_view(name).copy_(value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(value))
+            return
+        super().__setattr__(name, value)
+
+    def _load_initial(self, weights: Optional[list], biases: Optional[list]) -> None:
+        if weights is None or biases is None or len(weights) != 8 or len(biases) != 8:
+            raise ValueError("initial_weights and initial_biases must both be lists of 8 tensors "
+                             "(q, k, v, attn_ow, attn_nw, inter_w, output_w, norm_w and the matching biases)")
+        w = [t.detach() for t in weights]
+        b = [t.detach() for t in biases]
+        with torch.no_grad():
+            self.param_view("attn_qkvw").copy_(torch.cat((w[0], w[1], w[2]), 0))
+            self.param_view("attn_qkvb").zero_()  # DeepSpeed ignores biases[0..2] and zeroes the QKV bias
+            pairs = (("attn_ow", w[3]), ("attn_ob", b[3]), ("attn_nw", w[4]), ("attn_nb", b[4]),
+                     ("inter_w", w[5]), ("inter_b", b[5]), ("output_w", w[6]), ("output_b", b[6]),
+                     ("norm_w", w[7]), ("norm_b", b[7]))
+            for name, t in pairs:
+                self.param_view(name).copy_(t)
+
+    def init_transformer_weights(self, adjust_init_range: bool = False) -> None:
+        """Re-draws the weights from torch's RNG as DeepSpeed does: N(0, initializer_range), the two output
+        projections with initializer_range / sqrt(2·num_hidden_layers) when ``adjust_init_range``; biases
+        0, LayerNorm γ 1, β 0."""
+        std = float(self.config.initializer_range)
+        out_std = std / math.sqrt(2.0 * int(self.config.num_hidden_layers)) if adjust_init_range else std
+        with torch.no_grad():
+            v = self.named_views()
+            v["attn_qkvw"].normal_(0.0, std)
+            v["inter_w"].normal_(0.0, std)
+            v["attn_ow"].normal_(0.0, out_std)
+            v["output_w"].normal_(0.0, out_std)
+            for n in ("attn_qkvb", "attn_ob", "attn_nb", "inter_b", "output_b", "norm_b"):
+                v[n].zero_()
+            v["attn_nw"].fill_(1.0)
+            v["norm_w"].fill_(1.0)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        for n in PARAM_NAMES:
+            destination[prefix + n] = self.param_view(n)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        flat_key = prefix + "flat_params"
+        if flat_key in state_dict and not any(prefix + n in state_dict for n in PARAM_NAMES):
+            src = state_dict[flat_key]
+            if src.numel() != self.flat_params.numel():
+                error_msgs.append(f"size mismatch for {flat_key}: {src.numel()} elements in the checkpoint, "
+                                  f"{self.flat_params.numel()} in the layer")
+            else:
+                with torch.no_grad():
+                    self.flat_params.copy_(src.reshape(-1))
+        else:
+            for n in PARAM_NAMES:
+                key = prefix + n
+                if key not in state_dict:
+                    missing_keys.append(key)
+                    continue
+                src = state_dict[key]
+                dst = self.param_view(n)
+                if tuple(src.shape) != tuple(dst.shape):
+                    error_msgs.append(f"size mismatch for {key}: copying a param with shape {tuple(src.shape)} "
+                                      f"from checkpoint, the shape in current model is {tuple(dst.shape)}.")
+                    continue
+                with torch.no_grad():
+                    dst.copy_(src)
+        if strict:
+            allowed = set(PARAM_NAMES) | {"flat_params"}
+            for key in state_dict:
+                if key.startswith(prefix):
+                    rest = key[len(prefix):].split(".", 1)[0]
+                    if rest not in allowed and rest not in self._modules:
+                        unexpected_keys.append(key)
+
+    # ---- modes, copies, pickling ----------------------------------------------------------------------
+    def train(self, mode: bool = True) -> "TransformerLayer":
+        """Switches dropout on (``train()``) or off (``eval()``), calling ``dst_layer_set_training``."""
+        super().train(mode)
+        if self._native is not None:
+            self._native.train(bool(mode))
+            self._native_training = bool(mode)
+        self.config.training = bool(mode)
+        return self
+
+    def __deepcopy__(self, memo):
+        cls = type(self)
+        new = cls.__new__(cls)
+        memo[id(self)] = new
+        skip = {"_native", "_last_grad_buf", "_bound_ptr"}
+        for k, v in self.__dict__.items():
+            if k in skip:
+                continue
+            object.__setattr__(new, k, copy.deepcopy(v, memo))
+        object.__setattr__(new, "_native", None)
+        object.__setattr__(new, "_last_grad_buf", None)
+        object.__setattr__(new, "_bound_ptr", None)
+        object.__setattr__(new, "_native_training", None)
+        return new
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        for k in ("_native", "_last_grad_buf", "_bound_ptr", "_native_training"):
+            state[k] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (f"layer_id={self._my_layer_id}, hidden_size={c.hidden_size}, heads={c.heads}, "
+                f"intermediate_size={self._layout.entries['inter_b'][1]}, dtype={self._dtype_name}, "
+                f"{'pre' if c.pre_layer_norm else 'post'}_layer_norm, device={self._device}")
+
+
+def _named_property(name: str) -> property:
+    def getter(self: TransformerLayer) -> torch.Tensor:
+        return self.param_view(name)
+
+    getter.__doc__ = (f"``{name}``: a detached view of this parameter inside ``flat_params`` (assigning a tensor "
+                      "copies it in).")
+    return property(getter)
+
+
+for _name in PARAM_NAMES:
+    setattr(TransformerLayer, _name, _named_property(_name))
+del _name
+
+#: DeepSpeed's names, for code that does ``from dstransformer.torch import DeepSpeedTransformerLayer``.
+DeepSpeedTransformerConfig = TransformerConfig
+DeepSpeedTransformerLayer = TransformerLayer

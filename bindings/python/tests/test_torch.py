@@ -1,0 +1,365 @@
+"""dstransformer.torch.TransformerLayer against a plain PyTorch implementation of the same layer.
+
+Skipped when torch is absent. CPU tests use the CPU backend (fp32, fp64); CUDA tests (fp32, fp16, bf16) run
+when torch sees a GPU and the library was built with CUDA. Tolerances (relative L2 per tensor, reference
+in fp64 from the same rounded inputs and weights): fp64 1e-10, fp32 1e-5, fp16 1e-3, bf16 1e-2. The 5-step
+AdamW training of a 4-layer stack (fp32, dropout 0) must give every loss within 1e-4 (relative) of the plain
+implementation's.
+"""
+
+import copy
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+import dstransformer as dst  # noqa: E402
+from dstransformer.torch import TransformerConfig, TransformerLayer  # noqa: E402
+
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+NAMES = {torch.float64: "fp64", torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+HAVE_CUDA = torch.cuda.is_available() and dst.cuda_device_count() > 0
+
+
+def cases():
+    out = [("cpu", torch.float32), ("cpu", torch.float64)]
+    for dt in (torch.float32, torch.float16, torch.bfloat16):
+        out.append(pytest.param("cuda", dt, marks=pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device")))
+    return out
+
+
+class RefLayer(nn.Module):
+    """The same layer written with plain PyTorch modules (DESIGN.md §2), no dropout."""
+
+    def __init__(self, H, heads, I, pre_ln, eps):
+        super().__init__()
+        self.heads, self.pre_ln = heads, pre_ln
+        self.qkv = nn.Linear(H, 3 * H)
+        self.attn_out = nn.Linear(H, H)
+        self.attn_ln = nn.LayerNorm(H, eps=eps)
+        self.inter = nn.Linear(H, I)
+        self.out = nn.Linear(I, H)
+        self.norm = nn.LayerNorm(H, eps=eps)
+
+    MAP = {"attn_qkvw": "qkv.weight", "attn_qkvb": "qkv.bias", "attn_ow": "attn_out.weight",
+           "attn_ob": "attn_out.bias", "attn_nw": "attn_ln.weight", "attn_nb": "attn_ln.bias",
+           "inter_w": "inter.weight", "inter_b": "inter.bias", "output_w": "out.weight", "output_b": "out.bias",
+           "norm_w": "norm.weight", "norm_b": "norm.bias"}
+
+    def load_deepspeed(self, sd):
+        own = dict(self.named_parameters())
+        with torch.no_grad():
+            for ds_name, name in self.MAP.items():
+                own[name].copy_(sd[ds_name])
+
+    def grads(self):
+        own = dict(self.named_parameters())
+        return {ds: own[name].grad for ds, name in self.MAP.items()}
+
+    def forward(self, x, mask=None):
+        B, S, H = x.shape
+        d = H // self.heads
+        h = self.norm(x) if self.pre_ln else x
+        q, k, v = self.qkv(h).split(H, dim=-1)
+        q, k, v = (t.view(B, S, self.heads, d).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        if mask is not None:
+            scores = scores + mask.reshape(B, 1, 1, S).to(scores.dtype)
+        probs = torch.softmax(scores, dim=-1)
+        ctx = (probs @ v).transpose(1, 2).reshape(B, S, H)
+        r = x + self.attn_out(ctx)
+        h2 = self.attn_ln(r)
+        f = self.out(F.gelu(self.inter(h2)))
+        return r + f if self.pre_ln else self.norm(h2 + f)
+
+
+def rel(a, b):
+    a, b = a.detach().double(), b.detach().double()
+    n = b.norm().item()
+    return (a - b).norm().item() / (n if n > 0 else 1.0)
+
+
+def make_config(dtype, **kw):
+    base = dict(batch_size=4, max_seq_length=40, hidden_size=64, intermediate_size=96, heads=4,
+                attn_dropout_ratio=0.0, hidden_dropout_ratio=0.0, num_hidden_layers=2, initializer_range=0.05,
+                seed=7, pre_layer_norm=True, dtype=NAMES[dtype])
+    base.update(kw)
+    return TransformerConfig(**base)
+
+
+def randomize_(layer, gen_seed=0):
+    g = torch.Generator().manual_seed(gen_seed)
+    sd = layer.state_dict()
+    new = {}
+    for k, v in sd.items():
+        r = torch.randn(v.shape, generator=g, dtype=torch.float64) * 0.2
+        if k in ("attn_nw", "norm_w"):
+            r = 1.0 + r
+        new[k] = r.to(v.dtype)
+    layer.load_state_dict(new)
+
+
+def padding_mask(B, S, device, dtype=torch.float32):
+    m = torch.zeros(B, 1, 1, S, dtype=dtype, device=device)
+    for b in range(B):
+        m[b, ..., S - 3 * b:] = -10000.0 if b else 0.0
+    return m
+
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+@pytest.mark.parametrize("device,dtype", cases())
+def test_matches_plain_pytorch(device, dtype, pre_ln):
+    torch.manual_seed(0)
+    cfg = make_config(dtype, pre_layer_norm=pre_ln)
+    layer = TransformerLayer(cfg, device=device)
+    randomize_(layer)
+    B, S, H = 3, 37, 64
+    x = torch.randn(B, S, H, device=device).to(dtype).requires_grad_()
+    mask = padding_mask(B, S, device)
+    w = torch.randn(B, S, H, device=device, dtype=torch.float64)
+    y = layer(x, mask)
+    assert y.dtype == dtype and y.shape == x.shape
+    (y.double() * w).sum().backward()
+
+    ref = RefLayer(H, 4, 96, pre_ln, cfg.layer_norm_eps).to(device=device, dtype=torch.float64)
+    ref.load_deepspeed({k: v.double() for k, v in layer.state_dict().items()})
+    x64 = x.detach().double().requires_grad_()
+    y_ref = ref(x64, mask.double())
+    (y_ref * w).sum().backward()
+
+    tol = TOL[dtype]
+    errors = {"output": rel(y, y_ref), "dX": rel(x.grad, x64.grad)}
+    for name, g in ref.grads().items():
+        errors[name] = rel(layer.param_grad(name), g)
+    bad = {k: v for k, v in errors.items() if not v <= tol}
+    assert not bad, f"relative L2 errors above {tol}: {bad}"
+
+
+@pytest.mark.parametrize("device,dtype", cases()[:1] + cases()[2:3])
+def test_masks_and_return_tuple(device, dtype):
+    cfg = make_config(dtype, return_tuple=True)
+    layer = TransformerLayer(cfg, device=device).eval()
+    B, S = 3, 11
+    x = torch.randn(B, S, 64, device=device, dtype=dtype)
+    lengths = torch.tensor([11, 4, 7], dtype=torch.int32, device=device)
+    add = torch.zeros(B, S, device=device)
+    for b, n in enumerate(lengths.tolist()):
+        add[b, n:] = -10000.0
+    with torch.no_grad():
+        (y4,) = layer(x, add.view(B, 1, 1, S))
+        (y2,) = layer(x, add)
+        (yl,) = layer(x, lengths)
+        (yn,) = layer(x)
+    assert torch.equal(y4, y2)
+    assert rel(yl, y4) < 1e-6
+    assert rel(yn, y4) > 1e-3
+    with pytest.raises(ValueError, match="attention_mask: shape"):
+        layer(x, add.view(B, 1, S))
+    with pytest.raises(TypeError, match="boolean"):
+        layer(x, add.bool())
+    with pytest.raises(TypeError, match="dtype"):
+        layer(x.double() if dtype != torch.float64 else x.float())
+
+
+def test_layer_id_state_dict_and_initial_weights():
+    first = TransformerLayer.layer_id
+    cfg = make_config(torch.float32)
+    a = TransformerLayer(cfg, device="cpu")
+    b = TransformerLayer(cfg, device="cpu")
+    # as in DeepSpeed, the shared config object ends up with the last id
+    assert (a._my_layer_id, b._my_layer_id, a.config.layer_id, TransformerLayer.layer_id) == (
+        first, first + 1, first + 1, first + 2)
+    assert not torch.equal(a.attn_qkvw, b.attn_qkvw)  # per-layer weight seeds
+    sd = a.state_dict()
+    assert list(sd) == list(dst.PARAM_NAMES)
+    assert sd["attn_qkvw"].shape == (192, 64) and sd["inter_w"].shape == (96, 64)
+    assert [n for n, _ in a.named_parameters()] == ["flat_params"]
+    b.load_state_dict(sd)
+    assert all(torch.equal(b.state_dict()[k], sd[k]) for k in sd)
+    with pytest.raises(RuntimeError, match="Unexpected"):
+        b.load_state_dict({**sd, "bogus": torch.zeros(1)})
+    with pytest.raises(RuntimeError, match="Missing"):
+        b.load_state_dict({k: v for k, v in sd.items() if k != "norm_b"})
+    # nested: keys get the submodule prefix
+    seq = nn.Sequential(a)
+    assert "0.attn_ow" in seq.state_dict()
+    # DeepSpeed's test constructor: 8 weights and 8 biases, QKV bias forced to zero
+    H, I = 64, 96
+    ws = [torch.randn(H, H), torch.randn(H, H), torch.randn(H, H), torch.randn(H, H), torch.rand(H),
+          torch.randn(I, H), torch.randn(H, I), torch.rand(H)]
+    bs = [torch.randn(H), torch.randn(H), torch.randn(H), torch.randn(H), torch.randn(H), torch.randn(I),
+          torch.randn(H), torch.randn(H)]
+    c = TransformerLayer(cfg, [nn.Parameter(w) for w in ws], [nn.Parameter(v) for v in bs], device="cpu")
+    assert torch.equal(c.attn_qkvw, torch.cat(ws[:3]))
+    assert not c.attn_qkvb.any()
+    assert torch.equal(c.output_w, ws[6]) and torch.equal(c.norm_b, bs[7])
+    # assigning a DeepSpeed name copies into the arena
+    c.attn_ob = torch.ones(H)
+    assert torch.equal(c.attn_ob, torch.ones(H))
+    assert c.native.param("attn_ob").sum() == H
+
+
+def test_dropout_train_eval_and_no_grad():
+    cfg = make_config(torch.float32, attn_dropout_ratio=0.3, hidden_dropout_ratio=0.3)
+    layer = TransformerLayer(cfg, device="cpu")
+    x = torch.randn(2, 9, 64)
+    layer.train()
+    assert layer.native.training
+    y1, y2 = layer(x), layer(x)
+    assert not torch.equal(y1, y2)
+    with torch.no_grad():  # DeepSpeed: dropout only when training AND grad is enabled
+        n1, n2 = layer(x), layer(x)
+    assert torch.equal(n1, n2)
+    layer.eval()
+    assert not layer.native.training
+    e1, e2 = layer(x), layer(x)
+    assert torch.equal(e1, e2) and torch.equal(e1, n1)
+    xr = x.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="training-mode forward"):
+        layer(xr).sum().backward()
+
+
+def test_several_forwards_in_flight_and_deepcopy():
+    cfg = make_config(torch.float64)
+    layer = TransformerLayer(cfg, device="cpu")
+    randomize_(layer, 3)
+    xa = torch.randn(2, 5, 64, dtype=torch.float64, requires_grad=True)
+    xb = torch.randn(3, 8, 64, dtype=torch.float64, requires_grad=True)
+    ya, yb = layer(xa), layer(xb)
+    yb.square().sum().backward()
+    gb = layer.flat_params.grad.clone()
+    layer.flat_params.grad = None
+    ya.sum().backward()
+    ga = layer.flat_params.grad.clone()
+    # one at a time gives the same
+    layer.flat_params.grad = None
+    layer(xb.detach()).square().sum().backward()
+    assert torch.allclose(layer.flat_params.grad, gb, rtol=1e-12, atol=1e-14)
+    # deepcopy: an independent layer with the same values
+    twin = copy.deepcopy(layer)
+    assert twin.flat_params.data_ptr() != layer.flat_params.data_ptr()
+    twin.flat_params.grad = None
+    ya2 = twin(xa.detach())
+    assert torch.equal(ya2, ya.detach())
+    ya2.sum().backward()
+    assert torch.allclose(twin.flat_params.grad, ga, rtol=1e-12, atol=1e-14)
+    with torch.no_grad():
+        twin.flat_params.add_(1.0)
+    assert not torch.equal(twin(xa.detach()), layer(xa.detach()))
+    # pickling (torch.save of a module) drops the native layer; it is rebuilt on the next call
+    import pickle
+
+    clone = pickle.loads(pickle.dumps(layer))
+    assert torch.equal(clone(xa.detach()), layer(xa.detach()))
+
+
+def test_dtype_conversion_capacity_growth_and_alignment():
+    cfg = make_config(torch.float32, max_seq_length=8, batch_size=1)
+    layer = TransformerLayer(cfg, device="cpu").eval()
+    x = torch.randn(2, 20, 64)  # larger than the configured capacity: the native layer grows
+    y32 = layer(x)
+    layer.double()
+    assert layer.flat_params.dtype == torch.float64
+    y64 = layer(x.double())  # the native layer follows: fp64, repacked and 256-byte aligned
+    assert layer.flat_params.data_ptr() % 256 == 0 and layer.native.dtype == "fp64"
+    assert rel(y32, y64) < 1e-5
+    # a misaligned replacement of the parameter data is realigned before use
+    p = layer.flat_params
+    raw = torch.zeros(p.numel() + 1, dtype=p.dtype)
+    raw[1:].copy_(p.data)
+    p.data = raw[1:]
+    assert p.data_ptr() % 256 != 0
+    assert torch.equal(layer(x.double()), y64)
+    assert layer.flat_params.data_ptr() % 256 == 0
+
+
+def build_stacks(device, n_layers=4, pre_ln=True):
+    cfg = make_config(torch.float32, num_hidden_layers=n_layers, pre_layer_norm=pre_ln)
+    ours = nn.ModuleList([TransformerLayer(cfg, device=device) for _ in range(n_layers)])
+    ref = nn.ModuleList([RefLayer(64, 4, 96, pre_ln, cfg.layer_norm_eps) for _ in range(n_layers)]).to(device)
+    for o, r in zip(ours, ref):
+        r.load_deepspeed(o.state_dict())
+    return ours, ref
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA,
+                                                                                        reason="no CUDA device"))])
+def test_adamw_training_matches_plain_pytorch(device):
+    torch.manual_seed(5)
+    ours, ref = build_stacks(device)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-3, weight_decay=0.01)
+    opt_r = torch.optim.AdamW(ref.parameters(), lr=1e-3, weight_decay=0.01)
+    B, S = 4, 24
+    mask = padding_mask(B, S, device)
+    losses = []
+    for step in range(5):
+        x = torch.randn(B, S, 64, device=device)
+        target = torch.randn(B, S, 64, device=device)
+        out = []
+        for model, opt in ((ours, opt_o), (ref, opt_r)):
+            h = x
+            for layer in model:
+                h = layer(h, mask)
+            loss = F.mse_loss(h, target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        losses.append(out)
+    for step, (lo, lr_) in enumerate(losses):
+        assert abs(lo - lr_) <= 1e-4 * abs(lr_), f"step {step}: ours {lo}, plain {lr_}"
+    assert losses[-1][0] < losses[0][0]  # it trains
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device")
+def test_cuda_side_stream_and_local_rank():
+    cfg = make_config(torch.float16, local_rank=0)
+    layer = TransformerLayer(cfg)  # local_rank selects cuda:0
+    assert layer.flat_params.device == torch.device("cuda", 0)
+    x = torch.randn(2, 16, 64, device="cuda", dtype=torch.float16)
+    y_main = layer.eval()(x)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y_side = layer(x)
+        assert layer.native.context.stream == s.cuda_stream
+    torch.cuda.current_stream().wait_stream(s)
+    assert torch.equal(y_main, y_side)
+    # raw Layer API on CUDA with torch tensors: no copies, results as torch tensors; it runs on the
+    # context's stream, so point that at torch's (default) stream first
+    native = layer.native
+    native.context.set_stream(torch.cuda.current_stream().cuda_stream or dst.Context.LEGACY_DEFAULT_STREAM)
+    y = native.forward(x)
+    assert isinstance(y, torch.Tensor) and y.is_cuda and torch.equal(y, y_main)
+    v = native.param_view("attn_ow")
+    assert torch.equal(torch.as_tensor(v, device="cuda"), layer.attn_ow)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device")
+def test_cuda_raw_api_dlpack_and_device_arrays():
+    import numpy as np
+
+    with dst.Context("cuda", 0) as ctx:
+        ctx.set_stream(dst.Context.LEGACY_DEFAULT_STREAM)  # torch's default stream
+        cfg = make_config(torch.bfloat16)
+        layer = dst.Layer(ctx, cfg).eval()
+        x = torch.randn(2, 8, 64, device="cuda", dtype=torch.bfloat16)
+        y = layer.forward(x)  # bf16 has no __cuda_array_interface__ in torch: goes through __dlpack__
+        assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16 and y.shape == x.shape
+        # DeviceArray in, DeviceArray out (no torch involved), host copies agree
+        x32 = np.random.default_rng(0).standard_normal((2, 8, 64)).astype(np.float32)
+        layer32 = dst.Layer(ctx, make_config(torch.float32)).eval()
+        dx = ctx.to_context(x32)
+        dy = layer32.forward(dx)
+        assert isinstance(dy, dst.DeviceArray) and dy.shape == (2, 8, 64)
+        ty = layer32.forward(torch.as_tensor(x32, device="cuda"))
+        torch.cuda.synchronize()
+        assert np.array_equal(dy.to_numpy(), ty.cpu().numpy())
+        assert layer32.param("attn_ow").shape == (64, 64)  # host copies work on CUDA layers too
+        with pytest.raises(TypeError, match="host"):
+            layer32.forward(x32)
+        layer.close()
+        layer32.close()

@@ -1,0 +1,534 @@
+//! API tests of the safe crate on the CPU backend: the same ground as the Python and Java tests.
+
+use dstransformer::{
+    load_checkpoint, save_checkpoint, version, version_string, CheckpointOptions, Context, DType,
+    Error, GradMode, Layer, LayerConfig, Mask, Param, Status, VERSION_NUMBER,
+};
+
+/// xorshift64*: deterministic test data, uniform in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let bits = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
+        bits as f64 / (1u64 << 52) as f64 - 1.0
+    }
+    fn f64s(&mut self, n: usize) -> Vec<f64> {
+        (0..n).map(|_| self.next()).collect()
+    }
+    fn f32s(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next() as f32).collect()
+    }
+}
+
+const H: usize = 8;
+
+fn tiny(dtype: DType, dropout: f32) -> LayerConfig {
+    LayerConfig::builder()
+        .hidden_size(H as i32)
+        .heads(2)
+        .intermediate_size(16)
+        .max_batch_tokens(64)
+        .max_seq_len(16)
+        .attn_dropout_ratio(dropout)
+        .hidden_dropout_ratio(dropout)
+        .initializer_range(0.3)
+        .layer_norm_eps(1e-5)
+        .dtype(dtype)
+        .build()
+        .expect("valid tiny config")
+}
+
+fn rel_err(a: &[f64], b: &[f64]) -> f64 {
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y) * (x - y))
+        .sum::<f64>()
+        .sqrt();
+    let den: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
+    num / den.max(1e-300)
+}
+
+#[test]
+fn version_matches_header() {
+    assert_eq!(version(), VERSION_NUMBER);
+    let parts: Vec<u32> = version_string()
+        .split('.')
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(parts.len(), 3);
+    assert_eq!(parts[0] * 10000 + parts[1] * 100 + parts[2], VERSION_NUMBER);
+}
+
+#[test]
+fn bad_config_field_gives_invalid_argument_with_message() {
+    let err: Error = LayerConfig::builder()
+        .hidden_size(30)
+        .heads(4)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.status, Status::InvalidArgument);
+    assert!(err.message.contains("heads"), "message: {}", err.message);
+    let shown = err.to_string();
+    assert!(shown.starts_with("DST_ERR_INVALID_ARGUMENT: "), "{shown}");
+    // The error type works with `?` into Box<dyn Error>.
+    let boxed: Box<dyn std::error::Error> = Box::new(err);
+    assert!(boxed.to_string().contains("heads"));
+
+    let err = LayerConfig::builder()
+        .layer_norm_eps(0.0)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(
+        err.message().contains("layer_norm_eps"),
+        "message: {}",
+        err.message()
+    );
+}
+
+#[test]
+fn status_codes_and_names() {
+    assert_eq!(Status::Capacity.code(), 3);
+    assert_eq!(Status::Capacity.name(), "DST_ERR_CAPACITY");
+    assert_eq!(Status::Internal.code(), 99);
+    assert_eq!(DType::BF16.size(), 2);
+    assert_eq!(DType::BF16.name(), "bf16");
+    assert_eq!(
+        Param::lookup("bert.encoder.layer.3.attn_qkvw").unwrap(),
+        Param::AttnQkvw
+    );
+    assert_eq!(
+        Param::lookup("nope").unwrap_err().status,
+        Status::InvalidArgument
+    );
+}
+
+#[test]
+fn context_state() {
+    let mut ctx = Context::cpu().unwrap();
+    assert_eq!(ctx.backend(), dstransformer::Backend::Cpu);
+    ctx.set_rng_state(1234, 77).unwrap();
+    assert_eq!(ctx.rng_state().unwrap(), (1234, 77));
+    ctx.set_num_threads(1).unwrap();
+    assert_eq!(ctx.num_threads().unwrap(), 1);
+    ctx.synchronize().unwrap();
+    assert!(ctx.stream().unwrap().is_null());
+    let err = Context::new(dstransformer::Backend::Cpu, 3).unwrap_err();
+    assert_eq!(err.status, Status::InvalidArgument);
+    let mut buf = ctx.alloc(16).unwrap();
+    buf.copy_from_host(&[7u8; 16]).unwrap();
+    let mut back = [0u8; 16];
+    buf.copy_to_host(&mut back).unwrap();
+    assert_eq!(back, [7u8; 16]);
+    assert_eq!(
+        buf.copy_from_host(&[0u8; 17]).unwrap_err().status,
+        Status::InvalidArgument
+    );
+}
+
+#[test]
+fn capacity_error() {
+    let ctx = Context::cpu().unwrap();
+    let mut layer = Layer::new(&ctx, &tiny(DType::F32, 0.1)).unwrap();
+    let (b, s) = (5, 16); // 80 tokens > max_batch_tokens 64
+    let x = vec![0.1f32; b * s * H];
+    let mut y = vec![0f32; b * s * H];
+    let err = layer.forward(&x, &mut y, b, s, &Mask::None).unwrap_err();
+    assert_eq!(err.status, Status::Capacity);
+    assert!(
+        err.message.contains("max_batch_tokens"),
+        "message: {}",
+        err.message
+    );
+}
+
+#[test]
+fn backward_without_forward_is_a_state_error() {
+    let ctx = Context::cpu().unwrap();
+    let mut layer = Layer::new(&ctx, &tiny(DType::F32, 0.1)).unwrap();
+    let dy = vec![1f32; 2 * 4 * H];
+    let mut dx = vec![0f32; 2 * 4 * H];
+    let err = layer
+        .backward(&dy, &mut dx, 2, 4, GradMode::Write)
+        .unwrap_err();
+    assert_eq!(err.status, Status::State);
+    assert!(!err.message.is_empty());
+}
+
+#[test]
+fn slice_lengths_are_checked_before_the_call() {
+    let ctx = Context::cpu().unwrap();
+    let mut layer = Layer::new(&ctx, &tiny(DType::F32, 0.1)).unwrap();
+    let x = vec![0f32; 10];
+    let mut y = vec![0f32; 2 * 4 * H];
+    let err = layer.forward(&x, &mut y, 2, 4, &Mask::None).unwrap_err();
+    assert_eq!(err.status, Status::InvalidArgument);
+    assert!(err.message.contains("input"), "{}", err.message);
+    let x = vec![0f32; 2 * 4 * H];
+    let err = layer
+        .forward(&x, &mut y, 2, 4, &Mask::KeyLengths(&[4]))
+        .unwrap_err();
+    assert!(err.message.contains("key lengths"), "{}", err.message);
+    // f64 data on an FP32 layer: the library refuses the dtype.
+    let xd = vec![0f64; 2 * 4 * H];
+    let mut yd = vec![0f64; 2 * 4 * H];
+    assert_eq!(
+        layer
+            .forward(&xd, &mut yd, 2, 4, &Mask::None)
+            .unwrap_err()
+            .status,
+        Status::InvalidArgument
+    );
+    // u16 data needs a 16-bit layer.
+    let xh = vec![0u16; 2 * 4 * H];
+    let mut yh = vec![0u16; 2 * 4 * H];
+    assert_eq!(
+        layer
+            .forward(&xh, &mut yh, 2, 4, &Mask::None)
+            .unwrap_err()
+            .status,
+        Status::InvalidArgument
+    );
+}
+
+#[test]
+fn forward_backward_with_both_mask_kinds() {
+    let mut ctx = Context::cpu().unwrap();
+    ctx.set_rng_state(7, 0).unwrap();
+    let mut layer = Layer::new(&ctx, &tiny(DType::F32, 0.1)).unwrap();
+    let (b, s) = (2, 5);
+    let mut rng = Rng(99);
+    let x = rng.f32s(b * s * H);
+    let dy = rng.f32s(b * s * H);
+    let mut additive = vec![0f32; b * s];
+    additive[s + 3] = -10000.0;
+    additive[s + 4] = -10000.0;
+    let lengths = [5, 3];
+    for mask in [
+        Mask::None,
+        Mask::Additive(&additive),
+        Mask::KeyLengths(&lengths),
+    ] {
+        let mut y = vec![f32::NAN; b * s * H];
+        let mut dx = vec![f32::NAN; b * s * H];
+        layer.forward(&x, &mut y, b, s, &mask).unwrap();
+        layer.backward(&dy, &mut dx, b, s, GradMode::Write).unwrap();
+        assert!(y.iter().chain(&dx).all(|v| v.is_finite()), "{mask:?}");
+        let g: Vec<f32> = layer.get_grad("attn_qkvw").unwrap();
+        assert_eq!(g.len(), 3 * H * H);
+        assert!(g.iter().all(|v| v.is_finite()) && g.iter().any(|&v| v != 0.0));
+    }
+    // Masking the last two keys of sequence 1 either way gives the same output in inference.
+    layer.eval().unwrap();
+    assert!(!layer.is_training().unwrap());
+    let mut y1 = vec![0f32; b * s * H];
+    let mut y2 = vec![0f32; b * s * H];
+    layer
+        .forward(&x, &mut y1, b, s, &Mask::Additive(&additive))
+        .unwrap();
+    layer
+        .forward(&x, &mut y2, b, s, &Mask::KeyLengths(&[5, 3]))
+        .unwrap();
+    for (a, c) in y1.iter().zip(&y2) {
+        assert!((a - c).abs() < 1e-5, "{a} vs {c}");
+    }
+    // Inference keeps nothing, so backward now has no forward to use.
+    layer.train().unwrap();
+    let mut saved = layer.new_saved().unwrap();
+    let mut dx = vec![0f32; b * s * H];
+    assert_eq!(
+        layer
+            .backward_saved(&mut saved, &dy, &mut dx, b, s, GradMode::Write)
+            .unwrap_err()
+            .status,
+        Status::State
+    );
+    layer
+        .forward_saved(&mut saved, &x, &mut y1, b, s, &Mask::None)
+        .unwrap();
+    assert!(saved.bytes().unwrap() > 0);
+    layer
+        .backward_saved(&mut saved, &dy, &mut dx, b, s, GradMode::Write)
+        .unwrap();
+    saved.release().unwrap();
+    assert_eq!(saved.bytes().unwrap(), 0);
+}
+
+#[test]
+fn param_round_trip_and_info() {
+    let ctx = Context::cpu().unwrap();
+    let mut layer = Layer::new(&ctx, &tiny(DType::F32, 0.1)).unwrap();
+    let info = layer.param_info_by_name("inter_w").unwrap();
+    assert_eq!(info.name, "inter_w");
+    assert_eq!(info.shape, vec![16, H]);
+    assert_eq!(info.numel, 16 * H);
+    assert_eq!(info.offset_bytes % 256, 0);
+    let all = layer.params().unwrap();
+    assert_eq!(all.len(), 12);
+    assert_eq!(all[0].shape, vec![3 * H, H]);
+    let values: Vec<f32> = (0..16 * H).map(|i| i as f32 * 0.25 - 3.0).collect();
+    layer.set_param("inter_w", &values).unwrap();
+    assert_eq!(layer.get_param::<f32>("inter_w").unwrap(), values);
+    let as_f64: Vec<f64> = layer.get_param("inter_w").unwrap();
+    assert_eq!(as_f64[5], values[5] as f64);
+    // The arena view sees the same values.
+    let arena = layer.param_arena().unwrap();
+    let at = info.offset_bytes + 4 * 5;
+    assert_eq!(
+        f32::from_ne_bytes(arena[at..at + 4].try_into().unwrap()),
+        values[5]
+    );
+    let err = layer.set_param("inter_w", &values[1..]).unwrap_err();
+    assert_eq!(err.status, Status::InvalidArgument);
+    assert_eq!(
+        layer.set_param("no_such", &values).unwrap_err().status,
+        Status::InvalidArgument
+    );
+    assert_eq!(layer.id().unwrap(), 0);
+    assert_eq!(
+        Layer::new(&ctx, &tiny(DType::F32, 0.1))
+            .unwrap()
+            .id()
+            .unwrap(),
+        1
+    );
+}
+
+#[test]
+fn half_layer_takes_u16() {
+    let ctx = Context::cpu().unwrap();
+    let mut layer = Layer::new(&ctx, &tiny(DType::BF16, 0.0)).unwrap();
+    let ones = vec![0x3F80u16; H]; // 1.0 in bf16
+    layer.set_param("norm_w", &ones).unwrap();
+    assert_eq!(layer.get_param::<f32>("norm_w").unwrap(), vec![1.0f32; H]);
+    let x: Vec<u16> = Rng(3)
+        .f32s(4 * H)
+        .iter()
+        .map(|v| (v.to_bits() >> 16) as u16)
+        .collect();
+    let mut y = vec![0u16; 4 * H];
+    layer.forward(&x, &mut y, 1, 4, &Mask::None).unwrap();
+    assert!(y
+        .iter()
+        .all(|&v| f32::from_bits((v as u32) << 16).is_finite()));
+}
+
+/// Loss L = Σ w·y for fixed random w, so dL/dy = w.
+fn loss(layer: &mut Layer, x: &[f64], w: &[f64], b: usize, s: usize, mask: &Mask<'_>) -> f64 {
+    let mut y = vec![0f64; x.len()];
+    layer.forward(x, &mut y, b, s, mask).unwrap();
+    y.iter().zip(w).map(|(a, c)| a * c).sum()
+}
+
+#[test]
+fn gradients_match_finite_differences_in_fp64() {
+    let ctx = Context::cpu().unwrap();
+    let mut layer = Layer::new(&ctx, &tiny(DType::F64, 0.0)).unwrap();
+    let (b, s) = (2, 3);
+    let mut rng = Rng(2024);
+    // Non-trivial biases and LayerNorm parameters, so that every gradient is exercised.
+    for p in dstransformer::Param::ALL {
+        let info = layer.param_info(p).unwrap();
+        if info.shape.len() == 1 {
+            let v: Vec<f64> = rng
+                .f64s(info.numel)
+                .iter()
+                .map(|v| {
+                    if p.name().ends_with("nw") || p == Param::NormW {
+                        1.0 + 0.3 * v
+                    } else {
+                        0.3 * v
+                    }
+                })
+                .collect();
+            layer.set_param(p.name(), &v).unwrap();
+        }
+    }
+    let x = rng.f64s(b * s * H);
+    let w = rng.f64s(b * s * H);
+    let lengths = [3, 2];
+    let mask = Mask::KeyLengths(&lengths);
+    let mut y = vec![0f64; x.len()];
+    let mut dx = vec![0f64; x.len()];
+    layer.forward(&x, &mut y, b, s, &mask).unwrap();
+    layer.backward(&w, &mut dx, b, s, GradMode::Write).unwrap();
+
+    let eps = 1e-6;
+    // dX.
+    let mut fd = Vec::new();
+    let mut an = Vec::new();
+    for i in (0..x.len()).step_by(5) {
+        let mut xp = x.clone();
+        xp[i] += eps;
+        let lp = loss(&mut layer, &xp, &w, b, s, &mask);
+        xp[i] -= 2.0 * eps;
+        let lm = loss(&mut layer, &xp, &w, b, s, &mask);
+        fd.push((lp - lm) / (2.0 * eps));
+        an.push(dx[i]);
+    }
+    let e = rel_err(&an, &fd);
+    assert!(e < 1e-6, "dX relative error {e}");
+
+    // A few entries of every parameter gradient.
+    for p in Param::ALL {
+        let grad: Vec<f64> = layer.get_grad(p.name()).unwrap();
+        let base: Vec<f64> = layer.get_param(p.name()).unwrap();
+        let mut fd = Vec::new();
+        let mut an = Vec::new();
+        for j in (0..base.len()).step_by(base.len() / 5 + 1) {
+            let mut v = base.clone();
+            v[j] += eps;
+            layer.set_param(p.name(), &v).unwrap();
+            let lp = loss(&mut layer, &x, &w, b, s, &mask);
+            v[j] -= 2.0 * eps;
+            layer.set_param(p.name(), &v).unwrap();
+            let lm = loss(&mut layer, &x, &w, b, s, &mask);
+            fd.push((lp - lm) / (2.0 * eps));
+            an.push(grad[j]);
+        }
+        layer.set_param(p.name(), &base).unwrap();
+        let e = rel_err(&an, &fd);
+        assert!(
+            e < 1e-6,
+            "{}: relative error {e} ({an:?} vs {fd:?})",
+            p.name()
+        );
+    }
+}
+
+#[test]
+fn accumulate_adds_to_the_gradients() {
+    let ctx = Context::cpu().unwrap();
+    let mut layer = Layer::new(&ctx, &tiny(DType::F64, 0.0)).unwrap();
+    let (b, s) = (1, 4);
+    let mut rng = Rng(5);
+    let x = rng.f64s(b * s * H);
+    let dy = rng.f64s(b * s * H);
+    let mut y = vec![0f64; x.len()];
+    let mut dx = vec![0f64; x.len()];
+    layer.forward(&x, &mut y, b, s, &Mask::None).unwrap();
+    layer.backward(&dy, &mut dx, b, s, GradMode::Write).unwrap();
+    let once: Vec<f64> = layer.get_grad("output_w").unwrap();
+    layer
+        .backward(&dy, &mut dx, b, s, GradMode::Accumulate)
+        .unwrap();
+    let twice: Vec<f64> = layer.get_grad("output_w").unwrap();
+    for (a, c) in once.iter().zip(&twice) {
+        assert!((2.0 * a - c).abs() <= 1e-12 * (1.0 + a.abs()), "{a} {c}");
+    }
+    layer.zero_grads().unwrap();
+    assert!(layer
+        .get_grad::<f64>("output_w")
+        .unwrap()
+        .iter()
+        .all(|&v| v == 0.0));
+}
+
+#[test]
+fn checkpoint_round_trip() {
+    let ctx = Context::cpu().unwrap();
+    let mut a = Layer::new(&ctx, &tiny(DType::F32, 0.1)).unwrap();
+    let mut b = Layer::new(
+        &ctx,
+        &tiny(DType::F32, 0.1).to_builder().seed(7).build().unwrap(),
+    )
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("dst_rust_ckpt_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("layer.safetensors");
+    let opts = CheckpointOptions {
+        client_state: Some("step=12".to_owned()),
+        ..CheckpointOptions::default()
+    };
+    save_checkpoint(&[&a], &path, &opts).unwrap();
+    assert_ne!(
+        a.get_param::<f32>("attn_qkvw").unwrap(),
+        b.get_param::<f32>("attn_qkvw").unwrap()
+    );
+    let state = load_checkpoint(&mut [&mut b], &path, &CheckpointOptions::default()).unwrap();
+    assert_eq!(state.as_deref(), Some("step=12"));
+    assert_eq!(
+        a.get_param::<f32>("attn_qkvw").unwrap(),
+        b.get_param::<f32>("attn_qkvw").unwrap()
+    );
+    let err = load_checkpoint(&mut [&mut a], dir.join("missing.safetensors"), &opts).unwrap_err();
+    assert_eq!(err.status, Status::Io);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn checkpoint_convert_to_hugging_face_and_back() {
+    let ctx = Context::cpu().unwrap();
+    let post_ln = tiny(DType::F32, 0.1)
+        .to_builder()
+        .pre_layer_norm(false)
+        .build()
+        .unwrap();
+    let a = Layer::new(&ctx, &post_ln).unwrap();
+    let mut b = Layer::new(&ctx, &post_ln.to_builder().seed(9).build().unwrap()).unwrap();
+    let dir = std::env::temp_dir().join(format!("dst_rust_convert_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ds = dir.join("ds.safetensors");
+    let hf = dir.join("hf.safetensors");
+    save_checkpoint(&[&a], &ds, &CheckpointOptions::default()).unwrap();
+    let summary = dstransformer::convert_checkpoint(
+        &ds,
+        dstransformer::WeightLayout::DeepSpeed,
+        None,
+        &hf,
+        dstransformer::WeightLayout::HfBert,
+        Some("bert.encoder."),
+    )
+    .unwrap();
+    assert!(!summary.is_empty());
+    let opts = CheckpointOptions {
+        layout: dstransformer::WeightLayout::HfBert,
+        ..CheckpointOptions::default()
+    };
+    load_checkpoint(&mut [&mut b], &hf, &opts).unwrap();
+    for p in Param::ALL {
+        assert_eq!(
+            a.get_param::<f32>(p.name()).unwrap(),
+            b.get_param::<f32>(p.name()).unwrap(),
+            "{}",
+            p.name()
+        );
+    }
+    let err = dstransformer::convert_checkpoint(
+        dir.join("missing.safetensors"),
+        dstransformer::WeightLayout::DeepSpeed,
+        None,
+        &hf,
+        dstransformer::WeightLayout::HfBert,
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(err.status, Status::Io);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn drop_order_and_threads() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Context>();
+    assert_send::<Layer>();
+    assert_send::<dstransformer::Saved>();
+    let ctx = Context::cpu().unwrap();
+    let mut layer = Layer::new(&ctx, &tiny(DType::F32, 0.1)).unwrap();
+    let saved = layer.new_saved().unwrap();
+    drop(ctx); // the layer keeps its context alive
+    let handle = std::thread::spawn(move || {
+        let x = vec![0.25f32; 3 * H];
+        let mut y = vec![0f32; 3 * H];
+        layer.forward(&x, &mut y, 1, 3, &Mask::None).unwrap();
+        drop(layer); // the saved object keeps the layer alive until it goes
+        drop(saved);
+        y
+    });
+    assert!(handle.join().unwrap().iter().all(|v| v.is_finite()));
+}
