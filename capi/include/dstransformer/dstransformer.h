@@ -47,6 +47,18 @@
 #define DST_API
 #endif
 
+/**
+ * @brief Declares a public enum type.
+ *
+ * C++ sees a fixed underlying type (int), so every 32-bit value a caller passes is a value of the
+ * type that the library can check and reject; C sees a plain enum of the same size.
+ */
+#ifdef __cplusplus
+#define DST_ENUM(name) enum name : int
+#else
+#define DST_ENUM(name) enum name
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -85,7 +97,7 @@ DST_API const char *dst_version_string(void);
  * @{
  */
 /** @brief Result of a call. The numeric values are fixed and never reused. */
-typedef enum dst_status {
+typedef DST_ENUM(dst_status) {
     DST_OK = 0,                    /**< Success. */
     DST_ERR_INVALID_ARGUMENT = 1,  /**< An argument is NULL, out of range, or of the wrong dtype/shape. */
     DST_ERR_UNSUPPORTED = 2,       /**< Valid request that this build or backend cannot serve. */
@@ -121,7 +133,7 @@ DST_API const char *dst_last_error(void);
  * @{
  */
 /** @brief Element type of a tensor or of a layer's storage. */
-typedef enum dst_dtype {
+typedef DST_ENUM(dst_dtype) {
     DST_DTYPE_FP32 = 0,  /**< IEEE binary32. */
     DST_DTYPE_FP16 = 1,  /**< IEEE binary16. */
     DST_DTYPE_BF16 = 2,  /**< bfloat16 (upper half of a binary32). */
@@ -167,7 +179,7 @@ typedef struct dst_tensor {
  * @{
  */
 /** @brief Compute backend of a context. */
-typedef enum dst_backend {
+typedef DST_ENUM(dst_backend) {
     DST_BACKEND_AUTO = 0,  /**< The best available: CUDA when a GPU is usable, else CPU. */
     DST_BACKEND_CPU = 1,   /**< The reference backend: host memory, CBLAS GEMMs, OpenMP loops. */
     DST_BACKEND_CUDA = 2   /**< NVIDIA GPUs (builds with CUDA, sm_80 and newer). */
@@ -290,7 +302,7 @@ DST_API dst_status dst_context_set_workspace(dst_context *ctx, void *data, size_
 DST_API dst_status dst_context_workspace_bytes(const dst_context *ctx, size_t *bytes);
 
 /** @brief Direction of dst_memcpy(). */
-typedef enum dst_copy_kind {
+typedef DST_ENUM(dst_copy_kind) {
     DST_COPY_HOST_TO_CONTEXT = 0,    /**< Host memory to the context's memory space. */
     DST_COPY_CONTEXT_TO_HOST = 1,    /**< The context's memory space to host memory. */
     DST_COPY_CONTEXT_TO_CONTEXT = 2  /**< Within the context's memory space. */
@@ -355,7 +367,7 @@ DST_API dst_status dst_context_get_num_threads(const dst_context *ctx, int *thre
  * @{
  */
 /** @brief Form of the GELU activation. */
-typedef enum dst_gelu {
+typedef DST_ENUM(dst_gelu) {
     DST_GELU_ERF = 0,  /**< Exact: x·Φ(x) (Hugging Face BERT). Default. */
     DST_GELU_TANH = 1  /**< tanh approximation (DeepSpeed's kernel). */
 } dst_gelu;
@@ -442,7 +454,7 @@ DST_API dst_status dst_layer_config_workspace_bytes(const dst_layer_config *conf
 typedef struct dst_layer dst_layer;
 
 /** @brief Parameter identifiers, in DeepSpeed's order. */
-typedef enum dst_param {
+typedef DST_ENUM(dst_param) {
     DST_PARAM_ATTN_QKVW = 0,  /**< `attn_qkvw` [3H, H]: rows Q, then K, then V; head h owns rows h·d…h·d+d−1 of each. */
     DST_PARAM_ATTN_QKVB = 1,  /**< `attn_qkvb` [3H]. */
     DST_PARAM_ATTN_OW = 2,    /**< `attn_ow` [H, H], attention output projection. */
@@ -651,7 +663,7 @@ DST_API dst_status dst_layer_zero_grads(dst_layer *layer);
  * @{
  */
 /** @brief Kind of attention mask. */
-typedef enum dst_mask_kind {
+typedef DST_ENUM(dst_mask_kind) {
     DST_MASK_NONE = 0,         /**< Every key is visible. */
     DST_MASK_ADDITIVE = 1,     /**< Added to the scores: tensor [B, S] or [B, 1, 1, S], layer dtype or FP32. */
     DST_MASK_KEY_LENGTHS = 2   /**< Keys j ≥ len[b] are masked: tensor int32 [B], values in 1..S. */
@@ -664,7 +676,7 @@ typedef struct dst_mask {
 } dst_mask;
 
 /** @brief How backward stores parameter gradients. */
-typedef enum dst_grad_mode {
+typedef DST_ENUM(dst_grad_mode) {
     DST_GRAD_WRITE = 0,       /**< Overwrite the gradient arena. */
     DST_GRAD_ACCUMULATE = 1   /**< Add to the gradient arena (gradient accumulation). */
 } dst_grad_mode;
@@ -760,7 +772,7 @@ DST_API dst_status dst_layer_backward(dst_layer *layer, dst_saved *saved, const 
  * @{
  */
 /** @brief Tensor naming scheme of a checkpoint. */
-typedef enum dst_weight_layout {
+typedef DST_ENUM(dst_weight_layout) {
     DST_LAYOUT_DEEPSPEED = 0,  /**< DeepSpeed Transformer Kernel names (`attn_qkvw` … `norm_b`); the native layout. */
     DST_LAYOUT_HF_BERT = 1     /**< Hugging Face `BertLayer` names (`attention.self.query.weight` …); Post-LN only. */
 } dst_weight_layout;

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# The two commands of libdstransformer, for a fresh Debian 12 machine:
+#   ./run.sh demo   install what is missing, build (Release), run the demo program
+#   ./run.sh test   install what is missing, build, run every ctest entry, then rebuild the CPU
+#                   backend with AddressSanitizer + UndefinedBehaviorSanitizer and run the cpu tests
+# .ci/run calls `./run.sh test`. docs/building.md describes the options.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+ROOT=$(pwd)
+
+JOBS=$(nproc)
+PACKAGES=(build-essential cmake ninja-build pkgconf ccache libopenblas-dev nlohmann-json3-dev
+          libgtest-dev libgmock-dev python3-numpy python3-pytest python3-dev doxygen
+          swig default-jdk-headless junit5 bindgen clang libclang-rt-14-dev libomp-14-dev)
+# The Rust tests need cargo: the machine's own (rustup) when present, else Debian's.
+command -v cargo >/dev/null 2>&1 || PACKAGES+=(cargo)
+# python3 on PATH may be another interpreter (pyenv) without numpy: the Debian one has the packages.
+PYTHON=/usr/bin/python3
+
+SUMMARY=()
+say() { printf '\n==> %s\n' "$*"; }
+record() { SUMMARY+=("$(printf '%-34s %s' "$1" "$2")"); }
+print_summary() {
+    printf '\n==> summary\n'
+    local line
+    for line in "${SUMMARY[@]}"; do printf '  %s\n' "$line"; done
+}
+elapsed() { echo "$((SECONDS - $1))s"; }
+
+usage() {
+    echo "usage: $0 demo|test" >&2
+    exit 2
+}
+
+ensure_packages() {
+    local missing=() p
+    for p in "${PACKAGES[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$p")
+        fi
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        record "dependencies" "ok (all ${#PACKAGES[@]} Debian packages present)"
+        return
+    fi
+    say "installing missing Debian packages: ${missing[*]}"
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo=(sudo)
+        else
+            echo "error: not root and no sudo; please install: ${missing[*]}" >&2
+            exit 1
+        fi
+    fi
+    local t=$SECONDS
+    "${sudo[@]}" apt-get update
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+    record "dependencies" "installed ${missing[*]} ($(elapsed $t))"
+}
+
+# CUDA: the top-level CMakeLists.txt builds the CUDA backend whenever it finds nvcc. Help it find
+# the toolkit's default prefix when nvcc is not on PATH.
+cuda_args() {
+    if ! command -v nvcc >/dev/null 2>&1 && [ -z "${CUDACXX:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
+        echo "-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc"
+    fi
+}
+
+build_main() {
+    say "configure + build: build/ (Release)"
+    local t=$SECONDS
+    # shellcheck disable=SC2046  # cuda_args prints zero or one word
+    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PYTHON" \
+        -DPython_EXECUTABLE="$PYTHON" -DDST_BUILD_DOCS=ON -DDST_BUILD_PYTHON=ON -DDST_BUILD_JAVA=ON \
+        -DDST_BUILD_RUST=ON $(cuda_args)
+    cmake --build build -j"$JOBS"
+    local cuda
+    cuda=$(sed -n 's/^DST_ENABLE_CUDA:BOOL=//p' build/CMakeCache.txt)
+    record "build (Release, CUDA=${cuda:-?})" "ok ($(elapsed $t))"
+}
+
+run_demo() {
+    say "demo: build/examples/demo/dst_demo"
+    local t=$SECONDS rc=0
+    ./build/examples/demo/dst_demo || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        record "demo" "ok ($(elapsed $t))"
+    else
+        record "demo" "FAILED (exit $rc, $(elapsed $t))"
+    fi
+    return "$rc"
+}
+
+# Runs ctest with the given arguments and records "<phase>: <ctest's summary line> (time)".
+# Returns ctest's exit status.
+run_ctest() {
+    local phase=$1
+    shift
+    local t=$SECONDS log rc line
+    log=$(mktemp)
+    set +e
+    ctest "$@" --output-on-failure -j"$JOBS" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    line=$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1 || true)
+    rm -f "$log"
+    if [ "$rc" -eq 0 ]; then
+        record "$phase" "ok: ${line:-no summary} ($(elapsed $t))"
+    else
+        record "$phase" "FAILED: ${line:-ctest exited $rc} ($(elapsed $t))"
+    fi
+    return "$rc"
+}
+
+run_tests() {
+    local failed=0
+    say "ctest: build/ (all labels)"
+    run_ctest "ctest build/ (all labels)" --test-dir build || failed=1
+
+    say "configure + build: build-asan/ (CPU only, address,undefined)"
+    local t=$SECONDS
+    cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DPython3_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF -DDST_BUILD_DOCS=OFF \
+        -DDST_SANITIZE=address,undefined
+    cmake --build build-asan -j"$JOBS"
+    record "build-asan (RelWithDebInfo)" "ok ($(elapsed $t))"
+
+    say "ctest: build-asan/ (label cpu, ASan + UBSan)"
+    local lsan=""
+    # OpenBLAS's and libgomp's thread pools live until exit; tools/lsan.supp (when present) names
+    # those allocations only, never the library's own code.
+    [ -f tools/lsan.supp ] && lsan="suppressions=$ROOT/tools/lsan.supp:print_suppressions=0"
+    ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="$lsan" \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        run_ctest "ctest build-asan/ (label cpu)" --test-dir build-asan -L cpu || failed=1
+
+    # The checkpoint parser under libFuzzer (clang, ASan + UBSan) for a bounded time.
+    say "configure + build: build-fuzz/ (clang, libFuzzer)"
+    t=$SECONDS
+    cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+        -DCMAKE_CXX_COMPILER=clang++ -DPython3_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF \
+        -DDST_BUILD_FUZZ=ON -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_BENCH=OFF
+    cmake --build build-fuzz -j"$JOBS" --target fuzz_safetensors
+    record "build-fuzz (clang)" "ok ($(elapsed $t))"
+    run_ctest "ctest build-fuzz/ (label fuzz)" --test-dir build-fuzz -L fuzz || failed=1
+    return "$failed"
+}
+
+# A failure that stops the script early (configure or build) still prints what ran so far.
+# shellcheck disable=SC2317  # called through the EXIT trap
+on_exit() {
+    local rc=$?
+    if [ "$rc" -ne 0 ] && [ -z "${SUMMARY_PRINTED:-}" ]; then
+        record "stopped" "exit $rc after $(elapsed "$START")"
+        print_summary
+    fi
+}
+
+[ $# -eq 1 ] || usage
+START=$SECONDS
+trap on_exit EXIT
+status=0
+case "$1" in
+    demo)
+        ensure_packages
+        build_main
+        run_demo || status=$?
+        ;;
+    test)
+        ensure_packages
+        build_main
+        run_tests || status=$?
+        ;;
+    *) usage ;;
+esac
+record "total" "$(elapsed "$START")"
+print_summary
+SUMMARY_PRINTED=1
+[ "$status" -eq 0 ] || echo "run.sh $1: FAILED" >&2
+exit "$status"
