@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Everything the GPU machine checks, in few calls (device time is short). From the repository root:
+#
+#   bash tools/gpu-session.sh tests OUTDIR   # build, ctest -L cuda, compute-sanitizer subsets
+#                                            # (tools/gpu-check.sh full), the Python binding and the
+#                                            # PyTorch layer (tools/run-python-gpu.sh), and the
+#                                            # Hugging Face interop test on the CUDA backend
+#   bash tools/gpu-session.sh bench OUTDIR   # bench/bench_layer and bench/compare_torch.py
+#
+# Both share the build folder DST_GPU_BUILD_DIR (default /tmp/dst-gpu-build); `bench` builds it when
+# missing. Each step has a time limit so that the whole call returns inside the device's 10-minute
+# limit. OUTDIR receives a few files (the device returns at most 8): summary.txt and one log per step.
+set -u -o pipefail
+mode=${1:-tests}
+out=${2:-gpu-session-out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export DST_GPU_BUILD_DIR=${DST_GPU_BUILD_DIR:-/tmp/dst-gpu-build}
+lib=$DST_GPU_BUILD_DIR/libdstransformer.so
+tmp=/tmp/dst-gpu-session
+mkdir -p "$tmp"
+summary=()
+cd "$root"
+
+step() {  # step NAME SECONDS LOG CMD...: runs CMD under a time limit, output to LOG
+    local name=$1 limit=$2 log=$3; shift 3
+    local t0=$SECONDS rc=0
+    echo "==> $name (limit ${limit}s)"
+    timeout "$limit" "$@" >"$log" 2>&1 || rc=$?
+    summary+=("$(printf '%-14s %-6s %4ds%s' "$name" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" \
+        $((SECONDS - t0)) "$([ $rc -eq 124 ] && echo '  (time limit)' || { [ $rc -ne 0 ] && echo "  (rc $rc)"; })")")
+    tail -n 4 "$log"
+    return 0
+}
+
+case "$mode" in
+tests)
+    step gpu-check 330 "$out/gpu-check.log" bash tools/gpu-check.sh full "$tmp/check"
+    cp "$tmp/check/ctest.log" "$out/ctest.log" 2>/dev/null
+    cat "$tmp/check/sanitizer.log" "$tmp/check/racecheck.log" >"$out/sanitizer.log" 2>/dev/null
+    step python 150 "$out/python.log" bash tools/run-python-gpu.sh "$tmp/py"
+    cp "$tmp/py/pytest.log" "$out/pytest.log" 2>/dev/null
+    step hf-interop 100 "$out/hf_interop.log" env DST_LIB="$lib" DST_BACKEND=cuda PYTHONUNBUFFERED=1 \
+        python3 -m pytest -p no:cacheprovider -q -s -rs tests/gpu_python/test_hf_interop.py
+    ;;
+bench)
+    if [ ! -f "$lib" ] || [ ! -x "$DST_GPU_BUILD_DIR/bench/bench_layer" ]; then
+        step build 200 "$out/build.log" bash -c "cmake -S . -B '$DST_GPU_BUILD_DIR' -G Ninja \
+            -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF \
+            -DDST_BUILD_TESTS=OFF -DPython3_EXECUTABLE=\$(command -v python3) && \
+            ninja -C '$DST_GPU_BUILD_DIR' -j16 dstransformer bench_layer"
+    fi
+    step bench_layer 90 "$out/bench_layer.txt" "$DST_GPU_BUILD_DIR/bench/bench_layer" --json "$out/bench_layer.json"
+    step compare_torch 420 "$out/compare_torch.txt" env DST_LIB="$lib" PYTHONUNBUFFERED=1 \
+        python3 bench/compare_torch.py --out "$out"
+    ;;
+*) echo "usage: $0 tests|bench [OUTDIR]" >&2; exit 2 ;;
+esac
+{
+    echo "== gpu-session $mode: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+    printf '%s\n' "${summary[@]}"
+} | tee "$out/summary.txt"
