@@ -37,7 +37,8 @@ namespace {
 // holds at most 32 accumulators per thread. Measured on the H200 (2026-11-29, fp16, d = 64, 16
 // heads, dropout 0.1, additive mask): B=16 S=512 forward 1.26 ms (13.6 TFLOP/s), backward 5.43 ms
 // (7.9 TFLOP/s counting 2.5× the forward's FLOPs); B=64 S=128 0.36 / 1.54 ms. CUDA-core FMA bound,
-// ptxas: 121–160 registers, no spills. A tensor-core (mma.sync) path for fp16/bf16 is the next step.
+// ptxas: 121–160 registers, no spills. FP16/BF16/FP32 now take the cuBLASLt path of
+// src/backend/cuda/attention_path.cpp where it applies; these kernels remain for FP64 and fallbacks.
 template <typename C, int DMAX>
 struct AttnTraits {
     static constexpr bool kDouble = std::is_same<C, double>::value;

@@ -3,8 +3,8 @@
 #
 #   bash tools/gpu-session.sh tests OUTDIR   # build, ctest -L cuda, compute-sanitizer subsets
 #                                            # (tools/gpu-check.sh full), the Python binding and the
-#                                            # PyTorch layer (tools/run-python-gpu.sh), and the
-#                                            # Hugging Face interop test on the CUDA backend
+#                                            # PyTorch layer (tools/run-python-gpu.sh), the demo, and
+#                                            # the Hugging Face interop test on the CUDA backend
 #   bash tools/gpu-session.sh bench OUTDIR   # bench/bench_layer and bench/compare_torch.py
 #
 # Both share the build folder DST_GPU_BUILD_DIR (default /tmp/dst-gpu-build); `bench` builds it when
@@ -36,12 +36,16 @@ step() {  # step NAME SECONDS LOG CMD...: runs CMD under a time limit, output to
 
 case "$mode" in
 tests)
-    step gpu-check 330 "$out/gpu-check.log" bash tools/gpu-check.sh full "$tmp/check"
+    step gpu-check 360 "$out/gpu-check.log" bash tools/gpu-check.sh full "$tmp/check"
     cp "$tmp/check/ctest.log" "$out/ctest.log" 2>/dev/null
     cat "$tmp/check/sanitizer.log" "$tmp/check/racecheck.log" >"$out/sanitizer.log" 2>/dev/null
-    step python 150 "$out/python.log" bash tools/run-python-gpu.sh "$tmp/py"
+    step python 120 "$out/python.log" bash tools/run-python-gpu.sh "$tmp/py"
     cp "$tmp/py/pytest.log" "$out/pytest.log" 2>/dev/null
-    step hf-interop 100 "$out/hf_interop.log" env DST_LIB="$lib" DST_BACKEND=cuda PYTHONUNBUFFERED=1 \
+    # The main demo on the GPU (AUTO picks CUDA), built against the library of step 1.
+    step demo 40 "$out/demo.log" bash -c "cc -std=c99 -O2 examples/demo/dst_demo.c -Icapi/include \
+        -L'$DST_GPU_BUILD_DIR' -ldstransformer -lm -o '$tmp/dst_demo' && \
+        LD_LIBRARY_PATH='$DST_GPU_BUILD_DIR' '$tmp/dst_demo'"
+    step hf-interop 70 "$out/hf_interop.log" env DST_LIB="$lib" DST_BACKEND=cuda PYTHONUNBUFFERED=1 \
         python3 -m pytest -p no:cacheprovider -q -s -rs tests/gpu_python/test_hf_interop.py
     ;;
 bench)

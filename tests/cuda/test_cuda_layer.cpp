@@ -172,7 +172,13 @@ void run_layer(dst_context *ctx, bool on_gpu, const Case &c, dst_dtype dt, const
     r->y = y.doubles();
     r->dx = dx.doubles();
     r->grads = all_grads(layer.get());
-    r->grad_bytes = grad_arena_bytes(layer.get());
+    // The gradient arena lives in the context's memory space (device memory on the GPU).
+    size_t n = 0;
+    void *arena = nullptr;
+    DST_ASSERT_OK(dst_layer_arena_bytes(layer.get(), &n));
+    DST_ASSERT_OK(dst_layer_grad_arena(layer.get(), &arena));
+    r->grad_bytes.resize(n);
+    DST_ASSERT_OK(dst_memcpy(ctx, r->grad_bytes.data(), arena, n, DST_COPY_CONTEXT_TO_HOST));
 }
 
 double tolerance(dst_dtype dt) {

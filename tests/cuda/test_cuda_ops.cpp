@@ -429,6 +429,22 @@ void add_attention_cases(std::vector<OpCase> &out) {
         {2, 129, 1, 128, DST_MASK_NONE, false, false, 0.1, true, false, false},
         {3, 65, 2, 128, DST_MASK_KEY_LENGTHS, false, true, 0.1, false, true, false},
         {2, 512, 16, 64, DST_MASK_ADDITIVE, false, false, 0.1, false, true, false},  // BERT-Large
+        // Appended with the tensor-core (GEMM) path, which FP16/BF16/FP32 take for head_dim % 8 == 0
+        // and S ≤ 1024: BERT-Large heads at S = 128 and 512 with every mask kind, causal, dropout,
+        // probs and lse; awkward S (1, 7, 129: no 4-aligned rows), 3 heads; head_dim 5 and 12 stay
+        // on the generic kernels (the dispatch both ways; fp64 always takes the generic kernels).
+        {2, 128, 16, 64, DST_MASK_ADDITIVE, false, false, 0.1, true, true, false},
+        {2, 128, 16, 64, DST_MASK_KEY_LENGTHS, false, true, 0.1, false, true, false},
+        {2, 128, 16, 64, DST_MASK_NONE, false, false, 0.0, true, false, false},
+        {2, 128, 16, 64, DST_MASK_ADDITIVE, true, true, 0.0, false, true, true},
+        {1, 512, 16, 64, DST_MASK_ADDITIVE, true, true, 0.1, true, true, false},
+        {2, 512, 16, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false, false},
+        {3, 1, 3, 64, DST_MASK_KEY_LENGTHS, false, true, 0.1, true, true, false},
+        {2, 7, 3, 64, DST_MASK_ADDITIVE, false, false, 0.1, true, true, true},
+        {2, 129, 3, 64, DST_MASK_NONE, false, true, 0.1, true, false, false},
+        {2, 129, 3, 32, DST_MASK_KEY_LENGTHS, false, false, 0.0, false, true, false},
+        {2, 33, 4, 5, DST_MASK_ADDITIVE, true, true, 0.1, true, true, false},
+        {2, 64, 2, 12, DST_MASK_KEY_LENGTHS, false, false, 0.1, false, true, false},
     };
     for (dst_dtype dt : kDtypes)
         for (const AttnShape &a : shapes) {
@@ -651,6 +667,55 @@ TEST(CudaBackend, BadDeviceAndOutOfMemoryAreReported) {
     EXPECT_EQ(gpu.add(DST_DTYPE_FP32, q, q, q, 256), DST_OK);
     EXPECT_EQ(gpu.synchronize(), DST_OK);
     gpu.free(q);
+}
+
+// The GEMM attention path against the generic kernels on the same device (BERT-Large heads, fp16,
+// S = 128, additive mask, dropout): forward ctx/lse and backward dqkv agree to the fp16 tolerance,
+// and the dropout masks are the same (a dropped P̃ element gives the same zeros either way).
+TEST(CudaBackend, AttentionGemmPathMatchesGenericKernels) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    Backend *raw = nullptr;
+    ASSERT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
+    std::unique_ptr<dst::CudaBackend> be(static_cast<dst::CudaBackend *>(raw));
+    EXPECT_TRUE(be->attention_gemm_path());
+    const dst_dtype dt = DST_DTYPE_FP16;
+    const AttnShape a{4, 128, 16, 64, DST_MASK_ADDITIVE, false, false, 0.1, false, true, false};
+    const int64_t H = a.heads * a.d, tokens = a.b * a.s, rows = a.b * a.heads * a.s;
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<double> u(-2.0, 2.0);
+    HostBuf qkv(dt, tokens * 3 * H), dctx(dt, tokens * H), mask(DST_DTYPE_FP32, a.b * a.s);
+    for (int64_t i = 0; i < qkv.count; ++i) qkv.set(i, u(rng));
+    for (int64_t i = 0; i < dctx.count; ++i) dctx.set(i, u(rng));
+    mask_arg(a, dt).fill(mask);
+    struct Out { HostBuf ctx, lse, dqkv; };
+    auto run = [&](bool gemm_path) {
+        be->set_attention_gemm_path(gemm_path);
+        Out o{HostBuf(dt, tokens * H), HostBuf(DST_DTYPE_FP32, rows), HostBuf(dt, tokens * 3 * H)};
+        void *dq = nullptr, *dm = nullptr, *dc = nullptr, *dl = nullptr, *dd = nullptr, *dg = nullptr;
+        EXPECT_EQ(be->alloc(qkv.bytes.size(), &dq), DST_OK);
+        EXPECT_EQ(be->alloc(mask.bytes.size(), &dm), DST_OK);
+        EXPECT_EQ(be->alloc(o.ctx.bytes.size(), &dc), DST_OK);
+        EXPECT_EQ(be->alloc(o.lse.bytes.size(), &dl), DST_OK);
+        EXPECT_EQ(be->alloc(dctx.bytes.size(), &dd), DST_OK);
+        EXPECT_EQ(be->alloc(o.dqkv.bytes.size(), &dg), DST_OK);
+        EXPECT_EQ(be->copy(dq, qkv.data(), qkv.bytes.size(), CopyKind::HostToDevice), DST_OK);
+        EXPECT_EQ(be->copy(dm, mask.data(), mask.bytes.size(), CopyKind::HostToDevice), DST_OK);
+        EXPECT_EQ(be->copy(dd, dctx.data(), dctx.bytes.size(), CopyKind::HostToDevice), DST_OK);
+        const AttentionParams p = attn_params(a, dm, dt);
+        EXPECT_EQ(be->attention_fwd(dt, p, dq, dc, nullptr, dl), DST_OK) << dst::last_error();
+        EXPECT_EQ(be->attention_bwd(dt, p, dq, dc, dd, nullptr, dl, dg), DST_OK) << dst::last_error();
+        EXPECT_EQ(be->copy(o.ctx.data(), dc, o.ctx.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+        EXPECT_EQ(be->copy(o.lse.data(), dl, o.lse.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+        EXPECT_EQ(be->copy(o.dqkv.data(), dg, o.dqkv.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+        for (void *ptr : {dq, dm, dc, dl, dd, dg}) be->free(ptr);
+        return o;
+    };
+    const Out gen = run(false), fast = run(true);
+    const Compare c = compare(fast.ctx, gen.ctx), l = compare(fast.lse, gen.lse), g = compare(fast.dqkv, gen.dqkv);
+    EXPECT_EQ(c.bad + l.bad + g.bad, 0);
+    EXPECT_LE(c.rel_l2, 1e-3) << "ctx";
+    EXPECT_LE(l.rel_l2, 1e-5) << "lse";
+    EXPECT_LE(g.rel_l2, 1e-3) << "dqkv";
 }
 
 TEST(CudaBackend, CallerStreamAndWorkspace) {

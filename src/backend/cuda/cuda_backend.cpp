@@ -263,6 +263,12 @@ dst_status CudaBackend::synchronize() {
 
 // ---- GEMMs ---------------------------------------------------------------------------------------
 
+// The cuBLASLt workspace: the first bytes of the backend's workspace (ops that keep buffers of
+// their own in the workspace across GEMMs place them after this).
+size_t CudaBackend::gemm_workspace_bytes() const {
+    return user_ws_ ? (user_ws_bytes_ < kGemmWorkspace ? user_ws_bytes_ : kGemmWorkspace) : kGemmWorkspace;
+}
+
 dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
     cudaDataType_t type, scale_type;
     cublasComputeType_t compute;
@@ -310,8 +316,7 @@ dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
     DST_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&mm.b, type, bn ? g.K : g.N, bn ? g.N : g.K, g.ldb));
     DST_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&mm.d, type, g.M, g.N, g.ldd));
 
-    const size_t ws_bytes = user_ws_ ? (user_ws_bytes_ < kGemmWorkspace ? user_ws_bytes_ : kGemmWorkspace)
-                                     : kGemmWorkspace;
+    const size_t ws_bytes = gemm_workspace_bytes();
     void *ws = nullptr;
     DST_TRY(workspace(ws_bytes, &ws));
     const uint64_t ws_limit = ws_bytes;
@@ -500,6 +505,11 @@ dst_status CudaBackend::attention_fwd(dst_dtype dt, const AttentionParams &p, co
     const bool additive = p.mask_kind == DST_MASK_ADDITIVE;
     const bool convert = additive && !mask_in_compute_type(dt, p.mask_dtype);
     const size_t bias_bytes = convert ? align_up(size_t(p.batch * p.seq) * cs, 256) : 0;
+    {
+        const void *ptrs[] = {qkv, ctx, probs, lse};
+        if (attention_gemm_bytes(dt, p, false, bias_bytes, ptrs, 4) > 0)
+            return attention_gemm_fwd(dt, p, bias_bytes, qkv, ctx, probs, lse);
+    }
     const size_t lse_bytes = (probs && !lse) ? size_t(p.batch * p.heads * p.seq) * cs : 0;
     void *ws = nullptr;
     DST_TRY(workspace(bias_bytes + lse_bytes, &ws));
@@ -525,6 +535,11 @@ dst_status CudaBackend::attention_bwd(dst_dtype dt, const AttentionParams &p, co
     const bool additive = p.mask_kind == DST_MASK_ADDITIVE;
     const bool convert = additive && !mask_in_compute_type(dt, p.mask_dtype);
     const size_t bias_bytes = convert ? align_up(size_t(p.batch * p.seq) * cs, 256) : 0;
+    {
+        const void *ptrs[] = {qkv, ctx, dctx, probs, lse, dqkv};
+        if ((probs || lse) && attention_gemm_bytes(dt, p, true, bias_bytes, ptrs, 6) > 0)
+            return attention_gemm_bwd(dt, p, bias_bytes, qkv, ctx, dctx, probs, lse, dqkv);
+    }
     void *ws = nullptr;
     DST_TRY(workspace(bias_bytes + cuda::attention_bwd_workspace(l), &ws));
     if (convert) {

@@ -11,6 +11,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -81,6 +83,11 @@ public:
     // Lets fp32 GEMMs use TF32 tensor cores (default off: fp32 results then match the CPU to 1e-5).
     void set_allow_tf32(bool on) override { allow_tf32_ = on; }
     bool allow_tf32() const { return allow_tf32_; }
+    // Attention in FP16/BF16/FP32 through tensor-core GEMMs (cuBLASLt, S×S buffers in the
+    // workspace; src/backend/cuda/attention_path.cpp says which shapes take it). On by default;
+    // off: every dtype uses the generic kernels of kernels/attention.cu (tests, timing).
+    void set_attention_gemm_path(bool on) { attn_gemm_ = on; }
+    bool attention_gemm_path() const { return attn_gemm_; }
 
 private:
     CudaBackend() = default;
@@ -89,6 +96,19 @@ private:
     dst_status workspace(size_t bytes, void **ptr);
     struct Gemm;
     dst_status gemm(dst_dtype dt, const Gemm &g);
+    // ---- the GEMM attention path (attention_path.cpp) ----
+    struct BatchedGemm;
+    dst_status batched_gemm(dst_dtype dt, const BatchedGemm &g);
+    // Workspace bytes the path needs beyond `extra` (converted mask) and the GEMM workspace, or 0
+    // when the call must take the generic kernels.
+    size_t attention_gemm_bytes(dst_dtype dt, const AttentionParams &p, bool backward, size_t extra,
+                                const void *const *ptrs, int nptrs) const;
+    dst_status attention_gemm_fwd(dst_dtype dt, const AttentionParams &p, size_t bias_bytes, const void *qkv,
+                                  void *ctx, void *probs, void *lse);
+    dst_status attention_gemm_bwd(dst_dtype dt, const AttentionParams &p, size_t bias_bytes, const void *qkv,
+                                  const void *ctx, const void *dctx, const void *probs, const void *lse,
+                                  void *dqkv);
+    size_t gemm_workspace_bytes() const;
 
     int device_ = 0;
     int threads_ = 0;
@@ -101,6 +121,14 @@ private:
     void *user_ws_ = nullptr;
     size_t user_ws_bytes_ = 0;
     int *flag_ = nullptr;  // device int for all_nonzero
+    bool attn_gemm_ = true;
+    // cuBLASLt heuristic results of the batched GEMMs, by problem (same problem: same algorithm).
+    struct LtAlgoEntry {
+        int64_t key[20];
+        cublasLtMatmulAlgo_t algo;
+        size_t ws;
+    };
+    std::vector<LtAlgoEntry> lt_algos_;
 };
 
 // Creates a CUDA backend on `device` (0-based). DST_ERR_UNSUPPORTED when no GPU is usable,
