@@ -201,7 +201,9 @@ def describe(obj: Any, name: str, on_device: bool, stream: Optional[int] = None,
                 iface = obj.__cuda_array_interface__
             except (TypeError, RuntimeError, AttributeError):
                 iface = None  # e.g. torch bfloat16 or a tensor that requires grad: try DLPack
-        if iface is not None:
+        # A typestr the interface cannot express exactly (torch gives bfloat16 as a 2-byte void, "<V2")
+        # is read through DLPack, which names bfloat16.
+        if iface is not None and (iface.get("typestr") in _TYPESTR or not hasattr(obj, "__dlpack__")):
             return _from_cai(obj, name, iface)
         if hasattr(obj, "__dlpack__"):
             info = _from_dlpack(obj, name, stream)

@@ -134,8 +134,21 @@ def test_matches_plain_pytorch(device, dtype, pre_ln):
     errors = {"output": rel(y, y_ref), "dX": rel(x.grad, x64.grad)}
     for name, g in ref.grads().items():
         errors[name] = rel(layer.param_grad(name), g)
-    bad = {k: v for k, v in errors.items() if not v <= tol}
-    assert not bad, f"relative L2 errors above {tol}: {bad}"
+    bounds = {k: tol for k in errors}
+    if dtype in (torch.float16, torch.bfloat16):
+        # A whole layer forward and backward in 16 bits reaches the DESIGN.md bound on its deepest
+        # gradients whoever computes it. As HABITS.md #5 has it for GEMM chains: no worse than twice
+        # the plain PyTorch layer in the same dtype, where that is above the bound (per tensor).
+        naive = RefLayer(H, 4, 96, pre_ln, cfg.layer_norm_eps).to(device=device, dtype=dtype)
+        naive.load_deepspeed({k: v.to(dtype) for k, v in layer.state_dict().items()})
+        xn = x.detach().clone().requires_grad_()
+        (naive(xn, mask.to(dtype)).double() * w).sum().backward()
+        nerr = {"output": rel(naive(xn, mask.to(dtype)), y_ref), "dX": rel(xn.grad, x64.grad)}
+        for name, g in ref.grads().items():
+            nerr[name] = rel(naive.grads()[name], g)
+        bounds = {k: max(tol, 2.0 * nerr[k]) for k in errors}
+    bad = {k: (v, bounds[k]) for k, v in errors.items() if not v <= bounds[k]}
+    assert not bad, f"relative L2 errors above their bounds (error, bound): {bad}"
 
 
 @pytest.mark.parametrize("device,dtype", cases()[:1] + cases()[2:3])
