@@ -19,6 +19,7 @@ Cases:
     repository): each layer on its own against the reference (tolerances as above), and the whole stack
     against a looser sanity bound (STACK_TOL, explained at its check).
 """
+import collections
 import copy
 import json
 import os
@@ -186,11 +187,43 @@ def padding_mask(B, S, lengths, device):
     return m.to(device), m.to(torch.float64)[:, None, None, :]
 
 
+def param_grad(layer, name):
+    params = dict(layer.named_parameters())
+    return torch.cat([params[n].grad.reshape(-1) for n in HF_OF_PARAM[name]])
+
+
 def compare_grads(case, stack, i, ref_layer, tol, failures):
-    for name, hf_names in HF_OF_PARAM.items():
-        params = dict(ref_layer.named_parameters())
-        ref = torch.cat([params[n].grad.reshape(-1) for n in hf_names])
-        check(case, name, stack.grad(i, name), ref, tol, failures)
+    """tol: one bound, or a dict of bounds by parameter name."""
+    for name in HF_OF_PARAM:
+        bound = tol[name] if isinstance(tol, dict) else tol
+        check(case, name, stack.grad(i, name), param_grad(ref_layer, name), bound, failures)
+
+
+def same_dtype_bounds(hf_layers, refs, dtype, x, mask4d, dy, y_ref, dx_ref):
+    """Bounds per tensor: max(TOL[dtype], 2 x the error of transformers itself run in `dtype`).
+
+    A whole layer (or stack) forward and backward in 16 bits reaches the DESIGN.md bound on its deepest
+    gradients whoever computes it; HABITS.md #5 asks a fused GEMM chain to be no worse than twice the
+    naive same-dtype implementation. `refs` are the fp64 reference layers, after reference() ran
+    (their parameter gradients are set); gradients are compared only for a single layer.
+    """
+    tol = TOL[dtype]
+    if dtype == "fp32":
+        return collections.defaultdict(lambda: tol)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    tdt = TORCH_DT[dtype]
+    layers = [copy.deepcopy(l).to(device=dev, dtype=tdt).eval() for l in hf_layers]
+    xr = x.detach().to(device=dev, dtype=tdt).clone().requires_grad_(True)
+    h = xr
+    for layer in layers:
+        out = layer(h, attention_mask=mask4d.to(device=dev, dtype=tdt))
+        h = out[0] if isinstance(out, (tuple, list)) else out
+    (h.double() * dy.detach().to(device=dev, dtype=torch.float64)).sum().backward()
+    err = {"output": rel_l2(h, y_ref), "dX": rel_l2(xr.grad, dx_ref)}
+    if len(layers) == 1:
+        for name in HF_OF_PARAM:
+            err[name] = rel_l2(param_grad(layers[0], name), param_grad(refs[0], name))
+    return collections.defaultdict(lambda: tol, {k: max(tol, 2.0 * e) for k, e in err.items()})
 
 
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "padmask"])
@@ -269,22 +302,24 @@ def test_minilm_pretrained_layers(lib, backend, dtype):
             dy = torch.randn(B, S, H, dtype=torch.float64).to(tdt)
             y, dx = stack.run(x.to(device), mask, dy.to(device), first=i, count=1)
             y_ref, dx_ref = reference([refs[i]], x, mask4d, dy)
+            bound = same_dtype_bounds([hf[i]], [refs[i]], dtype, x, mask4d, dy, y_ref, dx_ref)
             case = "MiniLM layer %d %s (%s)" % (i, dtype, device)
-            check(case, "output", y, y_ref, TOL[dtype], failures)
-            check(case, "dX", dx, dx_ref, TOL[dtype], failures)
-            compare_grads(case, stack, i, refs[i], TOL[dtype], failures)
+            check(case, "output", y, y_ref, bound["output"], failures)
+            check(case, "dX", dx, dx_ref, bound["dX"], failures)
+            compare_grads(case, stack, i, refs[i], bound, failures)
             h = y_ref
-        # The whole stack, a sanity bound only (the per-layer checks above are the contract): rounding the
-        # hidden state and the gradient to the layer dtype between layers compounds over six real layers.
-        # Measured on the H200 machine (CPU backend, 2026-11-29): dX 3.7e-6 fp32, 2.7e-3 fp16, 1.8e-1 bf16
-        # (output 1.6e-6, 2.0e-3, 2.3e-2); a wrong weight mapping gives errors of order 1.
+        # The whole stack: rounding the hidden state and the gradient to the layer dtype between layers
+        # compounds over six real layers, for transformers in that dtype as for the library. Measured on
+        # the H200 machine (2026-11-29): dX 3.7e-6 fp32, 1.7e-2 fp16, 1.8e-1 bf16; a wrong weight mapping
+        # gives errors of order 1. Bound: STACK_TOL, or twice transformers' own error in the dtype.
         x = torch.randn(B, S, H, dtype=torch.float64).to(tdt)
         dy = torch.randn(B, S, H, dtype=torch.float64).to(tdt)
         y, dx = stack.run(x.to(device), mask, dy.to(device))
         y_ref, dx_ref = reference(refs, x, mask4d, dy)
+        naive = same_dtype_bounds(hf, refs, dtype, x, mask4d, dy, y_ref, dx_ref)
         case = "MiniLM %d-layer stack %s (%s)" % (n, dtype, device)
-        check(case, "output", y, y_ref, STACK_TOL[dtype], failures)
-        check(case, "dX", dx, dx_ref, STACK_TOL[dtype], failures)
+        check(case, "output", y, y_ref, max(STACK_TOL[dtype], naive["output"]), failures)
+        check(case, "dX", dx, dx_ref, max(STACK_TOL[dtype], naive["dX"]), failures)
         assert not failures, "\n".join(failures)
     finally:
         stack.close()
