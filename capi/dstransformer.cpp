@@ -386,16 +386,23 @@ dst_status dst_layer_config_validate(const dst_layer_config *config, dst_backend
     });
 }
 
+// Shared checks of the size queries: a valid config, a non-NULL result, B and S in range.
+static dst_status check_size_query(const char *fn, const dst_layer_config *config, int64_t batch, int64_t seq,
+                                   const size_t *bytes, dst_layer_config *c) {
+    DST_TRY(dst::config_load(fn, config, DST_BACKEND_AUTO, c));
+    DST_REQUIRE(fn, bytes);
+    if (batch < 1 || seq < 1 || batch > (int64_t(1) << 31) || seq > (int64_t(1) << 31))
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: batch = %lld and seq = %lld, expected 1..2^31 each", fn,
+                         (long long)batch, (long long)seq);
+    return DST_OK;
+}
+
 dst_status dst_layer_config_saved_bytes(const dst_layer_config *config, int64_t batch, int64_t seq,
                                         size_t *bytes) {
     static const char fn[] = "dst_layer_config_saved_bytes";
     return guarded(fn, [&]() -> dst_status {
         dst_layer_config c;
-        DST_TRY(dst::config_load(fn, config, DST_BACKEND_AUTO, &c));
-        DST_REQUIRE(fn, bytes);
-        if (batch < 1 || seq < 1 || batch > (int64_t(1) << 31) || seq > (int64_t(1) << 31))
-            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: batch = %lld and seq = %lld, expected 1..2^31 each", fn,
-                             (long long)batch, (long long)seq);
+        DST_TRY(check_size_query(fn, config, batch, seq, bytes, &c));
         *bytes = dst::make_plan(c, batch, seq, true).saved_bytes;
         return DST_OK;
     });
@@ -406,11 +413,7 @@ dst_status dst_layer_config_workspace_bytes(const dst_layer_config *config, int6
     static const char fn[] = "dst_layer_config_workspace_bytes";
     return guarded(fn, [&]() -> dst_status {
         dst_layer_config c;
-        DST_TRY(dst::config_load(fn, config, DST_BACKEND_AUTO, &c));
-        DST_REQUIRE(fn, bytes);
-        if (batch < 1 || seq < 1 || batch > (int64_t(1) << 31) || seq > (int64_t(1) << 31))
-            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: batch = %lld and seq = %lld, expected 1..2^31 each", fn,
-                             (long long)batch, (long long)seq);
+        DST_TRY(check_size_query(fn, config, batch, seq, bytes, &c));
         const dst::Plan t = dst::make_plan(c, batch, seq, true), i = dst::make_plan(c, batch, seq, false);
         *bytes = std::max({t.fwd_workspace, t.bwd_workspace, i.fwd_workspace});
         return DST_OK;

@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cublaslt_util.h"
 #include "core/error.h"
 #include "kernels/attention.cuh"
 #include "kernels/attention_gemm.cuh"
@@ -34,35 +35,10 @@ namespace {
 
 constexpr size_t kMaxBytes = size_t(4) << 30;
 
-dst_status lt_status(cublasStatus_t s) {
-    return s == CUBLAS_STATUS_ALLOC_FAILED ? DST_ERR_OUT_OF_MEMORY : DST_ERR_BACKEND;
-}
-
-#define DST_CUBLASLT_CHECK(expr) DST_CHECK_GEN(expr, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString, lt_status)
-
 size_t round256(size_t v) { return (v + 255) / 256 * 256; }
 
 size_t elem_size(dst_dtype dt) { return dt == DST_DTYPE_FP32 ? 4 : 2; }
 
-uint32_t alignment_of(const void *p) {
-    const uintptr_t u = reinterpret_cast<uintptr_t>(p);
-    if (u == 0) return 256;
-    const uintptr_t low = u & (~u + 1);
-    return low >= 256 ? 256u : static_cast<uint32_t>(low);
-}
-
-struct LtDescs {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    ~LtDescs() {
-        if (pref) cublasLtMatmulPreferenceDestroy(pref);
-        if (d) cublasLtMatrixLayoutDestroy(d);
-        if (b) cublasLtMatrixLayoutDestroy(b);
-        if (a) cublasLtMatrixLayoutDestroy(a);
-        if (op) cublasLtMatmulDescDestroy(op);
-    }
-};
 
 dst_status make_layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
                        int64_t batch, int64_t stride) {
@@ -112,7 +88,7 @@ dst_status CudaBackend::batched_gemm(dst_dtype dt, const BatchedGemm &g) {
     const cudaDataType_t dtype = g.d_fp32 ? CUDA_R_32F : type;
     const cublasComputeType_t compute =
         (dt == DST_DTYPE_FP32 && allow_tf32_) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    LtDescs mm;
+    LtMatmul mm;
     DST_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&mm.op, compute, CUDA_R_32F));
     const int32_t ta = g.ta, tb = g.tb;
     DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -125,7 +101,7 @@ dst_status CudaBackend::batched_gemm(dst_dtype dt, const BatchedGemm &g) {
     const size_t ws_bytes = gemm_workspace_bytes();
     void *ws = nullptr;
     DST_TRY(workspace(ws_bytes, &ws));
-    const uint32_t al_a = alignment_of(g.A), al_b = alignment_of(g.B), al_d = alignment_of(g.D);
+    const uint32_t al_a = pointer_alignment(g.A), al_b = pointer_alignment(g.B), al_d = pointer_alignment(g.D);
     const int64_t key[20] = {static_cast<int64_t>(dt), ta, tb, g.M, g.N, g.K, g.lda, g.sa, g.ldb, g.sb,
                              g.ldd, g.sd, g.batch, g.d_fp32, al_a, al_b, al_d,
                              static_cast<int64_t>(ws_bytes), allow_tf32_, 0};
@@ -177,7 +153,7 @@ size_t CudaBackend::attention_gemm_bytes(dst_dtype dt, const AttentionParams &p,
     if (d < 8 || d > 256 || d % 8 != 0 || p.hidden < p.heads * d || (p.hidden * es) % 16 != 0) return 0;
     if (S < 1 || S > cuda::kAttentionGemmMaxSeq || p.batch < 1 || p.heads < 1 || BH > 0x7fffffffLL) return 0;
     for (int k = 0; k < nptrs; ++k)
-        if (alignment_of(ptrs[k]) < 16) return 0;
+        if (pointer_alignment(ptrs[k]) < 16) return 0;
     const size_t P = size_t(BH) * S * d * es, X = round256(size_t(BH) * S * S * 4);
     const size_t bytes = backward ? 7 * P + 2 * X : 4 * P + X;
     if (bytes > kMaxBytes) return 0;

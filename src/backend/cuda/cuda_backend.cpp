@@ -12,6 +12,7 @@
 // workspace offered to it is a fixed size (kGemmWorkspace, or the caller's workspace if smaller),
 // so the heuristic picks the same algorithm every call. Every reduction kernel is ordered.
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cublaslt_util.h"
 
 #include <cstdint>
 #include <memory>
@@ -31,39 +32,11 @@ namespace {
 constexpr size_t kGemmWorkspace = size_t(32) << 20;  // cuBLAS's recommendation for Hopper
 constexpr size_t kWorkspaceGranule = size_t(1) << 20;
 
-dst_status lt_status(cublasStatus_t s) {
-    return s == CUBLAS_STATUS_ALLOC_FAILED ? DST_ERR_OUT_OF_MEMORY : DST_ERR_BACKEND;
-}
-
-#define DST_CUBLASLT_CHECK(expr) DST_CHECK_GEN(expr, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString, lt_status)
-
 size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 size_t storage_size(dst_dtype dt) {
     return dt == DST_DTYPE_FP64 ? 8 : (dt == DST_DTYPE_FP16 || dt == DST_DTYPE_BF16) ? 2 : 4;
 }
-
-// Largest power of two (≤ 256) dividing the address: what cuBLASLt may assume about a pointer.
-uint32_t pointer_alignment(const void *p) {
-    const uintptr_t u = reinterpret_cast<uintptr_t>(p);
-    if (u == 0) return 256;
-    const uintptr_t low = u & (~u + 1);
-    return low >= 256 ? 256u : static_cast<uint32_t>(low);
-}
-
-// Owners of the cuBLASLt descriptors of one GEMM call.
-struct LtMatmul {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    ~LtMatmul() {
-        if (pref) cublasLtMatmulPreferenceDestroy(pref);
-        if (d) cublasLtMatrixLayoutDestroy(d);
-        if (b) cublasLtMatrixLayoutDestroy(b);
-        if (a) cublasLtMatrixLayoutDestroy(a);
-        if (op) cublasLtMatmulDescDestroy(op);
-    }
-};
 
 bool mask_in_compute_type(dst_dtype dt, dst_dtype mask_dtype) {
     return dt == DST_DTYPE_FP64 ? mask_dtype == DST_DTYPE_FP64 : mask_dtype == DST_DTYPE_FP32;
