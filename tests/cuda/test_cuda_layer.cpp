@@ -362,4 +362,28 @@ TEST(CudaLayerErrors, CapacityStreamAndOutOfMemory) {
     works();
 }
 
+// A stream of another device is refused, and the context keeps working on its own stream.
+TEST(CudaLayerErrors, StreamOfAnotherDevice) {
+    int n = 0;
+    if (dst_cuda_device_count(&n) != DST_OK || n < 2) GTEST_SKIP() << "needs two CUDA devices";
+    const Case c{true, 0, false, DST_MASK_NONE, DST_DTYPE_FP32, {2, 8, 32, 2, 64}};
+    Ctx ctx = make_cuda_ctx();
+    Layer layer = make_layer(ctx.get(), config_of(c, DST_DTYPE_FP32));
+    int prev = 0;
+    ASSERT_EQ(cudaGetDevice(&prev), cudaSuccess);
+    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+    cudaStream_t other;
+    ASSERT_EQ(cudaStreamCreate(&other), cudaSuccess);
+    ASSERT_EQ(cudaSetDevice(prev), cudaSuccess);
+    EXPECT_EQ(dst_context_set_stream(ctx.get(), other), DST_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(dst_last_error()).find("device"), std::string::npos) << dst_last_error();
+    HostTensor x(DST_DTYPE_FP32, {2, 8, 32});
+    DevTensor dx(ctx.get(), x), dy(ctx.get(), x);
+    EXPECT_EQ(dst_layer_forward(layer.get(), nullptr, dx.view(), nullptr, dy.view()), DST_OK) << dst_last_error();
+    EXPECT_EQ(dst_context_synchronize(ctx.get()), DST_OK);
+    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+    EXPECT_EQ(cudaStreamDestroy(other), cudaSuccess);
+    ASSERT_EQ(cudaSetDevice(prev), cudaSuccess);
+}
+
 }  // namespace
