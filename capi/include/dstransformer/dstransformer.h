@@ -732,8 +732,9 @@ DST_API dst_status dst_saved_bytes(const dst_saved *saved, size_t *bytes);
  * @param mask The attention mask, or NULL for none.
  * @param output [B, S, H] in the layer dtype; may not overlap `input`.
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mask kind/shape/values);
- *         ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure `output` and
- *         `saved` are unchanged.
+ *         ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation
+ *         happens before the first write, so on failure `output` and `saved` are unchanged — except
+ *         after ::DST_ERR_BACKEND, a device or library failure in the middle of the computation.
  * Ownership: all tensors stay the caller's; `input` and `mask` are copied as needed, so they may be
  * reused after the return. Thread safety: as for the layer. @since v0.1
  */
@@ -752,8 +753,9 @@ DST_API dst_status dst_layer_forward(dst_layer *layer, dst_saved *saved, const d
  * @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE.
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mode; a zero LayerNorm γ with
  *         normalize_invertible); ::DST_ERR_STATE (no matching training forward);
- *         ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure `grad_input` and the gradient arena
- *         are unchanged.
+ *         ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation happens before the
+ *         first write, so on failure `grad_input` and the gradient arena are unchanged — except after
+ *         ::DST_ERR_BACKEND, a device or library failure in the middle of the computation.
  * Ownership: all tensors stay the caller's. Thread safety: as for the layer. @since v0.1
  */
 DST_API dst_status dst_layer_backward(dst_layer *layer, dst_saved *saved, const dst_tensor *grad_output,

@@ -844,8 +844,9 @@ extern "C" {
     #[doc = " @param mask The attention mask, or NULL for none."]
     #[doc = " @param output [B, S, H] in the layer dtype; may not overlap `input`."]
     #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mask kind/shape/values);"]
-    #[doc = "         ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure `output` and"]
-    #[doc = "         `saved` are unchanged."]
+    #[doc = "         ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation"]
+    #[doc = "         happens before the first write, so on failure `output` and `saved` are unchanged — except"]
+    #[doc = "         after ::DST_ERR_BACKEND, a device or library failure in the middle of the computation."]
     #[doc = " Ownership: all tensors stay the caller's; `input` and `mask` are copied as needed, so they may be"]
     #[doc = " reused after the return. Thread safety: as for the layer. @since v0.1"]
     pub fn dst_layer_forward(
@@ -868,8 +869,9 @@ extern "C" {
     #[doc = " @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE."]
     #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mode; a zero LayerNorm γ with"]
     #[doc = "         normalize_invertible); ::DST_ERR_STATE (no matching training forward);"]
-    #[doc = "         ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure `grad_input` and the gradient arena"]
-    #[doc = "         are unchanged."]
+    #[doc = "         ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation happens before the"]
+    #[doc = "         first write, so on failure `grad_input` and the gradient arena are unchanged — except after"]
+    #[doc = "         ::DST_ERR_BACKEND, a device or library failure in the middle of the computation."]
     #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the layer. @since v0.1"]
     pub fn dst_layer_backward(
         layer: *mut dst_layer,
