@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -200,6 +201,8 @@ std::string case_name(const Case &c) {
     if (c.causal) n += "_causal";
     return n;
 }
+
+void PrintTo(const Case &c, std::ostream *os) { *os << case_name(c); }
 
 class CudaLayer : public ::testing::TestWithParam<Case> {};
 

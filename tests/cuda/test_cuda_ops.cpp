@@ -18,6 +18,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,9 @@ struct OpCase {
     double drop_p = 0.0;
     double tol_scale = 1.0;  // > 1 only with a comment at the case saying why
 };
+
+// gtest prints a case by its name (the test name already says it; the default dumps raw bytes).
+void PrintTo(const OpCase &c, std::ostream *os) { *os << c.name; }
 
 double tolerance(dst_dtype dt) {
     switch (dt) {
