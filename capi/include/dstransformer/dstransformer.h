@@ -763,6 +763,52 @@ DST_API dst_status dst_layer_backward(dst_layer *layer, dst_saved *saved, const 
 /** @} */
 
 /**
+ * @defgroup layernorm Final LayerNorm of a Pre-LN stack
+ * @brief A standalone LayerNorm over the last dimension, for the LN a Pre-LN model needs after its
+ * last layer (Pre-LN layers normalise their inputs, not their outputs).
+ *
+ * Statistics in fp32 (fp64 for fp64 data), population variance: y = γ·(x − mean)/sqrt(var + eps) + β.
+ * @{
+ */
+/**
+ * @brief LayerNorm forward over the last dimension of `x`.
+ * @param ctx The context; every tensor is in its memory space.
+ * @param x Input [..., H] (ndim 1..4) in fp32, fp16, bf16 or fp64; N = product of the leading dims.
+ * @param gamma γ [H], dtype of `x`.
+ * @param beta β [H], dtype of `x`.
+ * @param eps Added to the variance; finite and > 0.
+ * @param y Output, same shape and dtype as `x`; may not overlap it.
+ * @param stats Where backward's statistics go: [2, N] (mean, then 1/σ) in fp32, or fp64 for fp64
+ *              data; NULL when no backward follows.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, eps); ::DST_ERR_BACKEND.
+ *         On failure `y` and `stats` are unchanged except after ::DST_ERR_BACKEND.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_layernorm_forward(dst_context *ctx, const dst_tensor *x, const dst_tensor *gamma,
+                                         const dst_tensor *beta, float eps, dst_tensor *y, dst_tensor *stats);
+
+/**
+ * @brief LayerNorm backward: dX and the γ/β gradients, from the input and the forward's statistics.
+ * @param ctx The context.
+ * @param dy Gradient of the output, shape and dtype of `x`.
+ * @param x The forward's input.
+ * @param gamma γ [H].
+ * @param beta β [H] (read for its shape and dtype).
+ * @param stats The [2, N] statistics dst_layernorm_forward() wrote for this `x`.
+ * @param dx Gradient of the input, shape and dtype of `x`; may not overlap `dy` or `x`.
+ * @param dgamma Gradient of γ [H].
+ * @param dbeta Gradient of β [H].
+ * @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE (for `dgamma` and `dbeta`; `dx` is written).
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, mode); ::DST_ERR_BACKEND.
+ *         On failure the outputs are unchanged except after ::DST_ERR_BACKEND.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_layernorm_backward(dst_context *ctx, const dst_tensor *dy, const dst_tensor *x,
+                                          const dst_tensor *gamma, const dst_tensor *beta, const dst_tensor *stats,
+                                          dst_tensor *dx, dst_tensor *dgamma, dst_tensor *dbeta, dst_grad_mode mode);
+/** @} */
+
+/**
  * @defgroup checkpoint Checkpoints and weight layouts
  * @brief safetensors files of one layer or a stack; DeepSpeed and Hugging Face BERT names.
  *

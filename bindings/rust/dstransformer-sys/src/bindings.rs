@@ -881,6 +881,63 @@ extern "C" {
         mode: dst_grad_mode,
     ) -> dst_status;
 }
+extern "C" {
+    #[doc = " @defgroup layernorm Final LayerNorm of a Pre-LN stack"]
+    #[doc = " @brief A standalone LayerNorm over the last dimension, for the LN a Pre-LN model needs after its"]
+    #[doc = " last layer (Pre-LN layers normalise their inputs, not their outputs)."]
+    #[doc = ""]
+    #[doc = " Statistics in fp32 (fp64 for fp64 data), population variance: y = γ·(x − mean)/sqrt(var + eps) + β."]
+    #[doc = " @{"]
+    #[doc = " @brief LayerNorm forward over the last dimension of `x`."]
+    #[doc = " @param ctx The context; every tensor is in its memory space."]
+    #[doc = " @param x Input [..., H] (ndim 1..4) in fp32, fp16, bf16 or fp64; N = product of the leading dims."]
+    #[doc = " @param gamma γ [H], dtype of `x`."]
+    #[doc = " @param beta β [H], dtype of `x`."]
+    #[doc = " @param eps Added to the variance; finite and > 0."]
+    #[doc = " @param y Output, same shape and dtype as `x`; may not overlap it."]
+    #[doc = " @param stats Where backward's statistics go: [2, N] (mean, then 1/σ) in fp32, or fp64 for fp64"]
+    #[doc = "              data; NULL when no backward follows."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, eps); ::DST_ERR_BACKEND."]
+    #[doc = "         On failure `y` and `stats` are unchanged except after ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1"]
+    pub fn dst_layernorm_forward(
+        ctx: *mut dst_context,
+        x: *const dst_tensor,
+        gamma: *const dst_tensor,
+        beta: *const dst_tensor,
+        eps: f32,
+        y: *mut dst_tensor,
+        stats: *mut dst_tensor,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief LayerNorm backward: dX and the γ/β gradients, from the input and the forward's statistics."]
+    #[doc = " @param ctx The context."]
+    #[doc = " @param dy Gradient of the output, shape and dtype of `x`."]
+    #[doc = " @param x The forward's input."]
+    #[doc = " @param gamma γ [H]."]
+    #[doc = " @param beta β [H] (read for its shape and dtype)."]
+    #[doc = " @param stats The [2, N] statistics dst_layernorm_forward() wrote for this `x`."]
+    #[doc = " @param dx Gradient of the input, shape and dtype of `x`; may not overlap `dy` or `x`."]
+    #[doc = " @param dgamma Gradient of γ [H]."]
+    #[doc = " @param dbeta Gradient of β [H]."]
+    #[doc = " @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE (for `dgamma` and `dbeta`; `dx` is written)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, mode); ::DST_ERR_BACKEND."]
+    #[doc = "         On failure the outputs are unchanged except after ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1"]
+    pub fn dst_layernorm_backward(
+        ctx: *mut dst_context,
+        dy: *const dst_tensor,
+        x: *const dst_tensor,
+        gamma: *const dst_tensor,
+        beta: *const dst_tensor,
+        stats: *const dst_tensor,
+        dx: *mut dst_tensor,
+        dgamma: *mut dst_tensor,
+        dbeta: *mut dst_tensor,
+        mode: dst_grad_mode,
+    ) -> dst_status;
+}
 impl dst_weight_layout {
     #[doc = "< DeepSpeed Transformer Kernel names (`attn_qkvw` … `norm_b`); the native layout."]
     pub const DST_LAYOUT_DEEPSPEED: dst_weight_layout = dst_weight_layout(0);
