@@ -91,7 +91,27 @@ def _itemsize_of(info: ArgInfo) -> int:
     return int(_native.dst_dtype_size(info.dtype))
 
 
-class Context:
+class _Owned:
+    """Context-manager protocol and GC safety net of the classes that own a native handle: ``with``
+    and the garbage collector both end in :meth:`close` (which must be idempotent)."""
+
+    def close(self) -> None:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class Context(_Owned):
     """A compute context: a backend and device, its random-number state, thread count and stream.
 
     ``Context(backend="auto"|"cpu"|"cuda", device=0)``. Use it as a context manager or call
@@ -135,12 +155,6 @@ class Context:
         h, self._handle = self._handle, None
         self._workspace = None
         _native.dst_context_destroy(h)
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __del__(self):
         try:
@@ -316,7 +330,7 @@ def native_mask(kind: int, ptr: int, dtype: int, shape: Sequence[int]):
     return m
 
 
-class SavedActivations:
+class SavedActivations(_Owned):
     """Holds what one training forward keeps for its backward (``dst_saved``); keep one per micro-batch
     to have several forwards in flight. Freed by :meth:`close`, a ``with`` block, the garbage
     collector, or when its layer is closed."""
@@ -356,20 +370,9 @@ class SavedActivations:
             except ValueError:
                 pass
 
-    def __enter__(self) -> "SavedActivations":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
 
-class Layer:
+class Layer(_Owned):
     """One fused Transformer layer (``dst_layer``) in a :class:`Context`.
 
     ``Layer(context, config)`` where ``config`` is a :class:`LayerConfig` (or a dict of its fields).
@@ -443,17 +446,6 @@ class Layer:
         self._param_mem = None
         self._grad_mem = None
 
-    def __enter__(self) -> "Layer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
     def __deepcopy__(self, memo):
         raise TypeError("a dstransformer.Layer owns a native handle and cannot be copied; create another "
