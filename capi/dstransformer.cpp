@@ -12,6 +12,7 @@
 #include "backend/backend.h"  // defines: Backend, make_cpu_backend
 #include "capi/guard.h"       // defines: guarded
 #include "capi/handles.h"     // defines: dst_context, dst_layer, dst_saved
+#include "capi/tensor_view.h" // defines: views_overlap
 #include "core/context.h"     // defines: Context
 #include "core/dtype.h"       // defines: dtype_size, convert_host
 #include "core/error.h"       // defines: set_error, last_error
@@ -24,6 +25,7 @@
 
 using dst::set_error;
 using dst::capi::guarded;
+using dst::capi::views_overlap;
 
 namespace {
 
@@ -65,15 +67,6 @@ dst_status check_activation(const char *fn, const char *arg, const dst_tensor *t
         return set_error(DST_ERR_CAPACITY, "%s: %s has B*S = %lld*%lld tokens, above max_batch_tokens %lld", fn, arg,
                          (long long)B, (long long)S, (long long)c.max_batch_tokens);
     return DST_OK;
-}
-
-size_t activation_bytes(const dst_tensor *t) {
-    return static_cast<size_t>(t->shape[0] * t->shape[1] * t->shape[2]) * dst::dtype_size(t->dtype);
-}
-
-bool overlap(const dst_tensor *a, const dst_tensor *b) {
-    const auto pa = reinterpret_cast<uintptr_t>(a->data), pb = reinterpret_cast<uintptr_t>(b->data);
-    return pa < pb + activation_bytes(b) && pb < pa + activation_bytes(a);
 }
 
 dst_status check_mask(const char *fn, const dst_mask *m, const dst::Layer &L, int64_t B, int64_t S,
@@ -661,7 +654,7 @@ dst_status dst_layer_forward(dst_layer *layer, dst_saved *saved, const dst_tenso
         DST_TRY(check_activation(fn, "input", input, L, 0, 0));
         const int64_t B = input->shape[0], S = input->shape[1];
         DST_TRY(check_activation(fn, "output", output, L, B, S));
-        if (overlap(input, output))
+        if (views_overlap(input, output))
             return set_error(DST_ERR_INVALID_ARGUMENT, "%s: output overlaps input", fn);
         if (saved && !saved->impl->layer)
             return set_error(DST_ERR_STATE, "%s: saved outlived its layer", fn);
@@ -688,7 +681,7 @@ dst_status dst_layer_backward(dst_layer *layer, dst_saved *saved, const dst_tens
                                             "training mode with the same saved object first)", fn);
         DST_TRY(check_activation(fn, "grad_output", grad_output, L, sv->B, sv->S));
         DST_TRY(check_activation(fn, "grad_input", grad_input, L, sv->B, sv->S));
-        if (overlap(grad_output, grad_input))
+        if (views_overlap(grad_output, grad_input))
             return set_error(DST_ERR_INVALID_ARGUMENT, "%s: grad_input overlaps grad_output", fn);
         if (mode != DST_GRAD_WRITE && mode != DST_GRAD_ACCUMULATE)
             return set_error(DST_ERR_INVALID_ARGUMENT, "%s: mode is %d, expected DST_GRAD_WRITE or DST_GRAD_ACCUMULATE",

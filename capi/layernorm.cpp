@@ -6,28 +6,19 @@
 #include "backend/backend.h"  // defines: Backend
 #include "capi/guard.h"       // defines: guarded
 #include "capi/handles.h"     // defines: dst_context
+#include "capi/tensor_view.h" // defines: views_overlap
 #include "core/dtype.h"       // defines: dtype_size, stat_size, is_storage_dtype
 #include "core/error.h"       // defines: set_error, DST_TRY
 
 using dst::set_error;
 using dst::capi::guarded;
+using dst::capi::views_overlap;
 
 namespace {
 
 struct Dims {
     int64_t n = 1, h = 0;
 };
-
-size_t bytes_of(const dst_tensor *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; ++i) n *= t->shape[i];
-    return static_cast<size_t>(n) * dst::dtype_size(t->dtype);
-}
-
-bool overlap(const dst_tensor *a, const dst_tensor *b) {
-    const auto pa = reinterpret_cast<uintptr_t>(a->data), pb = reinterpret_cast<uintptr_t>(b->data);
-    return pa < pb + bytes_of(b) && pb < pa + bytes_of(a);
-}
 
 // Checks a tensor's pointer, ndim (1..4) and extents; returns N (leading dims) and H (last dim).
 dst_status check_data(const char *fn, const char *arg, const dst_tensor *t, Dims *d) {
@@ -108,11 +99,11 @@ dst_status dst_layernorm_forward(dst_context *ctx, const dst_tensor *x, const ds
         if (!std::isfinite(eps) || !(eps > 0.0f))
             return set_error(DST_ERR_INVALID_ARGUMENT, "%s: eps is %g, expected a finite value > 0", fn, (double)eps);
         DST_TRY(check_same(fn, "y", y, x, "x"));
-        if (overlap(x, y)) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: y overlaps x", fn);
+        if (views_overlap(x, y)) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: y overlaps x", fn);
         void *mean = nullptr, *rstd = nullptr;
         if (stats) {
             DST_TRY(check_stats(fn, stats, x->dtype, d.n));
-            if (overlap(stats, y) || overlap(stats, x))
+            if (views_overlap(stats, y) || views_overlap(stats, x))
                 return set_error(DST_ERR_INVALID_ARGUMENT, "%s: stats overlaps x or y", fn);
             mean = stats->data;
             rstd = static_cast<char *>(stats->data) + static_cast<size_t>(d.n) * dst::stat_size(x->dtype);
@@ -137,9 +128,9 @@ dst_status dst_layernorm_backward(dst_context *ctx, const dst_tensor *dy, const 
         DST_TRY(check_same(fn, "dx", dx, x, "x"));
         DST_TRY(check_vector(fn, "dgamma", dgamma, x->dtype, d.h));
         DST_TRY(check_vector(fn, "dbeta", dbeta, x->dtype, d.h));
-        if (overlap(dx, dy) || overlap(dx, x))
+        if (views_overlap(dx, dy) || views_overlap(dx, x))
             return set_error(DST_ERR_INVALID_ARGUMENT, "%s: dx overlaps dy or x", fn);
-        if (overlap(dgamma, dbeta))
+        if (views_overlap(dgamma, dbeta))
             return set_error(DST_ERR_INVALID_ARGUMENT, "%s: dgamma overlaps dbeta", fn);
         if (mode != DST_GRAD_WRITE && mode != DST_GRAD_ACCUMULATE)
             return set_error(DST_ERR_INVALID_ARGUMENT, "%s: mode is %d, expected DST_GRAD_WRITE or DST_GRAD_ACCUMULATE",
