@@ -140,9 +140,13 @@ _DL_DTYPES = {(2, 32): DT_FP32, (2, 16): DT_FP16, (2, 64): DT_FP64, (0, 32): DT_
 
 
 def _from_dlpack(obj: Any, name: str, stream: Optional[int]) -> ArgInfo:
+    # A stream is meaningful for device memory only; host producers (NumPy) refuse one.
+    on_host = False
+    if hasattr(obj, "__dlpack_device__"):
+        on_host = obj.__dlpack_device__()[0] in (_DL_CPU, _DL_CUDA_HOST)
     try:
-        capsule = obj.__dlpack__(stream=stream) if stream else obj.__dlpack__()
-    except TypeError:
+        capsule = obj.__dlpack__(stream=stream) if stream and not on_host else obj.__dlpack__()
+    except (TypeError, ValueError, RuntimeError, BufferError):
         capsule = obj.__dlpack__()
     ptr = _PyCapsule_GetPointer(capsule, b"dltensor")
     if not ptr:
@@ -205,14 +209,14 @@ def describe(obj: Any, name: str, on_device: bool, stream: Optional[int] = None,
         # is read through DLPack, which names bfloat16.
         if iface is not None and (iface.get("typestr") in _TYPESTR or not hasattr(obj, "__dlpack__")):
             return _from_cai(obj, name, iface)
+        if isinstance(obj, np.ndarray):
+            raise TypeError(f"{name}: a NumPy (host) array was passed to a CUDA context; pass a device array "
+                            "(torch/cupy, anything with __cuda_array_interface__ or __dlpack__)")
         if hasattr(obj, "__dlpack__"):
             info = _from_dlpack(obj, name, stream)
             if info.device == "cpu":
                 raise TypeError(f"{name}: a host array was passed to a CUDA context; move it to the device")
             return info
-        if isinstance(obj, np.ndarray):
-            raise TypeError(f"{name}: a NumPy (host) array was passed to a CUDA context; pass a device array "
-                            "(torch/cupy, anything with __cuda_array_interface__ or __dlpack__)")
         raise TypeError(f"{name}: expected a device array with __cuda_array_interface__ or __dlpack__, "
                         f"got {type(obj).__name__}")
     # host

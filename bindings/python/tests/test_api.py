@@ -93,3 +93,17 @@ def test_raw_error_carries_library_message():
     assert ei.value.status == _native.DST_ERR_INVALID_ARGUMENT
     assert "dst_context_create" in ei.value.message and "backend" in ei.value.message
     assert dst.last_error() == ei.value.message
+
+
+def test_dlpack_host_producer_with_a_stream():
+    """A host DLPack producer is read without the stream it would refuse (NumPy raises on one)."""
+    np = pytest.importorskip("numpy")
+    from dstransformer import _arrays
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    if not hasattr(a, "__dlpack__"):
+        pytest.skip("this NumPy has no DLPack")
+    info = _arrays._from_dlpack(a, "x", 7)
+    assert info.device == "cpu" and info.shape == (2, 3) and info.ptr == a.ctypes.data
+    with pytest.raises(TypeError, match="host"):
+        _arrays.describe(a, "x", on_device=True, stream=7)
