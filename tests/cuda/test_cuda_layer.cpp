@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -363,6 +364,125 @@ TEST(CudaLayerErrors, CapacityStreamAndOutOfMemory) {
     hx.shape[2] = hy.shape[2] = 4096;
     EXPECT_EQ(dst_layer_forward(hl.get(), nullptr, &hx, nullptr, &hy), DST_ERR_OUT_OF_MEMORY) << dst_last_error();
     works();
+}
+
+// A stream the call cannot run on: one capturing a CUDA graph. The key-length check copies the lengths
+// to the host and waits, which capture forbids, so the call fails with the CUDA call in the message,
+// before anything is written; once the capture has ended the layer works on the context's own stream.
+TEST(CudaLayerErrors, CapturingStreamFailsCleanly) {
+    SKIP_WITHOUT_GPU();
+    const Case c{false, 0, true, DST_MASK_KEY_LENGTHS, DST_DTYPE_FP32, {2, 16, 64, 4, 128}};
+    Ctx ctx = make_cuda_ctx();
+    Layer layer = make_layer(ctx.get(), config_of(c, DST_DTYPE_FP32));
+    ASSERT_TRUE(layer);
+    randomize_params(layer.get(), 5);
+    HostTensor x = HostTensor::from_doubles(DST_DTYPE_FP32, {2, 16, 64}, Rng(6).normals(2 * 16 * 64));
+    HostTensor y(DST_DTYPE_FP32, {2, 16, 64}), lens(DST_DTYPE_INT32, {2});
+    y.poison();
+    lens.set(0, 16);
+    lens.set(1, 9);
+    DevTensor dx(ctx.get(), x), dy(ctx.get(), y), dlen(ctx.get(), lens);
+    dst_mask m = mask_none();
+    m.kind = DST_MASK_KEY_LENGTHS;
+    m.tensor = *dlen.view();
+    auto forward = [&] { return dst_layer_forward(layer.get(), nullptr, dx.view(), &m, dy.view()); };
+    cudaStream_t st;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    DST_ASSERT_OK(dst_context_set_stream(ctx.get(), st));
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    EXPECT_NE(forward(), DST_OK);
+    EXPECT_NE(std::string(dst_last_error()).find("cuda"), std::string::npos) << dst_last_error();
+    cudaGraph_t graph = nullptr;
+    (void)cudaStreamEndCapture(st, &graph);  // invalidated by the failed call
+    if (graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    DST_EXPECT_OK(dst_context_set_stream(ctx.get(), nullptr));
+    HostTensor after(DST_DTYPE_FP32, {2, 16, 64});
+    dy.download(after);
+    EXPECT_TRUE(after.same_bytes(y.bytes())) << "the failed call wrote to y";
+    DST_EXPECT_OK(forward());
+    DST_EXPECT_OK(dst_layer_backward(layer.get(), nullptr, dy.view(), dx.view(), DST_GRAD_WRITE));
+    DST_EXPECT_OK(dst_context_synchronize(ctx.get()));
+    dy.download(after);
+    for (int64_t i = 0; i < 2 * 16 * 64; ++i) ASSERT_TRUE(std::isfinite(after.get(i))) << i;
+    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
+}
+
+// The standalone LayerNorm of the C API on device memory, against the CPU backend in FP64 on the same
+// rounded inputs: an awkward row count and width, BERT-Large's width, every dtype, write and accumulate.
+TEST(CudaLayerNormApi, MatchesCpuFp64) {
+    SKIP_WITHOUT_GPU();
+    Ctx gpu = make_cuda_ctx();
+    Ctx cpu = make_ctx();
+    struct Dim {
+        int64_t n, h;
+    };
+    for (Dim d : {Dim{37, 77}, Dim{300, 1024}, Dim{5, 4096}})
+        for (dst_dtype dt : {DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16, DST_DTYPE_FP64}) {
+            SCOPED_TRACE(std::string(dst_dtype_string(dt)) + " n " + std::to_string(d.n) + " h " +
+                         std::to_string(d.h));
+            Rng rng(uint64_t(d.n * 31 + d.h + int(dt)));
+            auto rounded = [&](std::vector<double> v) {
+                for (double &e : v) e = round_to(e, dt);
+                return v;
+            };
+            const std::vector<double> xv = rounded(rng.normals(size_t(d.n * d.h), 2.0, 0.5)),
+                                      gv = rounded(rng.normals(size_t(d.h), 0.3, 1.0)),
+                                      bv = rounded(rng.normals(size_t(d.h), 0.3)),
+                                      dyv = rounded(rng.normals(size_t(d.n * d.h)));
+            struct Out {
+                std::vector<double> y, mean, dx, dg, db;
+            };
+            auto run = [&](dst_context *ctx, bool on_gpu, dst_dtype t) {
+                HostTensor x = HostTensor::from_doubles(t, {d.n, d.h}, xv), g = HostTensor::from_doubles(t, {d.h}, gv),
+                           b = HostTensor::from_doubles(t, {d.h}, bv), dy = HostTensor::from_doubles(t, {d.n, d.h}, dyv),
+                           y(t, {d.n, d.h}), st(t == DST_DTYPE_FP64 ? DST_DTYPE_FP64 : DST_DTYPE_FP32, {2, d.n}),
+                           dx(t, {d.n, d.h}), dg(t, {d.h}), db(t, {d.h});
+                for (HostTensor *o : {&y, &st, &dx, &dg, &db}) o->poison();
+                Out o;
+                if (on_gpu) {
+                    DevTensor X(ctx, x), G(ctx, g), B(ctx, b), DY(ctx, dy), Y(ctx, y), ST(ctx, st), DX(ctx, dx),
+                        DG(ctx, dg), DB(ctx, db);
+                    DST_EXPECT_OK(dst_layernorm_forward(ctx, X.view(), G.view(), B.view(), 1e-5f, Y.view(), ST.view()));
+                    DST_EXPECT_OK(dst_layernorm_backward(ctx, DY.view(), X.view(), G.view(), B.view(), ST.view(),
+                                                         DX.view(), DG.view(), DB.view(), DST_GRAD_WRITE));
+                    // Accumulate: dgamma/dbeta double, dx is written again.
+                    DST_EXPECT_OK(dst_layernorm_backward(ctx, DY.view(), X.view(), G.view(), B.view(), ST.view(),
+                                                         DX.view(), DG.view(), DB.view(), DST_GRAD_ACCUMULATE));
+                    Y.download(y);
+                    ST.download(st);
+                    DX.download(dx);
+                    DG.download(dg);
+                    DB.download(db);
+                } else {
+                    dst_tensor X = x.view(), G = g.view(), B = b.view(), DY = dy.view(), Y = y.view(),
+                               ST = st.view(), DX = dx.view(), DG = dg.view(), DB = db.view();
+                    DST_EXPECT_OK(dst_layernorm_forward(ctx, &X, &G, &B, 1e-5f, &Y, &ST));
+                    DST_EXPECT_OK(dst_layernorm_backward(ctx, &DY, &X, &G, &B, &ST, &DX, &DG, &DB, DST_GRAD_WRITE));
+                    DST_EXPECT_OK(
+                        dst_layernorm_backward(ctx, &DY, &X, &G, &B, &ST, &DX, &DG, &DB, DST_GRAD_ACCUMULATE));
+                }
+                o.y = y.doubles();
+                o.mean = st.doubles();
+                o.mean.resize(size_t(d.n));
+                o.dx = dx.doubles();
+                o.dg = dg.doubles();
+                o.db = db.doubles();
+                return o;
+            };
+            const Out got = run(gpu.get(), true, dt), ref = run(cpu.get(), false, DST_DTYPE_FP64);
+            // One rounding of each output: DESIGN.md §5 (fp64: summation order only). dgamma/dbeta are
+            // two accumulated sums, each rounded.
+            const double tol = dt == DST_DTYPE_FP64   ? 1e-12
+                               : dt == DST_DTYPE_FP32 ? 1e-5
+                               : dt == DST_DTYPE_FP16 ? 1e-3
+                                                      : 1e-2;
+            EXPECT_LE(rel_l2(got.y, ref.y), tol);
+            EXPECT_LE(rel_l2(got.mean, ref.mean), tol);
+            EXPECT_LE(rel_l2(got.dx, ref.dx), tol);
+            EXPECT_LE(rel_l2(got.dg, ref.dg), tol);
+            EXPECT_LE(rel_l2(got.db, ref.db), tol);
+        }
 }
 
 // A stream of another device is refused, and the context keeps working on its own stream.
