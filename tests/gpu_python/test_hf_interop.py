@@ -36,6 +36,7 @@ import dst_ctypes as dst  # noqa: E402  (after the skips: needs nothing but ctyp
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOL = {"fp32": 1e-5, "fp16": 1e-3, "bf16": 1e-2}
 STACK_TOL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 3e-1}  # see test_minilm_pretrained_layers
+STACK_DRAWS = 5
 TORCH_DT = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 DST_DT = {"fp32": dst.FP32, "fp16": dst.FP16, "bf16": dst.BF16}
 HF_OF_PARAM = {  # DeepSpeed parameter -> HF BertLayer parameter(s), rows concatenated
@@ -199,17 +200,8 @@ def compare_grads(case, stack, i, ref_layer, tol, failures):
         check(case, name, stack.grad(i, name), param_grad(ref_layer, name), bound, failures)
 
 
-def same_dtype_bounds(hf_layers, refs, dtype, x, mask4d, dy, y_ref, dx_ref):
-    """Bounds per tensor: max(TOL[dtype], 2 x the error of transformers itself run in `dtype`).
-
-    A whole layer (or stack) forward and backward in 16 bits reaches the DESIGN.md bound on its deepest
-    gradients whoever computes it; HABITS.md #5 asks a fused GEMM chain to be no worse than twice the
-    naive same-dtype implementation. `refs` are the fp64 reference layers, after reference() ran
-    (their parameter gradients are set); gradients are compared only for a single layer.
-    """
-    tol = TOL[dtype]
-    if dtype == "fp32":
-        return collections.defaultdict(lambda: tol)
+def same_dtype_run(hf_layers, dtype, x, mask4d, dy):
+    """transformers itself in `dtype` (on the GPU when there is one): returns (layers, y, dX)."""
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     tdt = TORCH_DT[dtype]
     layers = [copy.deepcopy(l).to(device=dev, dtype=tdt).eval() for l in hf_layers]
@@ -219,11 +211,41 @@ def same_dtype_bounds(hf_layers, refs, dtype, x, mask4d, dy, y_ref, dx_ref):
         out = layer(h, attention_mask=mask4d.to(device=dev, dtype=tdt))
         h = out[0] if isinstance(out, (tuple, list)) else out
     (h.double() * dy.detach().to(device=dev, dtype=torch.float64)).sum().backward()
-    err = {"output": rel_l2(h, y_ref), "dX": rel_l2(xr.grad, dx_ref)}
-    if len(layers) == 1:
-        for name in HF_OF_PARAM:
-            err[name] = rel_l2(param_grad(layers[0], name), param_grad(refs[0], name))
+    return layers, h, xr.grad
+
+
+def same_dtype_bounds(hf_layer, ref, dtype, x, mask4d, dy, y_ref, dx_ref):
+    """Bounds per tensor of one layer: max(TOL[dtype], 2 x the error of transformers itself in `dtype`).
+
+    A whole layer forward and backward in 16 bits reaches the DESIGN.md bound on its deepest gradients
+    whoever computes it; HABITS.md #5 asks a fused GEMM chain to be no worse than twice the naive
+    same-dtype implementation. `ref` is the fp64 reference layer after reference() ran (its parameter
+    gradients are set).
+    """
+    tol = TOL[dtype]
+    if dtype == "fp32":
+        return collections.defaultdict(lambda: tol)
+    (layer,), h, dx = same_dtype_run([hf_layer], dtype, x, mask4d, dy)
+    err = {"output": rel_l2(h, y_ref), "dX": rel_l2(dx, dx_ref)}
+    for name in HF_OF_PARAM:
+        err[name] = rel_l2(param_grad(layer, name), param_grad(ref, name))
     return collections.defaultdict(lambda: tol, {k: max(tol, 2.0 * e) for k, e in err.items()})
+
+
+class Aggregate:
+    """Relative L2 error over several draws: sqrt(sum |got - ref|^2 / sum |ref|^2)."""
+
+    def __init__(self):
+        self.num, self.den = 0.0, 0.0
+
+    def add(self, got, ref):
+        got = got.detach().to(torch.float64).cpu().reshape(-1)
+        ref = ref.detach().to(torch.float64).cpu().reshape(-1)
+        self.num += float(torch.sum((got - ref) ** 2)) if torch.isfinite(got).all() else float("inf")
+        self.den += float(torch.sum(ref ** 2))
+
+    def value(self):
+        return (self.num / self.den) ** 0.5
 
 
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "padmask"])
@@ -302,24 +324,40 @@ def test_minilm_pretrained_layers(lib, backend, dtype):
             dy = torch.randn(B, S, H, dtype=torch.float64).to(tdt)
             y, dx = stack.run(x.to(device), mask, dy.to(device), first=i, count=1)
             y_ref, dx_ref = reference([refs[i]], x, mask4d, dy)
-            bound = same_dtype_bounds([hf[i]], [refs[i]], dtype, x, mask4d, dy, y_ref, dx_ref)
+            bound = same_dtype_bounds(hf[i], refs[i], dtype, x, mask4d, dy, y_ref, dx_ref)
             case = "MiniLM layer %d %s (%s)" % (i, dtype, device)
             check(case, "output", y, y_ref, bound["output"], failures)
             check(case, "dX", dx, dx_ref, bound["dX"], failures)
             compare_grads(case, stack, i, refs[i], bound, failures)
             h = y_ref
         # The whole stack: rounding the hidden state and the gradient to the layer dtype between layers
-        # compounds over six real layers, for transformers in that dtype as for the library. Measured on
-        # the H200 machine (2026-11-29): dX 3.7e-6 fp32, 1.7e-2 fp16, 1.8e-1 bf16; a wrong weight mapping
-        # gives errors of order 1. Bound: STACK_TOL, or twice transformers' own error in the dtype.
-        x = torch.randn(B, S, H, dtype=torch.float64).to(tdt)
-        dy = torch.randn(B, S, H, dtype=torch.float64).to(tdt)
-        y, dx = stack.run(x.to(device), mask, dy.to(device))
-        y_ref, dx_ref = reference(refs, x, mask4d, dy)
-        naive = same_dtype_bounds(hf, refs, dtype, x, mask4d, dy, y_ref, dx_ref)
-        case = "MiniLM %d-layer stack %s (%s)" % (n, dtype, device)
-        check(case, "output", y, y_ref, max(STACK_TOL[dtype], naive["output"]), failures)
-        check(case, "dX", dx, dx_ref, max(STACK_TOL[dtype], naive["dX"]), failures)
+        # compounds over six real layers, for transformers in that dtype as for the library, and how
+        # much depends strongly on the draw: five draws on the H200 machine (2026-11-29) gave dX errors
+        # from 5.1e-3 to 5.5e-2 here and from 3.5e-3 to 6.1e-2 for transformers in fp16, draw by draw
+        # within 0.7x..1.5x of each other. One draw against twice transformers' error on it is a coin
+        # toss; the check aggregates STACK_DRAWS draws (relative L2 over all of them) for the library
+        # and for transformers in the dtype, and bounds the library by STACK_TOL or twice
+        # transformers' aggregate. A wrong weight mapping gives errors of order 1.
+        ours = {"output": Aggregate(), "dX": Aggregate()}
+        naive = {"output": Aggregate(), "dX": Aggregate()}
+        for _ in range(STACK_DRAWS):
+            x = torch.randn(B, S, H, dtype=torch.float64).to(tdt)
+            dy = torch.randn(B, S, H, dtype=torch.float64).to(tdt)
+            y, dx = stack.run(x.to(device), mask, dy.to(device))
+            y_ref, dx_ref = reference(refs, x, mask4d, dy)
+            ours["output"].add(y, y_ref)
+            ours["dX"].add(dx, dx_ref)
+            if dtype != "fp32":
+                _, y_n, dx_n = same_dtype_run(hf, dtype, x, mask4d, dy)
+                naive["output"].add(y_n, y_ref)
+                naive["dX"].add(dx_n, dx_ref)
+        case = "MiniLM %d-layer stack %s x%d draws (%s)" % (n, dtype, STACK_DRAWS, device)
+        for name in ("output", "dX"):
+            bound = STACK_TOL[dtype] if dtype == "fp32" else max(STACK_TOL[dtype], 2.0 * naive[name].value())
+            err = ours[name].value()
+            RESULTS.append((case, name, err, bound))
+            if not err <= bound:
+                failures.append("%s %s: rel L2 %.3e > %.1e" % (case, name, err, bound))
         assert not failures, "\n".join(failures)
     finally:
         stack.close()
