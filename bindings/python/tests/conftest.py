@@ -17,6 +17,22 @@ def small_config(**kw):
     return dst.LayerConfig(**base)
 
 
+_FIGURES = []
+
+
+@pytest.fixture(scope="session")
+def figures():
+    """Lines for the end-of-run summary: measured figures worth reading even when every test passes."""
+    return _FIGURES
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _FIGURES:
+        terminalreporter.section("measured figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture
 def ctx():
     with dst.Context("cpu") as c:

@@ -111,7 +111,7 @@ def padding_mask(B, S, device, dtype=torch.float32):
 
 @pytest.mark.parametrize("pre_ln", [True, False])
 @pytest.mark.parametrize("device,dtype", cases())
-def test_matches_plain_pytorch(device, dtype, pre_ln):
+def test_matches_plain_pytorch(device, dtype, pre_ln, figures):
     torch.manual_seed(0)
     cfg = make_config(dtype, pre_layer_norm=pre_ln)
     layer = TransformerLayer(cfg, device=device)
@@ -147,6 +147,10 @@ def test_matches_plain_pytorch(device, dtype, pre_ln):
         for name, g in ref.grads().items():
             nerr[name] = rel(naive.grads()[name], g)
         bounds = {k: max(tol, 2.0 * nerr[k]) for k in errors}
+    worst = max(errors, key=lambda k: errors[k] / bounds[k])
+    figures.append("TransformerLayer vs plain PyTorch fp64, %s %-14s %s-LN: output %.2e, dX %.2e, worst %s "
+                   "%.2e (bound %.1e)" % (device, str(dtype).replace("torch.", ""), "pre" if pre_ln else "post",
+                                          errors["output"], errors["dX"], worst, errors[worst], bounds[worst]))
     bad = {k: (v, bounds[k]) for k, v in errors.items() if not v <= bounds[k]}
     assert not bad, f"relative L2 errors above their bounds (error, bound): {bad}"
 
@@ -300,7 +304,7 @@ def build_stacks(device, n_layers=4, pre_ln=True):
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA,
                                                                                         reason="no CUDA device"))])
-def test_adamw_training_matches_plain_pytorch(device):
+def test_adamw_training_matches_plain_pytorch(device, figures):
     torch.manual_seed(5)
     ours, ref = build_stacks(device)
     opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-3, weight_decay=0.01)
@@ -322,6 +326,9 @@ def test_adamw_training_matches_plain_pytorch(device):
             opt.step()
             out.append(loss.item())
         losses.append(out)
+    figures.append("4-layer AdamW, %s: losses ours/plain %s; largest relative difference %.1e" % (
+        device, " ".join("%.5f/%.5f" % (lo, lr_) for lo, lr_ in losses),
+        max(abs(lo - lr_) / abs(lr_) for lo, lr_ in losses)))
     for step, (lo, lr_) in enumerate(losses):
         assert abs(lo - lr_) <= 1e-4 * abs(lr_), f"step {step}: ours {lo}, plain {lr_}"
     assert losses[-1][0] < losses[0][0]  # it trains
