@@ -10,11 +10,13 @@
 // separate elementwise kernel, since cuBLASLt's GELU epilogue is the tanh form only.
 // Determinism: cuBLASLt is bit-reproducible for a fixed problem, algorithm and workspace size; the
 // workspace offered to it is a fixed size (kGemmWorkspace, or the caller's workspace if smaller),
-// so the heuristic picks the same algorithm every call. Every reduction kernel is ordered.
+// so the heuristic picks the same algorithm for a problem (queried once, then cached per problem).
+// Every reduction kernel is ordered.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cublaslt_util.h"
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <new>
 
@@ -43,20 +45,6 @@ bool mask_in_compute_type(dst_dtype dt, dst_dtype mask_dtype) {
 }
 
 }  // namespace
-
-// One column-major GEMM D[M,N] = op(A)·op(B) (+ D when accumulating) (+ bias[M] by epilogue).
-struct CudaBackend::Gemm {
-    cublasOperation_t ta, tb;
-    int64_t M, N, K;
-    const void *A;
-    int64_t lda;
-    const void *B;
-    int64_t ldb;
-    void *D;
-    int64_t ldd;
-    bool accumulate;
-    const void *bias;
-};
 
 // ---- lifetime ----------------------------------------------------------------------------------
 
@@ -242,24 +230,31 @@ size_t CudaBackend::gemm_workspace_bytes() const {
     return user_ws_ ? (user_ws_bytes_ < kGemmWorkspace ? user_ws_bytes_ : kGemmWorkspace) : kGemmWorkspace;
 }
 
+namespace {
+
+dst_status make_layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
+                       int64_t batch, int64_t stride) {
+    DST_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(l, type, rows, cols, ld));
+    if (batch == 1) return DST_OK;
+    const int32_t count = static_cast<int32_t>(batch);
+    DST_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    DST_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                        sizeof stride));
+    return DST_OK;
+}
+
+}  // namespace
+
 dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
-    cudaDataType_t type, scale_type;
-    cublasComputeType_t compute;
+    cudaDataType_t type, scale_type = CUDA_R_32F;
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
     switch (dt) {
         case DST_DTYPE_FP32:
-            type = scale_type = CUDA_R_32F;
-            compute = allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+            type = CUDA_R_32F;
+            if (allow_tf32_) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
             break;
-        case DST_DTYPE_FP16:
-            type = CUDA_R_16F;
-            scale_type = CUDA_R_32F;
-            compute = CUBLAS_COMPUTE_32F;
-            break;
-        case DST_DTYPE_BF16:
-            type = CUDA_R_16BF;
-            scale_type = CUDA_R_32F;
-            compute = CUBLAS_COMPUTE_32F;
-            break;
+        case DST_DTYPE_FP16: type = CUDA_R_16F; break;
+        case DST_DTYPE_BF16: type = CUDA_R_16BF; break;
         case DST_DTYPE_FP64:
             type = scale_type = CUDA_R_64F;
             compute = CUBLAS_COMPUTE_64F;
@@ -268,6 +263,7 @@ dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
             return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: gemm: unsupported dtype %d",
                              static_cast<int>(dt));
     }
+    const cudaDataType_t d_type = g.d_fp32 ? CUDA_R_32F : type;
 
     LtMatmul mm;
     DST_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&mm.op, compute, scale_type));
@@ -285,44 +281,58 @@ dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
                                                           &bias_type, sizeof bias_type));
     }
     const bool an = g.ta == CUBLAS_OP_N, bn = g.tb == CUBLAS_OP_N;
-    DST_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&mm.a, type, an ? g.M : g.K, an ? g.K : g.M, g.lda));
-    DST_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&mm.b, type, bn ? g.K : g.N, bn ? g.N : g.K, g.ldb));
-    DST_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&mm.d, type, g.M, g.N, g.ldd));
+    DST_TRY(make_layout(&mm.a, type, an ? g.M : g.K, an ? g.K : g.M, g.lda, g.batch, g.sa));
+    DST_TRY(make_layout(&mm.b, type, bn ? g.K : g.N, bn ? g.N : g.K, g.ldb, g.batch, g.sb));
+    DST_TRY(make_layout(&mm.d, d_type, g.M, g.N, g.ldd, g.batch, g.sd));
 
     const size_t ws_bytes = gemm_workspace_bytes();
     void *ws = nullptr;
     DST_TRY(workspace(ws_bytes, &ws));
-    const uint64_t ws_limit = ws_bytes;
-    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&mm.pref));
-    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        mm.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_limit, sizeof ws_limit));
-    const uint32_t al_a = pointer_alignment(g.A), al_b = pointer_alignment(g.B),
-                   al_d = pointer_alignment(g.D);
-    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
-    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-
-    cublasLtMatmulHeuristicResult_t heur{};
-    int found = 0;
-    DST_CUBLASLT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, mm.op, mm.a, mm.b, mm.d, mm.d, mm.pref, 1,
-                                                      &heur, &found));
-    if (found < 1)
-        return set_error(DST_ERR_BACKEND,
-                         "cuda backend: cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (dtype %d)",
-                         static_cast<long long>(g.M), static_cast<long long>(g.N),
-                         static_cast<long long>(g.K), static_cast<int>(dt));
-    const float alpha_f = 1.0f, beta_f = g.accumulate ? 1.0f : 0.0f;
-    const double alpha_d = 1.0, beta_d = g.accumulate ? 1.0 : 0.0;
+    const uint32_t al_a = pointer_alignment(g.A), al_b = pointer_alignment(g.B), al_d = pointer_alignment(g.D);
+    const int64_t key[20] = {static_cast<int64_t>(dt), ta, tb, g.M, g.N, g.K, g.lda, g.sa, g.ldb, g.sb,
+                             g.ldd, g.sd, g.batch, g.d_fp32, al_a, al_b, al_d,
+                             static_cast<int64_t>(ws_bytes), allow_tf32_, g.bias ? pointer_alignment(g.bias) : 0};
+    const LtAlgoEntry *hit = nullptr;
+    for (const LtAlgoEntry &e : lt_algos_)
+        if (std::memcmp(e.key, key, sizeof key) == 0) hit = &e;
+    if (!hit) {
+        const uint64_t ws_limit = ws_bytes;
+        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&mm.pref));
+        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(mm.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                &ws_limit, sizeof ws_limit));
+        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+        cublasLtMatmulHeuristicResult_t heur{};
+        int found = 0;
+        DST_CUBLASLT_CHECK(
+            cublasLtMatmulAlgoGetHeuristic(lt_, mm.op, mm.a, mm.b, mm.d, mm.d, mm.pref, 1, &heur, &found));
+        if (found < 1)
+            return set_error(DST_ERR_BACKEND,
+                             "cuda backend: cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (batch %lld, "
+                             "dtype %d)",
+                             static_cast<long long>(g.M), static_cast<long long>(g.N),
+                             static_cast<long long>(g.K), static_cast<long long>(g.batch), static_cast<int>(dt));
+        if (lt_algos_.size() >= 256) lt_algos_.clear();
+        LtAlgoEntry e;
+        std::memcpy(e.key, key, sizeof key);
+        e.algo = heur.algo;
+        e.ws = heur.workspaceSize;
+        lt_algos_.push_back(e);
+        hit = &lt_algos_.back();
+    }
+    const float alpha_f = g.alpha, beta_f = g.accumulate ? 1.0f : 0.0f;
+    const double alpha_d = g.alpha, beta_d = g.accumulate ? 1.0 : 0.0;
     const bool dbl = scale_type == CUDA_R_64F;
     const void *alpha = dbl ? static_cast<const void *>(&alpha_d) : static_cast<const void *>(&alpha_f);
     const void *beta = dbl ? static_cast<const void *>(&beta_d) : static_cast<const void *>(&beta_f);
     DST_CUBLASLT_CHECK(cublasLtMatmul(lt_, mm.op, alpha, g.A, mm.a, g.B, mm.b, beta, g.D, mm.d, g.D, mm.d,
-                                      &heur.algo, ws, heur.workspaceSize, stream_));
+                                      &hit->algo, ws, hit->ws, stream_));
     return DST_OK;
 }
 
@@ -335,8 +345,9 @@ dst_status CudaBackend::linear_fwd(dst_dtype dt, const void *x, const void *w, c
     const bool epilogue_bias = b && dt != DST_DTYPE_FP64 && pointer_alignment(b) >= 16;
     if (b && !epilogue_bias) DST_TRY(cuda::bias_broadcast(stream_, dt, b, target, n, m));
     // D[m,n] = (W as k×m)ᵀ · (x as k×n)
-    const Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, w, k, x, k, target, m, b && !epilogue_bias,
-                 epilogue_bias ? b : nullptr};
+    Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, w, k, 0, x, k, 0, target, m, 0};
+    g.accumulate = b && !epilogue_bias;
+    g.bias = epilogue_bias ? b : nullptr;
     DST_TRY(gemm(dt, g));
     if (gelu) DST_TRY(cuda::gelu_fwd(stream_, dt, *gelu, target, y, n * m));
     return DST_OK;
@@ -351,7 +362,8 @@ dst_status CudaBackend::linear_bwd_data(dst_dtype dt, const void *dy, const void
         return DST_OK;
     }
     // D[k,n] = (W as k×m) · (dy as m×n)
-    const Gemm g{CUBLAS_OP_N, CUBLAS_OP_N, k, n, m, w, k, dy, m, dx, k, accumulate, nullptr};
+    Gemm g{CUBLAS_OP_N, CUBLAS_OP_N, k, n, m, w, k, 0, dy, m, 0, dx, k, 0};
+    g.accumulate = accumulate;
     return gemm(dt, g);
 }
 
@@ -368,7 +380,8 @@ dst_status CudaBackend::linear_bwd_weight(dst_dtype dt, const void *dy, const vo
     }
     if (dw && k > 0) {
         // D[k,m] = (x as k×n) · (dy as m×n)ᵀ
-        const Gemm g{CUBLAS_OP_N, CUBLAS_OP_T, k, m, n, x, k, dy, m, dw, k, accumulate, nullptr};
+        Gemm g{CUBLAS_OP_N, CUBLAS_OP_T, k, m, n, x, k, 0, dy, m, 0, dw, k, 0};
+        g.accumulate = accumulate;
         DST_TRY(gemm(dt, g));
     }
     if (db) {
@@ -442,7 +455,19 @@ dst_status CudaBackend::add(dst_dtype dt, const void *a, const void *b, void *y,
 
 namespace {
 
-cuda::AttentionLaunch make_launch(dst_dtype dt, const AttentionParams &p) {
+dst_status check_mask(const AttentionParams &p) {
+    if (p.mask_kind == DST_MASK_NONE) return DST_OK;
+    if (!p.mask) return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: attention mask is NULL");
+    if (p.mask_kind == DST_MASK_KEY_LENGTHS && p.mask_dtype != DST_DTYPE_INT32)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: key lengths must be int32");
+    if (p.mask_kind == DST_MASK_ADDITIVE && p.mask_dtype == DST_DTYPE_INT32)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: an additive mask cannot be int32");
+    return DST_OK;
+}
+
+}  // namespace
+
+cuda::AttentionLaunch CudaBackend::attention_launch(dst_dtype dt, const AttentionParams &p) {
     cuda::AttentionLaunch l;
     l.dt = dt;
     l.batch = p.batch;
@@ -457,41 +482,37 @@ cuda::AttentionLaunch make_launch(dst_dtype dt, const AttentionParams &p) {
     return l;
 }
 
-dst_status check_mask(const AttentionParams &p) {
-    if (p.mask_kind == DST_MASK_NONE) return DST_OK;
-    if (!p.mask) return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: attention mask is NULL");
-    if (p.mask_kind == DST_MASK_KEY_LENGTHS && p.mask_dtype != DST_DTYPE_INT32)
-        return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: key lengths must be int32");
-    if (p.mask_kind == DST_MASK_ADDITIVE && p.mask_dtype == DST_DTYPE_INT32)
-        return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: an additive mask cannot be int32");
-    return DST_OK;
+size_t CudaBackend::key_bias_bytes(dst_dtype dt, const AttentionParams &p) {
+    if (p.mask_kind != DST_MASK_ADDITIVE || mask_in_compute_type(dt, p.mask_dtype)) return 0;
+    return align_up(size_t(p.batch * p.seq) * cuda::compute_size(dt), 256);
 }
 
-}  // namespace
+dst_status CudaBackend::set_key_bias(dst_dtype dt, const AttentionParams &p, void *scratch,
+                                     cuda::AttentionLaunch *l) {
+    if (key_bias_bytes(dt, p) > 0) {
+        DST_TRY(cuda::attention_key_bias(stream_, dt, p.mask_dtype, p.mask, scratch, p.batch * p.seq));
+        l->key_bias = scratch;
+    } else if (p.mask_kind == DST_MASK_ADDITIVE) {
+        l->key_bias = p.mask;
+    }
+    return DST_OK;
+}
 
 dst_status CudaBackend::attention_fwd(dst_dtype dt, const AttentionParams &p, const void *qkv, void *ctx,
                                       void *probs, void *lse) {
     DST_TRY(activate());
     DST_TRY(check_mask(p));
-    cuda::AttentionLaunch l = make_launch(dt, p);
-    const size_t cs = cuda::compute_size(dt);
-    const bool additive = p.mask_kind == DST_MASK_ADDITIVE;
-    const bool convert = additive && !mask_in_compute_type(dt, p.mask_dtype);
-    const size_t bias_bytes = convert ? align_up(size_t(p.batch * p.seq) * cs, 256) : 0;
+    const size_t bias_bytes = key_bias_bytes(dt, p);
     {
         const void *ptrs[] = {qkv, ctx, probs, lse};
         if (attention_gemm_bytes(dt, p, false, bias_bytes, ptrs, 4) > 0)
             return attention_gemm_fwd(dt, p, bias_bytes, qkv, ctx, probs, lse);
     }
-    const size_t lse_bytes = (probs && !lse) ? size_t(p.batch * p.heads * p.seq) * cs : 0;
+    const size_t lse_bytes = (probs && !lse) ? size_t(p.batch * p.heads * p.seq) * cuda::compute_size(dt) : 0;
     void *ws = nullptr;
     DST_TRY(workspace(bias_bytes + lse_bytes, &ws));
-    if (convert) {
-        DST_TRY(cuda::attention_key_bias(stream_, dt, p.mask_dtype, p.mask, ws, p.batch * p.seq));
-        l.key_bias = ws;
-    } else if (additive) {
-        l.key_bias = p.mask;
-    }
+    cuda::AttentionLaunch l = attention_launch(dt, p);
+    DST_TRY(set_key_bias(dt, p, ws, &l));
     void *lse_out = lse ? lse : (probs ? static_cast<char *>(ws) + bias_bytes : nullptr);
     DST_TRY(cuda::attention_fwd(stream_, l, qkv, ctx, lse_out));
     if (probs) DST_TRY(cuda::attention_probs(stream_, l, qkv, lse_out, probs));
@@ -503,24 +524,16 @@ dst_status CudaBackend::attention_bwd(dst_dtype dt, const AttentionParams &p, co
                                       const void *lse, void *dqkv) {
     DST_TRY(activate());
     DST_TRY(check_mask(p));
-    cuda::AttentionLaunch l = make_launch(dt, p);
-    const size_t cs = cuda::compute_size(dt);
-    const bool additive = p.mask_kind == DST_MASK_ADDITIVE;
-    const bool convert = additive && !mask_in_compute_type(dt, p.mask_dtype);
-    const size_t bias_bytes = convert ? align_up(size_t(p.batch * p.seq) * cs, 256) : 0;
+    const size_t bias_bytes = key_bias_bytes(dt, p);
     {
         const void *ptrs[] = {qkv, ctx, dctx, probs, lse, dqkv};
         if ((probs || lse) && attention_gemm_bytes(dt, p, true, bias_bytes, ptrs, 6) > 0)
             return attention_gemm_bwd(dt, p, bias_bytes, qkv, ctx, dctx, probs, lse, dqkv);
     }
+    cuda::AttentionLaunch l = attention_launch(dt, p);
     void *ws = nullptr;
     DST_TRY(workspace(bias_bytes + cuda::attention_bwd_workspace(l), &ws));
-    if (convert) {
-        DST_TRY(cuda::attention_key_bias(stream_, dt, p.mask_dtype, p.mask, ws, p.batch * p.seq));
-        l.key_bias = ws;
-    } else if (additive) {
-        l.key_bias = p.mask;
-    }
+    DST_TRY(set_key_bias(dt, p, ws, &l));
     return cuda::attention_bwd(stream_, l, qkv, ctx, dctx, probs, lse, dqkv,
                                static_cast<char *>(ws) + bias_bytes);
 }

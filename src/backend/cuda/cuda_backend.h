@@ -18,6 +18,10 @@
 
 namespace dst {
 
+namespace cuda {
+struct AttentionLaunch;  // kernels/attention.cuh
+}  // namespace cuda
+
 class CudaBackend final : public Backend {
 public:
     // Use make_cuda_backend().
@@ -94,11 +98,33 @@ private:
     dst_status activate() const;  // cudaSetDevice(device_)
     // A pointer to at least `bytes` of workspace (nullptr for 0 bytes); grows the owned one.
     dst_status workspace(size_t bytes, void **ptr);
-    struct Gemm;
+    // One column-major cuBLASLt GEMM, strided-batched when batch > 1, k < batch:
+    //   D_k = alpha·op(A_k)·op(B_k) (+ D_k when accumulate) (+ bias[M] by the BIAS epilogue).
+    // A, B and bias in the storage dtype; D in it, or in fp32 when d_fp32. Accumulation in fp32
+    // (TF32 only when allowed), fp64 for FP64. The heuristic's choice is cached per problem.
+    struct Gemm {
+        cublasOperation_t ta, tb;
+        int64_t M, N, K;
+        const void *A;
+        int64_t lda, sa;
+        const void *B;
+        int64_t ldb, sb;
+        void *D;
+        int64_t ldd, sd;
+        int64_t batch = 1;
+        float alpha = 1.0f;
+        bool d_fp32 = false;
+        bool accumulate = false;
+        const void *bias = nullptr;
+    };
     dst_status gemm(dst_dtype dt, const Gemm &g);
+    // ---- attention: the launch description both paths share ----
+    static cuda::AttentionLaunch attention_launch(dst_dtype dt, const AttentionParams &p);
+    // Workspace bytes for an additive mask converted to the compute type (0: used as it is).
+    static size_t key_bias_bytes(dst_dtype dt, const AttentionParams &p);
+    // Sets l->key_bias: the additive mask itself, or converted into `scratch` (key_bias_bytes).
+    dst_status set_key_bias(dst_dtype dt, const AttentionParams &p, void *scratch, cuda::AttentionLaunch *l);
     // ---- the GEMM attention path (attention_path.cpp) ----
-    struct BatchedGemm;
-    dst_status batched_gemm(dst_dtype dt, const BatchedGemm &g);
     // Workspace bytes the path needs beyond `extra` (converted mask) and the GEMM workspace, or 0
     // when the call must take the generic kernels.
     size_t attention_gemm_bytes(dst_dtype dt, const AttentionParams &p, bool backward, size_t extra,
@@ -122,7 +148,7 @@ private:
     size_t user_ws_bytes_ = 0;
     int *flag_ = nullptr;  // device int for all_nonzero
     bool attn_gemm_ = true;
-    // cuBLASLt heuristic results of the batched GEMMs, by problem (same problem: same algorithm).
+    // cuBLASLt heuristic results of the GEMMs, by problem (same problem: same algorithm).
     struct LtAlgoEntry {
         int64_t key[20];
         cublasLtMatmulAlgo_t algo;
