@@ -142,3 +142,11 @@ dst_status dst_checkpoint_convert(const char *in_path, dst_weight_layout in_layo
                                        summary_size);
     });
 }
+
+dst_status dst_checkpoint_describe(const char *path, char *summary, size_t summary_size, size_t *summary_len) {
+    static const char fn[] = "dst_checkpoint_describe";
+    return guarded(fn, [&]() -> dst_status {
+        DST_TRY(path_check(fn, "path", path));
+        return dst::checkpoint_describe(fn, path, summary, summary_size, summary_len);
+    });
+}

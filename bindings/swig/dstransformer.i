@@ -43,7 +43,7 @@
 
 /* ---- scalar out-parameters ------------------------------------------------------------------ */
 %apply int *OUTPUT { int *id, int *count, int *threads };
-%apply size_t *OUTPUT { size_t *bytes, size_t *client_state_len };
+%apply size_t *OUTPUT { size_t *bytes, size_t *client_state_len, size_t *summary_len };
 %apply uint64_t *OUTPUT { uint64_t *seed, uint64_t *offset };
 %apply int *OUTPUT { dst_backend *backend, dst_param *param };
 

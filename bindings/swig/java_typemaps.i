@@ -144,7 +144,7 @@ DSTJ_HANDLE_OUT(dst_saved)
 /* Defined under the OUTPUT name too, so that dstransformer.i's %apply picks them up when this file
    is included before it; the named %apply below covers the other order. */
 %apply long long *OUTPUT { size_t *OUTPUT, uint64_t *OUTPUT };
-%apply long long *OUTPUT { size_t *bytes, size_t *client_state_len, uint64_t *seed, uint64_t *offset };
+%apply long long *OUTPUT { size_t *bytes, size_t *client_state_len, size_t *summary_len, uint64_t *seed, uint64_t *offset };
 %apply int *OUTPUT { int *id, int *count, int *threads, dst_backend *backend, dst_param *param };
 
 /* ---- output character buffers as byte[] (a NUL-terminated string is written) --------------------- */

@@ -35,6 +35,17 @@ std::string shape_text(const Shape &s) {
     return t + "]";
 }
 
+// Copies `text` into buf[size] (NUL-terminated, truncated to fit; nothing when buf is NULL or size 0)
+// and its full length into *len (when len is not NULL).
+void copy_text(const std::string &text, char *buf, size_t size, size_t *len) {
+    if (buf && size > 0) {
+        const size_t n = std::min(text.size(), size - 1);
+        if (n) std::memcpy(buf, text.data(), n);
+        buf[n] = '\0';
+    }
+    if (len) *len = text.size();
+}
+
 // Shape of the full parameter `p` of a layer with hidden size H and FFN size I.
 Shape param_shape(int p, int64_t H, int64_t I) {
     switch (p) {
@@ -304,13 +315,8 @@ dst_status checkpoint_load(const char *fn, Layer *const *layers, int num_layers,
         ctx.rng_offset = offset;
     }
     const auto cs = h.metadata.find("client_state");
-    const size_t len = cs == h.metadata.end() ? 0 : cs->second.size();
-    if (client_state && client_state_size > 0) {
-        const size_t n = std::min(len, client_state_size - 1);
-        if (n) std::memcpy(client_state, cs->second.data(), n);
-        client_state[n] = '\0';
-    }
-    if (client_state_len) *client_state_len = len;
+    copy_text(cs == h.metadata.end() ? std::string() : cs->second, client_state, client_state_size,
+              client_state_len);
     return DST_OK;
 }
 
@@ -493,10 +499,69 @@ dst_status checkpoint_convert(const char *fn, const char *in_path, dst_weight_la
             s += (n ? ", " : ": ") + passthrough[n]->name;
         if (passthrough.size() > 8) s += ", ...";
         s += "\n";
-        const size_t n = std::min(s.size(), summary_size - 1);
-        std::memcpy(summary, s.data(), n);
-        summary[n] = '\0';
+        copy_text(s, summary, summary_size, nullptr);
     }
+    return DST_OK;
+}
+
+dst_status checkpoint_describe(const char *fn, const char *path, char *summary, size_t summary_size,
+                               size_t *summary_len) {
+    st::Reader rd;
+    DST_TRY(rd.open(fn, path));
+    const st::Header &h = rd.header();
+
+    std::vector<std::pair<std::string, size_t>> dtypes;  // in order of first appearance
+    struct Group {
+        std::string prefix;
+        dst_weight_layout layout;
+        bool grad;
+        std::set<int> layers;
+        size_t tensors = 0;
+    };
+    std::vector<Group> groups;
+    size_t other = 0;
+    for (const st::Entry &e : h.tensors) {
+        auto d = std::find_if(dtypes.begin(), dtypes.end(), [&](const auto &x) { return x.first == e.dtype; });
+        if (d == dtypes.end()) dtypes.emplace_back(e.dtype, 1);
+        else ++d->second;
+        // "[grad.]<prefix>layer.<i>.<suffix>": try every "layer." that starts a dotted component.
+        const size_t start = e.name.compare(0, 5, "grad.") == 0 ? 5 : 0;
+        bool found = false;
+        for (size_t pos = e.name.find("layer.", start); !found && pos != std::string::npos;
+             pos = e.name.find("layer.", pos + 1)) {
+            if (pos != start && e.name[pos - 1] != '.') continue;
+            const std::string prefix = e.name.substr(start, pos - start);
+            for (dst_weight_layout lay : {DST_LAYOUT_DEEPSPEED, DST_LAYOUT_HF_BERT}) {
+                layout::NameRef ref;
+                if (!layout::parse_name(lay, prefix, e.name, &ref)) continue;
+                auto g = std::find_if(groups.begin(), groups.end(), [&](const Group &x) {
+                    return x.prefix == prefix && x.layout == lay && x.grad == ref.grad;
+                });
+                if (g == groups.end()) g = groups.insert(groups.end(), Group{prefix, lay, ref.grad, {}, 0});
+                g->layers.insert(ref.layer);
+                ++g->tensors;
+                found = true;
+                break;
+            }
+        }
+        if (!found) ++other;
+    }
+
+    std::string s = "file: " + std::string(path) + " (" + std::to_string(h.data_start + h.data_size) +
+                    " bytes, header " + std::to_string(h.data_start - 8) + " bytes, data " +
+                    std::to_string(h.data_size) + " bytes)\n";
+    s += "tensors: " + std::to_string(h.tensors.size()) + "\ndtypes:";
+    for (const auto &d : dtypes) s += " " + d.first + " x" + std::to_string(d.second);
+    s += "\n";
+    if (groups.empty()) s += "layers: none recognised\n";
+    for (const Group &g : groups)
+        s += "layers: " + std::to_string(g.layers.size()) + (g.grad ? " gradient sets" : "") + " (layout " +
+             layout::layout_name(g.layout) + ", prefix \"" + g.prefix + "\", " + std::to_string(g.tensors) +
+             " tensors)\n";
+    s += "other tensors: " + std::to_string(other) + "\n";
+    s += "metadata: " + std::to_string(h.metadata.size()) + " entries\n";
+    for (const auto &kv : h.metadata) s += "  " + kv.first + ": " + kv.second + "\n";
+    copy_text(s, summary, summary_size, summary_len);
     return DST_OK;
 }
 

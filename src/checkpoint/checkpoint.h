@@ -1,5 +1,5 @@
-// Checkpoints of layer stacks (dst_checkpoint_save/load) and file-to-file layout conversion
-// (dst_checkpoint_convert), on top of the safetensors reader/writer and the layout name tables.
+// Checkpoints of layer stacks (dst_checkpoint_save/load), file-to-file layout conversion
+// (dst_checkpoint_convert) and description (dst_checkpoint_describe), on top of the safetensors reader/writer and the layout name tables.
 // The C API validated the arguments (non-NULL layers and path, num_layers >= 1, options complete with
 // a known layout and save_dtype); `fn` prefixes every message.
 #ifndef DST_CHECKPOINT_CHECKPOINT_H
@@ -26,6 +26,9 @@ dst_status checkpoint_load(const char *fn, Layer *const *layers, int num_layers,
 dst_status checkpoint_convert(const char *fn, const char *in_path, dst_weight_layout in_layout,
                               const char *in_prefix, const char *out_path, dst_weight_layout out_layout,
                               const char *out_prefix, char *summary, size_t summary_size);
+
+dst_status checkpoint_describe(const char *fn, const char *path, char *summary, size_t summary_size,
+                               size_t *summary_len);
 
 }  // namespace dst
 

@@ -798,6 +798,11 @@ TEST_F(Checkpoint, EveryTruncationFailsCleanly) {
         const dst_status cs = dst_checkpoint_convert(cut_path.c_str(), DST_LAYOUT_DEEPSPEED, nullptr, out.c_str(),
                                                      DST_LAYOUT_HF_BERT, nullptr, nullptr, 0);
         ASSERT_EQ(cs, DST_ERR_FORMAT) << "cut at " << cut << ": " << dst_last_error();
+        char text[8] = "keep";
+        size_t len = 12345;
+        ASSERT_EQ(dst_checkpoint_describe(cut_path.c_str(), text, sizeof text, &len), DST_ERR_FORMAT)
+            << "cut at " << cut;
+        ASSERT_TRUE(std::string(text) == "keep" && len == 12345u) << "cut at " << cut;
         ASSERT_EQ(slurp(cut_path), bytes);
     }
     EXPECT_TRUE(snapshot(s) == before);
@@ -1107,6 +1112,69 @@ TEST_F(Checkpoint, ConvertFailures) {
                                      DST_LAYOUT_DEEPSPEED, nullptr, nullptr, 0),
               DST_ERR_IO);
     EXPECT_EQ(slurp(out), "existing");
+}
+
+// dst_checkpoint_describe: what a file holds, without layers; truncation; errors leave the buffer.
+TEST_F(Checkpoint, Describe) {
+    Stack a = make_stack(3, DST_DTYPE_FP16, false, 1);
+    randomize(a, true, 3);
+    dst_checkpoint_options o;
+    dst_checkpoint_options_default(&o);
+    o.include_grads = 1;
+    o.client_state = "epoch=3";
+    const std::string f = path("described.safetensors");
+    ASSERT_DST_OK(dst_checkpoint_save(a.data(), 3, f.c_str(), &o));
+    std::vector<StT> ts = hf_layer_tensors("bert.encoder.", 4, 16, 40, 1);
+    ts.push_back(StT{"bert.pooler.dense.bias", "F32", {16}, std::string(64, '\0')});
+    const std::string hf = path("hf.safetensors");
+    spit(hf, build(ts, {{"format", "pt"}}).bytes());
+
+    std::vector<char> text(1 << 14, 'x');
+    size_t len = 0;
+    ASSERT_DST_OK(dst_checkpoint_describe(f.c_str(), text.data(), text.size(), &len));
+    std::string d(text.data());
+    EXPECT_EQ(d.size(), len);
+    EXPECT_TRUE(contains(d, "file: " + f + " (" + std::to_string(fs::file_size(f)) + " bytes")) << d;
+    EXPECT_TRUE(contains(d, "tensors: 72\ndtypes: F16 x72\n")) << d;
+    EXPECT_TRUE(contains(d, "layers: 3 (layout deepspeed, prefix \"\", 36 tensors)")) << d;
+    EXPECT_TRUE(contains(d, "layers: 3 gradient sets (layout deepspeed, prefix \"\", 36 tensors)")) << d;
+    EXPECT_TRUE(contains(d, "other tensors: 0\n")) << d;
+    EXPECT_TRUE(contains(d, "  client_state: epoch=3\n")) << d;
+    EXPECT_TRUE(contains(d, "  layout: deepspeed\n")) << d;
+
+    ASSERT_DST_OK(dst_checkpoint_describe(hf.c_str(), text.data(), text.size(), &len));
+    d = text.data();
+    EXPECT_TRUE(contains(d, "tensors: 17\n")) << d;
+    EXPECT_TRUE(contains(d, "layers: 1 (layout hf_bert, prefix \"bert.encoder.\", 16 tensors)")) << d;
+    EXPECT_TRUE(contains(d, "other tensors: 1\n")) << d;
+    EXPECT_TRUE(contains(d, "metadata: 1 entries\n  format: pt\n")) << d;
+
+    // Truncated to the buffer, NUL-terminated; the full length is reported; NULL buffer: length only.
+    char small[10];
+    size_t full = 0;
+    ASSERT_DST_OK(dst_checkpoint_describe(hf.c_str(), small, sizeof small, &full));
+    EXPECT_EQ(std::string(small), d.substr(0, 9));
+    EXPECT_EQ(full, d.size());
+    full = 0;
+    ASSERT_DST_OK(dst_checkpoint_describe(hf.c_str(), nullptr, 0, &full));
+    EXPECT_EQ(full, d.size());
+    ASSERT_DST_OK(dst_checkpoint_describe(hf.c_str(), nullptr, 0, nullptr));
+
+    // Errors: status and message, the buffer and length untouched.
+    auto fails = [&](const char *p, dst_status want, const char *frag) {
+        char keep[8] = "keep";
+        size_t n = 12345;
+        EXPECT_EQ(dst_checkpoint_describe(p, keep, sizeof keep, &n), want) << frag;
+        EXPECT_TRUE(contains(dst_last_error(), "dst_checkpoint_describe")) << dst_last_error();
+        EXPECT_TRUE(contains(dst_last_error(), frag)) << dst_last_error();
+        EXPECT_TRUE(std::string(keep) == "keep" && n == 12345u) << frag;
+    };
+    fails(nullptr, DST_ERR_INVALID_ARGUMENT, "path is NULL");
+    fails("", DST_ERR_INVALID_ARGUMENT, "path is empty");
+    const std::string absent = path("absent.safetensors"), bad = path("bad.safetensors");
+    fails(absent.c_str(), DST_ERR_IO, "cannot open");
+    spit(bad, raw_file("{\"t\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 8]}}", std::string(16, '\0')));
+    fails(bad.c_str(), DST_ERR_FORMAT, "\"t\"");
 }
 
 #ifdef DST_CONVERT_EXE

@@ -3,7 +3,8 @@
 //   - loaded with dst_checkpoint_load into a stack of two small Post-LN layers (fp32 and bf16,
 //     H = 8, 2 heads, I = 16) in the DeepSpeed layout (with and without gradients) and the Hugging
 //     Face layout (prefix detection), and
-//   - converted with dst_checkpoint_convert in both directions.
+//   - converted with dst_checkpoint_convert in both directions, and
+//   - described with dst_checkpoint_describe (a buffer smaller than most descriptions).
 // Any crash, sanitizer report or leak is a bug; every status is fine. A failed load must leave the
 // layers unchanged, which the target checks too (it aborts otherwise).
 //
@@ -147,5 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                  nullptr, summary, sizeof summary);
     (void)dst_checkpoint_convert(g_in.c_str(), DST_LAYOUT_HF_BERT, nullptr, g_out.c_str(), DST_LAYOUT_DEEPSPEED,
                                  "x.", summary, sizeof summary);
+    size_t len = 0;
+    (void)dst_checkpoint_describe(g_in.c_str(), summary, sizeof summary, &len);
     return 0;
 }

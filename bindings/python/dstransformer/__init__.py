@@ -3,7 +3,7 @@
 Main classes: :class:`Context` (backend, device, RNG state, stream), :class:`LayerConfig` (DeepSpeed's
 ``DeepSpeedTransformerConfig`` fields), :class:`Layer` (forward/backward on NumPy arrays on the CPU
 backend or on device arrays on CUDA), :class:`SavedActivations`, :class:`Mask`; checkpoints with
-:func:`save_checkpoint`, :func:`load_checkpoint` and :func:`convert`. The PyTorch drop-in for DeepSpeed's
+:func:`save_checkpoint`, :func:`load_checkpoint`, :func:`convert` and :func:`describe_checkpoint`. The PyTorch drop-in for DeepSpeed's
 ``DeepSpeedTransformerLayer`` is in :mod:`dstransformer.torch` (imported on demand; this package does not
 need torch). The raw SWIG module, a complete wrapping of the C API, is :mod:`dstransformer._native`.
 
@@ -38,6 +38,7 @@ from ._core import (  # noqa: E402
     SavedActivations,
     convert,
     cuda_device_count,
+    describe_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "convert",
+    "describe_checkpoint",
     "cuda_device_count",
     "version",
     "version_number",

@@ -856,3 +856,15 @@ def convert(in_path: Union[str, os.PathLike], out_path: Union[str, os.PathLike],
     layers (``dst_checkpoint_convert``). Returns the library's summary of what was read and written."""
     return _native.dst_checkpoint_convert(os.fspath(in_path), _layout(in_layout), in_prefix,
                                           os.fspath(out_path), _layout(out_layout), out_prefix, 1 << 16)
+
+
+def describe_checkpoint(path: Union[str, os.PathLike]) -> str:
+    """The library's description of a checkpoint file (``dst_checkpoint_describe``): sizes, tensor count
+    and dtypes, the layers found under each layout and prefix, and the metadata. Reads only the header,
+    which it validates; raises :class:`FormatError` or :class:`DstIOError` like :func:`load_checkpoint`."""
+    cap = 1 << 14
+    while True:
+        text, full_len = _native.dst_checkpoint_describe(os.fspath(path), cap)
+        if int(full_len) < cap:
+            return text
+        cap = int(full_len) + 1  # truncated: ask again with room for all of it

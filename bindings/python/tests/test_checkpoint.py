@@ -1,4 +1,4 @@
-"""safetensors checkpoints through dst_checkpoint_save/load/convert."""
+"""safetensors checkpoints through dst_checkpoint_save/load/convert/describe."""
 
 import json
 import struct
@@ -54,6 +54,10 @@ def test_long_client_state_and_grads(ctx, rng, tmp_path):
     other = dst.Layer(ctx, small_config())
     assert other.load(path, include_grads=True) == long_state
     assert np.array_equal(other.grad("inter_w"), layer.grad("inter_w"))
+    text = dst.describe_checkpoint(path)  # longer than its first buffer too
+    assert "\n  client_state: " + long_state + "\n" in text
+    assert 'layers: 1 (layout deepspeed, prefix "", 12 tensors)' in text
+    assert 'layers: 1 gradient sets (layout deepspeed, prefix "", 12 tensors)' in text
 
 
 def test_hf_layout_and_convert(ctx, rng, tmp_path):
@@ -86,6 +90,10 @@ def test_checkpoint_errors(ctx, tmp_path):
     with pytest.raises(dst.FormatError) as ei:
         layer.load(bad)
     assert ei.value.status == 8 and ei.value.message
+    with pytest.raises(dst.FormatError, match="dst_checkpoint_describe"):
+        dst.describe_checkpoint(bad)
+    with pytest.raises(dst.DstIOError):
+        dst.describe_checkpoint(tmp_path / "missing.safetensors")
     other_shape = tmp_path / "other.safetensors"
     dst.Layer(ctx, small_config(intermediate_size=32)).save(other_shape)
     with pytest.raises(dst.FormatError, match="inter_w"):

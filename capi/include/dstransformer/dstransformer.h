@@ -907,6 +907,26 @@ DST_API dst_status dst_checkpoint_load(dst_layer *const *layers, int num_layers,
 DST_API dst_status dst_checkpoint_convert(const char *in_path, dst_weight_layout in_layout, const char *in_prefix,
                                           const char *out_path, dst_weight_layout out_layout,
                                           const char *out_prefix, char *summary, size_t summary_size);
+
+/**
+ * @brief Describes a checkpoint file without creating layers or reading tensor data.
+ *
+ * The header is validated as by dst_checkpoint_load() (bounds, offsets, sizes, dtypes). The text gives
+ * the file, header and data sizes, the tensor count and dtypes, the encoder layers found under each
+ * layout and prefix (weights and gradient sets separately: "[grad.]<prefix>layer.<i>.<name>" with a
+ * DeepSpeed or Hugging Face BERT name), the count of other tensors, and the metadata — what
+ * `dst-convert --info` prints.
+ * @param path File to describe.
+ * @param summary Buffer for the text (NUL-terminated, truncated to fit), or NULL.
+ * @param summary_size Size of that buffer in bytes.
+ * @param[out] summary_len Receives the full length of the text, or NULL (call again with a larger
+ *        buffer when it is not below summary_size).
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (path NULL or empty); ::DST_ERR_IO (cannot open or read);
+ *         ::DST_ERR_FORMAT (malformed file). On failure the buffer and *summary_len are unchanged.
+ * Ownership: nothing is retained. Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_checkpoint_describe(const char *path, char *summary, size_t summary_size,
+                                           size_t *summary_len);
 /** @} */
 
 #ifdef __cplusplus

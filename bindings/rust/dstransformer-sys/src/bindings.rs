@@ -1062,3 +1062,26 @@ extern "C" {
         summary_size: usize,
     ) -> dst_status;
 }
+extern "C" {
+    #[doc = " @brief Describes a checkpoint file without creating layers or reading tensor data."]
+    #[doc = ""]
+    #[doc = " The header is validated as by dst_checkpoint_load() (bounds, offsets, sizes, dtypes). The text gives"]
+    #[doc = " the file, header and data sizes, the tensor count and dtypes, the encoder layers found under each"]
+    #[doc = " layout and prefix (weights and gradient sets separately: \"[grad.]<prefix>layer.<i>.<name>\" with a"]
+    #[doc = " DeepSpeed or Hugging Face BERT name), the count of other tensors, and the metadata — what"]
+    #[doc = " `dst-convert --info` prints."]
+    #[doc = " @param path File to describe."]
+    #[doc = " @param summary Buffer for the text (NUL-terminated, truncated to fit), or NULL."]
+    #[doc = " @param summary_size Size of that buffer in bytes."]
+    #[doc = " @param[out] summary_len Receives the full length of the text, or NULL (call again with a larger"]
+    #[doc = "        buffer when it is not below summary_size)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (path NULL or empty); ::DST_ERR_IO (cannot open or read);"]
+    #[doc = "         ::DST_ERR_FORMAT (malformed file). On failure the buffer and *summary_len are unchanged."]
+    #[doc = " Ownership: nothing is retained. Thread safety: any thread. @since v0.1"]
+    pub fn dst_checkpoint_describe(
+        path: *const ::std::os::raw::c_char,
+        summary: *mut ::std::os::raw::c_char,
+        summary_size: usize,
+        summary_len: *mut usize,
+    ) -> dst_status;
+}

@@ -195,3 +195,28 @@ pub fn convert_checkpoint(
     })?;
     Ok(text_of(&summary))
 }
+
+/// Describes a checkpoint file without creating layers (`dst_checkpoint_describe`): sizes, tensor
+/// count and dtypes, the layers found under each layout and prefix, and the metadata. Reads only the
+/// header, which it validates.
+pub fn describe_checkpoint(path: impl AsRef<Path>) -> Result<String> {
+    let path = cpath(path.as_ref())?;
+    let mut buf = vec![0u8; 16384];
+    loop {
+        let mut len = 0usize;
+        // SAFETY: `path` is NUL-terminated and outlives the call; `buf` is writable for its length.
+        check(unsafe {
+            sys::dst_checkpoint_describe(
+                path.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut len,
+            )
+        })?;
+        if len < buf.len() {
+            return Ok(text_of(&buf));
+        }
+        // Truncated: ask again with room for all of it.
+        buf = vec![0u8; len + 1];
+    }
+}

@@ -38,7 +38,9 @@ mod util;
 
 pub use dstransformer_sys as sys;
 
-pub use checkpoint::{convert_checkpoint, load_checkpoint, save_checkpoint, CheckpointOptions};
+pub use checkpoint::{
+    convert_checkpoint, describe_checkpoint, load_checkpoint, save_checkpoint, CheckpointOptions,
+};
 pub use config::{LayerConfig, LayerConfigBuilder};
 pub use context::{cuda_device_count, Context, DeviceBuffer};
 pub use error::{Error, Result, Status};

@@ -486,6 +486,22 @@ fn checkpoint_convert_to_hugging_face_and_back() {
     )
     .unwrap();
     assert!(!summary.is_empty());
+    let info = dstransformer::describe_checkpoint(&hf).unwrap();
+    assert!(
+        info.contains("layers: 1 (layout hf_bert, prefix \"bert.encoder.\", 16 tensors)"),
+        "{info}"
+    );
+    let state = "s".repeat(40000); // longer than describe's first buffer
+    let long = CheckpointOptions {
+        client_state: Some(state.clone()),
+        ..CheckpointOptions::default()
+    };
+    save_checkpoint(&[&a], &ds, &long).unwrap();
+    assert!(dstransformer::describe_checkpoint(&ds)
+        .unwrap()
+        .contains(&format!("\n  client_state: {state}\n")));
+    let err = dstransformer::describe_checkpoint(dir.join("missing.safetensors")).unwrap_err();
+    assert_eq!(err.status, Status::Io);
     let opts = CheckpointOptions {
         layout: dstransformer::WeightLayout::HfBert,
         ..CheckpointOptions::default()

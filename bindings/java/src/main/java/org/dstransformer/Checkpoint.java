@@ -129,4 +129,27 @@ public final class Checkpoint {
                 outLayout.raw(), outPrefix, summary);
         return text(summary);
     }
+
+    /**
+     * Describes a checkpoint file without creating layers ({@code dst_checkpoint_describe}): sizes,
+     * tensor count and dtypes, the layers found under each layout and prefix, and the metadata. Reads
+     * only the header, which it validates.
+     *
+     * @return the library's description
+     * @throws DstException {@link Status#IO} or {@link Status#FORMAT}
+     */
+    public static String describe(Path path) {
+        byte[] buf = new byte[16384];
+        long[] len = new long[1];
+        while (true) {
+            dstransformer_native.dst_checkpoint_describe(path.toString(), buf, len);
+            if (len[0] < buf.length) {
+                return text(buf);
+            }
+            if (len[0] >= Integer.MAX_VALUE) {
+                throw HostData.invalid("checkpoint description of " + len[0] + " bytes is too large");
+            }
+            buf = new byte[(int) len[0] + 1];
+        }
+    }
 }

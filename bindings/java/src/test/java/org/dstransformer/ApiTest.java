@@ -444,6 +444,13 @@ class ApiTest {
             Checkpoint.save(ds, null, a);
             String summary = Checkpoint.convert(ds, WeightLayout.DEEPSPEED, null, hf, WeightLayout.HF_BERT, "bert.encoder.");
             assertFalse(summary.isEmpty());
+            String info = Checkpoint.describe(hf);
+            assertTrue(info.contains("layers: 1 (layout hf_bert, prefix \"bert.encoder.\", 16 tensors)"), info);
+            String state = "s".repeat(40000);  // longer than describe's first buffer
+            Checkpoint.save(ds, new CheckpointOptions().setClientState(state), a);
+            assertTrue(Checkpoint.describe(ds).contains("\n  client_state: " + state + "\n"));
+            assertEquals(Status.IO, assertThrows(DstException.class,
+                    () -> Checkpoint.describe(dir.resolve("missing"))).status());
             Checkpoint.load(hf, new CheckpointOptions().setLayout(WeightLayout.HF_BERT), b);
             for (Param p : Param.values()) {
                 assertArrayEquals(a.getParam(p.paramName()), b.getParam(p.paramName()), 0f, p.paramName());
