@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/bounds.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -138,14 +139,6 @@ void expect_grad(const Vec &an, const Vec &fd, const std::string &what) {
                                  << " fd " << fd[worst];
 }
 
-// Relative L2 tolerances per storage dtype (DESIGN.md §5): fp32 1e-5, fp16 1e-3, bf16 1e-2. The
-// final rounding alone costs ~2^-11/√3 ≈ 2.8e-4 (fp16) and ~2^-8/√3 ≈ 2.3e-3 (bf16) relative RMS.
-double dtype_tol(dst_dtype dt) {
-    return dt == DST_DTYPE_FP32 ? 1e-5 : dt == DST_DTYPE_FP16 ? 1e-3 : 1e-2;
-}
-const char *dt_name(dst_dtype dt) {
-    return dt == DST_DTYPE_FP64 ? "fp64" : dt == DST_DTYPE_FP32 ? "fp32" : dt == DST_DTYPE_FP16 ? "fp16" : "bf16";
-}
 
 DropoutSite site_for(double p, uint64_t seed = 1234, uint64_t offset = 77) {
     DropoutSite s;
@@ -385,7 +378,7 @@ std::vector<AttnCase> attn_cases() {
 std::string attn_name(const AttnCase &c) {
     static const char *kinds[] = {"none", "additive", "key_lengths", "fully_masked_row"};
     return "S=" + std::to_string(c.S) + " mask=" + kinds[c.kind] + (c.causal ? " causal" : "") +
-           " p=" + std::to_string(c.p) + " mask_dtype=" + dt_name(c.mask_dt);
+           " p=" + std::to_string(c.p) + " mask_dtype=" + dst_dtype_string(c.mask_dt);
 }
 
 TEST_F(CpuOps, AttentionGradientsMatchFiniteDifferences) {
@@ -418,7 +411,7 @@ void expect_close(const std::vector<Buf> &got, const std::vector<Buf> &ref, dst_
     ASSERT_EQ(got.size(), ref.size()) << dst::last_error();
     for (size_t i = 0; i < got.size(); ++i) {
         const double e = rel_l2(vals(got[i]), vals(ref[i]));
-        EXPECT_LE(e, tol) << dt_name(dt) << " " << names[i];
+        EXPECT_LE(e, tol) << dst_dtype_string(dt) << " " << names[i];
     }
 }
 
@@ -429,7 +422,7 @@ TEST_F(CpuOps, LowPrecisionMatchesFp64) {
                                      "dropout_residual", "dropout_bwd", "add"};
     static const char *attn_names[] = {"ctx", "probs", "lse", "dqkv (probs)", "dqkv (lse)"};
     for (dst_dtype dt : {DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16}) {
-        const double tol = dtype_tol(dt);
+        const double tol = dsttest::design_tolerance(dt);
         for (int mode = 0; mode < 3; ++mode) {
             LinearIn in = linear_in(mode > 0, mode == 2 ? DST_GELU_TANH : DST_GELU_ERF);
             in.x = round_to(dt, in.x), in.w = round_to(dt, in.w), in.b = round_to(dt, in.b);
@@ -464,9 +457,9 @@ TEST_F(CpuOps, LowPrecisionMatchesFp64) {
 
 TEST_F(CpuOps, AccumulateAddsIntoGradients) {
     for (dst_dtype dt : {DST_DTYPE_FP64, DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16}) {
-        SCOPED_TRACE(dt_name(dt));
+        SCOPED_TRACE(dst_dtype_string(dt));
         // Two roundings (fresh value, then the sum) instead of one: 2× the dtype tolerance.
-        const double tol = dt == DST_DTYPE_FP64 ? 1e-14 : 2 * dtype_tol(dt);
+        const double tol = dt == DST_DTYPE_FP64 ? 1e-14 : 2 * dsttest::design_tolerance(dt);
         const LinearIn li = linear_in(false, DST_GELU_ERF);
         const auto fresh = run_linear(*be_, dt, li);
         ASSERT_EQ(fresh.size(), 5u);
@@ -558,7 +551,7 @@ std::vector<Buf> run_everything(Backend &be, dst_dtype dt) {
 
 TEST_F(CpuOps, BitIdenticalAcrossRunsAndThreadCounts) {
     for (dst_dtype dt : {DST_DTYPE_FP64, DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16}) {
-        SCOPED_TRACE(dt_name(dt));
+        SCOPED_TRACE(dst_dtype_string(dt));
         be_->set_num_threads(0);
         const auto a = run_everything(*be_, dt);
         const auto b = run_everything(*be_, dt);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/bounds.h"
 #include "test_util.h"
 
 using namespace dsttest;
@@ -118,7 +119,7 @@ TEST(LayerNormApi, ReducedPrecisionAgainstFp64) {
         ASSERT_EQ(hi.forward(ctx.get()), DST_OK);
         ASSERT_EQ(hi.backward(ctx.get()), DST_OK);
         // One rounding of each output (DESIGN.md §5 bounds; measured errors are ~3x below them).
-        const double tol = dt == DST_DTYPE_FP32 ? 1e-5 : dt == DST_DTYPE_FP16 ? 1e-3 : 1e-2;
+        const double tol = design_tolerance(dt);
         EXPECT_LE(rel_l2(lo.y.doubles(), hi.y.doubles()), tol) << dst_dtype_string(dt);
         EXPECT_LE(rel_l2(lo.dx.doubles(), hi.dx.doubles()), tol) << dst_dtype_string(dt);
         EXPECT_LE(rel_l2(lo.dgamma.doubles(), hi.dgamma.doubles()), tol) << dst_dtype_string(dt);

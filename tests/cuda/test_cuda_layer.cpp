@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/bounds.h"
 #include "../cpu/test_util.h"
 
 using namespace dsttest;
@@ -185,14 +186,6 @@ void run_layer(dst_context *ctx, bool on_gpu, const Case &c, dst_dtype dt, const
     DST_ASSERT_OK(dst_memcpy(ctx, r->grad_bytes.data(), arena, n, DST_COPY_CONTEXT_TO_HOST));
 }
 
-double tolerance(dst_dtype dt) {
-    switch (dt) {
-        case DST_DTYPE_FP64: return 1e-12;
-        case DST_DTYPE_FP32: return 1e-5;
-        case DST_DTYPE_FP16: return 1e-3;
-        default: return 1e-2;
-    }
-}
 
 std::string case_name(const Case &c) {
     static const char *masks[] = {"nomask", "additive", "lengths"};
@@ -223,7 +216,7 @@ TEST_P(CudaLayer, MatchesCpuFp64) {
     // CPU reference: bound = max(DESIGN bound, 2 × CPU-in-dtype error), per tensor.
     const bool reduced = c.dt == DST_DTYPE_FP16 || c.dt == DST_DTYPE_BF16;
     if (reduced) run_layer(cctx.get(), false, c, c.dt, in, &same);
-    const double tol = tolerance(c.dt);
+    const double tol = design_tolerance(c.dt);
     double worst = 0, worst_bound = tol;
     auto check = [&](const char *name, const std::vector<double> &a, const std::vector<double> &b,
                      const std::vector<double> *cpu_same) {
@@ -473,10 +466,7 @@ TEST(CudaLayerNormApi, MatchesCpuFp64) {
             const Out got = run(gpu.get(), true, dt), ref = run(cpu.get(), false, DST_DTYPE_FP64);
             // One rounding of each output: DESIGN.md §5 (fp64: summation order only). dgamma/dbeta are
             // two accumulated sums, each rounded.
-            const double tol = dt == DST_DTYPE_FP64   ? 1e-12
-                               : dt == DST_DTYPE_FP32 ? 1e-5
-                               : dt == DST_DTYPE_FP16 ? 1e-3
-                                                      : 1e-2;
+            const double tol = design_tolerance(dt);
             EXPECT_LE(rel_l2(got.y, ref.y), tol);
             EXPECT_LE(rel_l2(got.mean, ref.mean), tol);
             EXPECT_LE(rel_l2(got.dx, ref.dx), tol);

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/bounds.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
@@ -37,25 +38,6 @@ using dst::DropoutSite;
 
 // ---- host buffers in any dtype -----------------------------------------------------------------
 
-size_t dtype_bytes(dst_dtype dt) {
-    switch (dt) {
-        case DST_DTYPE_FP64: return 8;
-        case DST_DTYPE_FP16:
-        case DST_DTYPE_BF16: return 2;
-        default: return 4;
-    }
-}
-
-const char *dtype_name(dst_dtype dt) {
-    switch (dt) {
-        case DST_DTYPE_FP64: return "fp64";
-        case DST_DTYPE_FP32: return "fp32";
-        case DST_DTYPE_FP16: return "fp16";
-        case DST_DTYPE_BF16: return "bf16";
-        default: return "int32";
-    }
-}
-
 // The compute (stats) dtype of a layer dtype.
 dst_dtype stat_dtype(dst_dtype dt) { return dt == DST_DTYPE_FP64 ? DST_DTYPE_FP64 : DST_DTYPE_FP32; }
 
@@ -65,11 +47,11 @@ struct HostBuf {
     std::vector<unsigned char> bytes;
 
     HostBuf() = default;
-    HostBuf(dst_dtype d, int64_t n) : dt(d), count(n), bytes(static_cast<size_t>(n) * dtype_bytes(d)) {}
+    HostBuf(dst_dtype d, int64_t n) : dt(d), count(n), bytes(static_cast<size_t>(n) * dst_dtype_size(d)) {}
     void *data() { return bytes.data(); }
 
     double get(int64_t i) const {
-        const unsigned char *p = bytes.data() + static_cast<size_t>(i) * dtype_bytes(dt);
+        const unsigned char *p = bytes.data() + static_cast<size_t>(i) * dst_dtype_size(dt);
         switch (dt) {
             case DST_DTYPE_FP64: { double v; std::memcpy(&v, p, 8); return v; }
             case DST_DTYPE_FP32: { float v; std::memcpy(&v, p, 4); return v; }
@@ -79,7 +61,7 @@ struct HostBuf {
         }
     }
     void set(int64_t i, double x) {
-        unsigned char *p = bytes.data() + static_cast<size_t>(i) * dtype_bytes(dt);
+        unsigned char *p = bytes.data() + static_cast<size_t>(i) * dst_dtype_size(dt);
         switch (dt) {
             case DST_DTYPE_FP64: std::memcpy(p, &x, 8); break;
             case DST_DTYPE_FP32: { const float v = static_cast<float>(x); std::memcpy(p, &v, 4); break; }
@@ -129,14 +111,6 @@ struct OpCase {
 // gtest prints a case by its name (the test name already says it; the default dumps raw bytes).
 void PrintTo(const OpCase &c, std::ostream *os) { *os << c.name; }
 
-double tolerance(dst_dtype dt) {
-    switch (dt) {
-        case DST_DTYPE_FP64: return 1e-12;
-        case DST_DTYPE_FP32: return 1e-5;
-        case DST_DTYPE_FP16: return 1e-3;
-        default: return 1e-2;
-    }
-}
 
 DropoutSite make_site(double p, uint64_t seed, uint64_t offset) {
     DropoutSite s;
@@ -150,7 +124,7 @@ DropoutSite make_site(double p, uint64_t seed, uint64_t offset) {
 const dst_dtype kDtypes[] = {DST_DTYPE_FP64, DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16};
 
 std::string tag(const char *op, dst_dtype dt, const std::string &shape) {
-    return std::string(op) + "_" + dtype_name(dt) + "_" + shape;
+    return std::string(op) + "_" + dst_dtype_string(dt) + "_" + shape;
 }
 
 // ---- GEMMs ----
@@ -561,7 +535,7 @@ dst_status run_on(Backend &be, const OpCase &c, std::vector<HostBuf> &bufs, std:
             ptrs[i] = bufs[i].data();
             continue;
         }
-        const size_t es = dtype_bytes(a.dt);
+        const size_t es = dst_dtype_size(a.dt);
         st = be.alloc((a.count + a.offset) * es, &allocs[i]);
         if (st != DST_OK) break;
         ptrs[i] = static_cast<char *>(allocs[i]) + a.offset * es;
@@ -618,7 +592,7 @@ TEST_P(CudaOps, MatchesCpuAndIsDeterministic) {
     ASSERT_EQ(run_on(*be.gpu, c, got, &err), DST_OK) << "cuda: " << err;
     ASSERT_EQ(run_on(*be.gpu, c, again, &err), DST_OK) << "cuda (second run): " << err;
 
-    const double tol = tolerance(c.dt) * c.tol_scale;
+    const double tol = dsttest::design_tolerance(c.dt) * c.tol_scale;
     for (size_t i = 0; i < c.args.size(); ++i) {
         const Arg &a = c.args[i];
         if (a.role == Role::In) continue;
