@@ -111,6 +111,34 @@ class _Owned:
             pass
 
 
+def _alloc_like(context: "Context", like: Any, shape: Sequence[int], code: int) -> Any:
+    """An uninitialised output of dtype ``code`` where ``like`` lives: NumPy on a CPU context; on a CUDA
+    context a torch tensor or CuPy array when ``like`` is one (same device), else a DeviceArray."""
+    if not context.is_cuda:
+        return np.empty(tuple(shape), dtype=numpy_dtype(code))
+    mod = type(like).__module__.split(".")[0]
+    if mod == "torch":
+        import torch  # already imported by the caller
+
+        tdt = {_native.DST_DTYPE_FP32: torch.float32, _native.DST_DTYPE_FP64: torch.float64,
+               _native.DST_DTYPE_FP16: torch.float16, _native.DST_DTYPE_BF16: torch.bfloat16}[code]
+        return torch.empty(tuple(shape), dtype=tdt, device=like.device)
+    if mod == "cupy":
+        import cupy  # type: ignore
+
+        return cupy.empty(tuple(shape), dtype=numpy_dtype(code))
+    return DeviceArray(context, shape, code)
+
+
+def _native_tensor(info: ArgInfo, name: str):
+    """The dst_tensor view of an array argument (1 to 4 dimensions)."""
+    if info.dtype is None:
+        raise TypeError(f"{name}: unsupported dtype")
+    if not 1 <= len(info.shape) <= _native.DST_MAX_DIMS:
+        raise ValueError(f"{name}: shape is {info.shape}, expected 1 to {_native.DST_MAX_DIMS} dimensions")
+    return _native.dst_tensor(info.ptr or None, info.dtype, len(info.shape), *info.shape)
+
+
 class Context(_Owned):
     """A compute context: a backend and device, its random-number state, thread count and stream.
 
@@ -284,6 +312,64 @@ class Context(_Owned):
         if kind not in _COPY_KINDS:
             raise ValueError(f"memcpy: kind must be one of {sorted(_COPY_KINDS)}, got {kind!r}")
         _native.dst_memcpy(self.handle, int(dst) or None, int(src) or None, int(nbytes), _COPY_KINDS[kind])
+
+    # ---- the standalone LayerNorm (the final LN of a Pre-LN stack) -------------------------------
+    def _arg(self, obj: Any, name: str, keep: list, writable: bool = False):
+        info = describe(obj, name, self.is_cuda, self.stream if self.is_cuda else None, writable=writable)
+        keep.append(info.keep)
+        return info, _native_tensor(info, name)
+
+    def layernorm_forward(self, x: Any, gamma: Any, beta: Any, eps: float = 1e-12, out: Any = None,
+                          stats: Any = None, training: bool = True):
+        """``y = gamma * (x - mean) / sqrt(var + eps) + beta`` over the last dimension of ``x`` (1 to 4
+        dimensions; fp32, fp16, bf16 or fp64; gamma and beta [H] in its dtype), ``dst_layernorm_forward``.
+
+        Returns ``(y, stats)``: ``stats`` [2, N] (N = the number of rows; fp32, fp64 for fp64 data) holds
+        the row means and inverse deviations that :meth:`layernorm_backward` needs; it is None when
+        ``training`` is False. ``out`` and ``stats`` may be given, preallocated; outputs are allocated
+        where ``x`` lives (NumPy, torch, CuPy or :class:`DeviceArray`)."""
+        keep: list = []
+        xi, tx = self._arg(x, "x", keep)
+        _, tg = self._arg(gamma, "gamma", keep)
+        _, tb = self._arg(beta, "beta", keep)
+        if out is None:
+            out = _alloc_like(self, x, xi.shape, xi.dtype)
+        _, ty = self._arg(out, "out", keep, writable=True)
+        ts = None
+        if training:
+            if stats is None:
+                rows = int(np.prod(xi.shape[:-1], dtype=np.int64))
+                sdt = _native.DST_DTYPE_FP64 if xi.dtype == _native.DST_DTYPE_FP64 else _native.DST_DTYPE_FP32
+                stats = _alloc_like(self, x, (2, rows), sdt)
+            _, ts = self._arg(stats, "stats", keep, writable=True)
+        _native.dst_layernorm_forward(self.handle, tx, tg, tb, float(eps), ty, ts)
+        return out, (stats if training else None)
+
+    def layernorm_backward(self, dy: Any, x: Any, gamma: Any, beta: Any, stats: Any, dx: Any = None,
+                           dgamma: Any = None, dbeta: Any = None, accumulate: bool = False):
+        """Gradients of :meth:`layernorm_forward` from its ``stats`` (``dst_layernorm_backward``): returns
+        ``(dx, dgamma, dbeta)``. ``dx`` is written; ``dgamma``/``dbeta`` are overwritten, or added to
+        with ``accumulate=True`` (then they must be given)."""
+        if accumulate and (dgamma is None or dbeta is None):
+            raise ValueError("layernorm_backward: accumulate=True adds to dgamma and dbeta, so pass both")
+        keep: list = []
+        dyi, tdy = self._arg(dy, "dy", keep)
+        _, tx = self._arg(x, "x", keep)
+        gi, tg = self._arg(gamma, "gamma", keep)
+        _, tb = self._arg(beta, "beta", keep)
+        _, ts = self._arg(stats, "stats", keep)
+        if dx is None:
+            dx = _alloc_like(self, dy, dyi.shape, dyi.dtype)
+        if dgamma is None:
+            dgamma = _alloc_like(self, gamma, gi.shape, gi.dtype)
+        if dbeta is None:
+            dbeta = _alloc_like(self, gamma, gi.shape, gi.dtype)
+        _, tdx = self._arg(dx, "dx", keep, writable=True)
+        _, tdg = self._arg(dgamma, "dgamma", keep, writable=True)
+        _, tdb = self._arg(dbeta, "dbeta", keep, writable=True)
+        mode = _native.DST_GRAD_ACCUMULATE if accumulate else _native.DST_GRAD_WRITE
+        _native.dst_layernorm_backward(self.handle, tdy, tx, tg, tb, ts, tdx, tdg, tdb, mode)
+        return dx, dgamma, dbeta
 
 
 class Mask:
@@ -703,18 +789,7 @@ class Layer(_Owned):
         return Mask.additive(arr)
 
     def _alloc_like(self, x: Any, info: ArgInfo):
-        if not self._on_device:
-            return np.empty(info.shape, dtype=numpy_dtype(self._dtype))
-        mod = type(x).__module__.split(".")[0]
-        if mod == "torch":
-            import torch  # already imported by the caller
-
-            return torch.empty(info.shape, dtype=x.dtype, device=x.device)
-        if mod == "cupy":
-            import cupy  # type: ignore
-
-            return cupy.empty(info.shape, dtype=x.dtype)
-        return DeviceArray(self._context, info.shape, self._dtype)
+        return _alloc_like(self._context, x, info.shape, self._dtype)
 
     def _saved_handle(self, saved: Optional[SavedActivations]):
         if saved is None:

@@ -383,3 +383,38 @@ def test_cuda_raw_api_dlpack_and_device_arrays():
             layer32.forward(x32)
         layer.close()
         layer32.close()
+
+
+@pytest.mark.parametrize("device,dtype", cases())
+def test_standalone_layernorm_matches_torch(device, dtype, figures):
+    """Context.layernorm_forward/backward on torch tensors (device memory on CUDA, no copies) against
+    torch's layer_norm in fp64 on the same rounded values."""
+    torch.manual_seed(3)
+    B, S, H, eps = 3, 29, 96, 1e-12
+    x = (torch.randn(B, S, H, dtype=torch.float64) * 2 + 0.5).to(device=device, dtype=dtype)
+    g = (1 + 0.3 * torch.randn(H, dtype=torch.float64)).to(device=device, dtype=dtype)
+    b = (0.3 * torch.randn(H, dtype=torch.float64)).to(device=device, dtype=dtype)
+    dy = torch.randn(B, S, H, dtype=torch.float64).to(device=device, dtype=dtype)
+    with dst.Context("cuda" if device == "cuda" else "cpu", 0) as ctx:
+        if device == "cuda":
+            ctx.set_stream(torch.cuda.current_stream().cuda_stream)
+        y, stats = ctx.layernorm_forward(x, g, b, eps)
+        dx, dg, db = ctx.layernorm_backward(dy, x, g, b, stats)
+        if device == "cuda":
+            ctx.synchronize()
+    if device == "cuda":  # outputs where the inputs live; a CPU context returns NumPy arrays
+        assert isinstance(y, torch.Tensor) and y.dtype == dtype and y.device == x.device
+        assert isinstance(dg, torch.Tensor) and stats.dtype == torch.float32
+    else:
+        y, stats, dx, dg, db = (torch.as_tensor(a) for a in (y, stats, dx, dg, db))
+        assert y.dtype == dtype and stats.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    assert tuple(stats.shape) == (2, B * S)
+    x64, g64, b64 = (t.detach().double().cpu().requires_grad_() for t in (x, g, b))
+    y64 = torch.nn.functional.layer_norm(x64, (H,), g64, b64, eps)
+    y64.backward(dy.double().cpu())
+    errors = {"y": rel(y.cpu(), y64), "dx": rel(dx.cpu(), x64.grad), "dgamma": rel(dg.cpu(), g64.grad),
+              "dbeta": rel(db.cpu(), b64.grad)}
+    figures.append("standalone LayerNorm vs torch fp64, %s %s: %s" % (
+        device, str(dtype).replace("torch.", ""), ", ".join("%s %.1e" % kv for kv in errors.items())))
+    tol = TOL[dtype]
+    assert all(e <= tol for e in errors.values()), errors

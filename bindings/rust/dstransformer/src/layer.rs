@@ -96,7 +96,7 @@ pub struct Layer {
     _not_sync: PhantomData<Cell<()>>,
 }
 
-fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
+pub(crate) fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
     if got == want {
         Ok(())
     } else {
@@ -106,7 +106,7 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
     }
 }
 
-fn tensor(data: *mut c_void, dtype: DType, shape: &[i64]) -> sys::dst_tensor {
+pub(crate) fn tensor(data: *mut c_void, dtype: DType, shape: &[i64]) -> sys::dst_tensor {
     let mut dims = [0i64; 4];
     dims[..shape.len()].copy_from_slice(shape);
     sys::dst_tensor {
@@ -118,7 +118,7 @@ fn tensor(data: *mut c_void, dtype: DType, shape: &[i64]) -> sys::dst_tensor {
 }
 
 /// The bytes of a slice, as a raw pointer and a length.
-fn bytes_of<T>(data: &[T]) -> (*const c_void, usize) {
+pub(crate) fn bytes_of<T>(data: &[T]) -> (*const c_void, usize) {
     (data.as_ptr().cast(), std::mem::size_of_val(data))
 }
 

@@ -33,6 +33,7 @@ mod config;
 mod context;
 mod error;
 mod layer;
+mod layernorm;
 mod types;
 mod util;
 
@@ -45,6 +46,7 @@ pub use config::{LayerConfig, LayerConfigBuilder};
 pub use context::{cuda_device_count, Context, DeviceBuffer};
 pub use error::{Error, Result, Status};
 pub use layer::{Layer, Mask, ParamInfo, Saved};
+pub use layernorm::{layernorm_backward, layernorm_forward};
 pub use types::{Backend, DType, Element, Gelu, GradMode, Param, WeightLayout};
 
 /// Version of the header this crate was generated from, as major·10000 + minor·100 + patch.

@@ -548,3 +548,109 @@ fn drop_order_and_threads() {
     });
     assert!(handle.join().unwrap().iter().all(|v| v.is_finite()));
 }
+
+#[test]
+fn standalone_layernorm_matches_the_formula() {
+    let ctx = Context::cpu().unwrap();
+    let (rows, hidden, eps) = (5usize, 9usize, 1e-5f32);
+    let x: Vec<f64> = (0..rows * hidden)
+        .map(|i| ((i * 37 % 17) as f64) * 0.3 - 2.0)
+        .collect();
+    let dy: Vec<f64> = (0..rows * hidden)
+        .map(|i| ((i * 11 % 13) as f64) * 0.2 - 1.1)
+        .collect();
+    let g: Vec<f64> = (0..hidden).map(|j| 1.0 + 0.1 * j as f64).collect();
+    let b: Vec<f64> = (0..hidden).map(|j| 0.05 * j as f64 - 0.2).collect();
+    let mut y = vec![0f64; rows * hidden];
+    let mut stats = vec![0f64; 2 * rows];
+    dstransformer::layernorm_forward(
+        &ctx,
+        &x,
+        &g,
+        &b,
+        eps,
+        &mut y,
+        Some(&mut stats),
+        rows,
+        hidden,
+    )
+    .unwrap();
+    let (mut dx, mut dg, mut db) = (
+        vec![0f64; rows * hidden],
+        vec![0f64; hidden],
+        vec![0f64; hidden],
+    );
+    dstransformer::layernorm_backward(
+        &ctx,
+        &dy,
+        &x,
+        &g,
+        &b,
+        &stats,
+        &mut dx,
+        &mut dg,
+        &mut db,
+        rows,
+        hidden,
+        GradMode::Write,
+    )
+    .unwrap();
+    let hf = hidden as f64;
+    let mut rdg = vec![0f64; hidden];
+    for r in 0..rows {
+        let row = &x[r * hidden..(r + 1) * hidden];
+        let mu = row.iter().sum::<f64>() / hf;
+        let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / hf;
+        let rstd = 1.0 / (var + eps as f64).sqrt();
+        assert!((stats[r] - mu).abs() < 1e-12 && (stats[rows + r] - rstd).abs() < 1e-9 * rstd);
+        let (mut a, mut c) = (0.0, 0.0);
+        for j in 0..hidden {
+            let i = r * hidden + j;
+            let xhat = (x[i] - mu) * rstd;
+            assert!((y[i] - (g[j] * xhat + b[j])).abs() < 1e-12, "y[{i}]");
+            rdg[j] += dy[i] * xhat;
+            a += g[j] * dy[i] / hf;
+            c += g[j] * dy[i] * xhat / hf;
+        }
+        for j in 0..hidden {
+            let i = r * hidden + j;
+            let want = rstd * (g[j] * dy[i] - a - (x[i] - mu) * rstd * c);
+            assert!((dx[i] - want).abs() < 1e-10, "dx[{i}]");
+        }
+    }
+    for j in 0..hidden {
+        assert!((dg[j] - rdg[j]).abs() < 1e-10, "dgamma[{j}]");
+    }
+    // f32, inference (no statistics); errors name the argument and leave the output alone.
+    let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+    let gf: Vec<f32> = g.iter().map(|&v| v as f32).collect();
+    let bf: Vec<f32> = b.iter().map(|&v| v as f32).collect();
+    let mut yf = vec![7f32; rows * hidden];
+    let err =
+        dstransformer::layernorm_forward(&ctx, &xf, &gf, &bf, 0.0, &mut yf, None, rows, hidden)
+            .unwrap_err();
+    assert_eq!(err.status, Status::InvalidArgument);
+    assert!(err.message.contains("eps"), "{}", err.message);
+    assert!(yf.iter().all(|&v| v == 7.0));
+    let err = dstransformer::layernorm_forward(
+        &ctx,
+        &xf,
+        &gf[..3],
+        &bf,
+        eps,
+        &mut yf,
+        None,
+        rows,
+        hidden,
+    )
+    .unwrap_err();
+    assert!(err.message.contains("gamma"), "{}", err.message);
+    dstransformer::layernorm_forward(&ctx, &xf, &gf, &bf, eps, &mut yf, None, rows, hidden)
+        .unwrap();
+    for i in 0..rows * hidden {
+        assert!(
+            ((yf[i] as f64) - y[i]).abs() < 1e-5 * (1.0 + y[i].abs()),
+            "yf[{i}]"
+        );
+    }
+}

@@ -510,4 +510,86 @@ class ApiTest {
             }
         }
     }
+
+    @Test
+    void layerNormMatchesTheFormulaAndReportsBadArguments() {
+        int rows = 6, hidden = 10;
+        float eps = 1e-5f;
+        Random rnd = new Random(11);
+        double[] x = new double[rows * hidden], dy = new double[rows * hidden], g = new double[hidden],
+                b = new double[hidden];
+        for (int i = 0; i < x.length; i++) {
+            x[i] = 2 * rnd.nextGaussian() + 0.5;
+            dy[i] = rnd.nextGaussian();
+        }
+        for (int j = 0; j < hidden; j++) {
+            g[j] = 1 + 0.3 * rnd.nextGaussian();
+            b[j] = 0.3 * rnd.nextGaussian();
+        }
+        // Reference: the formula in double.
+        double[] ry = new double[x.length], rdx = new double[x.length], rdg = new double[hidden],
+                rdb = new double[hidden];
+        for (int r = 0; r < rows; r++) {
+            double mu = 0, var = 0, a = 0, c = 0;
+            for (int j = 0; j < hidden; j++) {
+                mu += x[r * hidden + j] / hidden;
+            }
+            for (int j = 0; j < hidden; j++) {
+                var += (x[r * hidden + j] - mu) * (x[r * hidden + j] - mu) / hidden;
+            }
+            double rstd = 1 / Math.sqrt(var + eps);
+            for (int j = 0; j < hidden; j++) {
+                int i = r * hidden + j;
+                double xhat = (x[i] - mu) * rstd;
+                ry[i] = g[j] * xhat + b[j];
+                rdg[j] += dy[i] * xhat;
+                rdb[j] += dy[i];
+                a += g[j] * dy[i] / hidden;
+                c += g[j] * dy[i] * xhat / hidden;
+            }
+            for (int j = 0; j < hidden; j++) {
+                int i = r * hidden + j;
+                rdx[i] = rstd * (g[j] * dy[i] - a - (x[i] - mu) * rstd * c);
+            }
+        }
+        try (Context ctx = Context.cpu()) {
+            double[] y = new double[x.length], stats = new double[2 * rows], dx = new double[x.length],
+                    dg = new double[hidden], db = new double[hidden];
+            LayerNorm.forward(ctx, x, g, b, eps, y, stats, rows, hidden);
+            LayerNorm.backward(ctx, dy, x, g, b, stats, dx, dg, db, rows, hidden, GradMode.WRITE);
+            assertArrayEquals(ry, y, 1e-12);
+            assertArrayEquals(rdx, dx, 1e-10);
+            assertArrayEquals(rdg, dg, 1e-10);
+            assertArrayEquals(rdb, db, 1e-10);
+            LayerNorm.backward(ctx, dy, x, g, b, stats, dx, dg, db, rows, hidden, GradMode.ACCUMULATE);
+            assertEquals(2 * rdb[3], db[3], 1e-10);
+
+            float[] xf = new float[x.length], gf = new float[hidden], bf = new float[hidden],
+                    yf = new float[x.length];
+            for (int i = 0; i < x.length; i++) {
+                xf[i] = (float) x[i];
+            }
+            for (int j = 0; j < hidden; j++) {
+                gf[j] = (float) g[j];
+                bf[j] = (float) b[j];
+            }
+            LayerNorm.forward(ctx, xf, gf, bf, eps, yf, null, rows, hidden);  // inference: no statistics
+            for (int i = 0; i < x.length; i++) {
+                assertEquals(ry[i], yf[i], 1e-5 * (1 + Math.abs(ry[i])));
+            }
+            float[] keep = new float[x.length];
+            java.util.Arrays.fill(keep, 7f);
+            DstException e = assertThrows(DstException.class,
+                    () -> LayerNorm.forward(ctx, xf, gf, bf, 0f, keep, null, rows, hidden));
+            assertEquals(Status.INVALID_ARGUMENT, e.status());
+            assertTrue(e.getMessage().contains("eps"), e.getMessage());
+            assertEquals(7f, keep[0]);
+            e = assertThrows(DstException.class,
+                    () -> LayerNorm.forward(ctx, xf, new float[3], bf, eps, keep, null, rows, hidden));
+            assertTrue(e.getMessage().contains("gamma"), e.getMessage());
+            e = assertThrows(DstException.class,
+                    () -> LayerNorm.forward(ctx, xf, gf, bf, eps, keep, new float[3], rows, hidden));
+            assertTrue(e.getMessage().contains("stats"), e.getMessage());
+        }
+    }
 }
