@@ -16,7 +16,7 @@ Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training)
     const size_t H = static_cast<size_t>(dm.H), I = static_cast<size_t>(dm.I);
     const size_t BhS = static_cast<size_t>(B) * static_cast<size_t>(dm.heads) * static_cast<size_t>(S);
     const bool pre = cfg.pre_layer_norm, inv = cfg.normalize_invertible;
-    const bool gck = cfg.gelu_checkpoint, ack = cfg.attn_dropout_checkpoint;
+    const bool gck = cfg.gelu_checkpoint;
 
     Plan p;
     auto set = [&](Slot s, size_t bytes, bool used, bool kept) {
@@ -32,8 +32,9 @@ Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training)
     set(kSlotLn1Rstd, N * ss, pre, true);
     set(kSlotQkv, N * 3 * H * es, true, true);
     set(kSlotCtx, N * H * es, true, true);
-    set(kSlotProbs, BhS * static_cast<size_t>(S) * es, training && !ack, true);
-    set(kSlotLse, BhS * ss, training && ack, true);
+    // Backward recomputes P = exp(score − lse) and regenerates the dropout mask, so the row
+    // statistics are all attention keeps; attn_dropout_checkpoint has nothing left to drop.
+    set(kSlotLse, BhS * ss, training, true);
     set(kSlotResid, N * H * es, true, !inv);
     set(kSlotLn2Out, N * H * es, true, true);
     set(kSlotLn2Mean, N * ss, true, !inv);
@@ -70,7 +71,7 @@ Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training)
 
 const char *slot_name(Slot s) {
     static const char *const names[kSlotCount] = {
-        "x", "ln1_out", "ln1_mean", "ln1_rstd", "qkv", "ctx", "probs", "lse", "resid", "ln2_out",
+        "x", "ln1_out", "ln1_mean", "ln1_rstd", "qkv", "ctx", "lse", "resid", "ln2_out",
         "ln2_mean", "ln2_rstd", "pre_gelu", "gelu", "sum", "out", "ln3_mean", "ln3_rstd", "mask", "tmp_h"};
     return (s >= 0 && s < kSlotCount) ? names[s] : "?";
 }

@@ -25,8 +25,8 @@ enum Slot : int {
     kSlotLn1Rstd,  // (N) stat Pre-LN: LN1 1/σ
     kSlotQkv,      // (N, 3H)  fused Q|K|V
     kSlotCtx,      // (N, H)   attention context (heads merged)
-    kSlotProbs,    // (B, heads, S, S) softmax probabilities; kept unless attn_dropout_checkpoint
-    kSlotLse,      // (B, heads, S) stat row log-sum-exp; kept with attn_dropout_checkpoint
+    kSlotLse,      // (B, heads, S) stat row log-sum-exp of the scores (attention is fused: nothing
+                   //          S×S is kept, with or without attn_dropout_checkpoint)
     kSlotResid,    // (N, H)   r = x + dropout(attn out): LN2 input
     kSlotLn2Out,   // (N, H)   h2 = LN2(r): FFN input
     kSlotLn2Mean,  // (N) stat

@@ -283,7 +283,7 @@ dst_status Layer::forward_pre_ln(const Plan &p, char *sv, char *ws, const void *
                              at(p, sv, ws, kSlotLn1Mean), at(p, sv, ws, kSlotLn1Rstd), N, H, eps));
     DST_TRY(be.linear_fwd(dt, h, param(DST_PARAM_ATTN_QKVW), param(DST_PARAM_ATTN_QKVB), qkv, N, H, 3 * H,
                           nullptr, nullptr));
-    DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, at(p, sv, ws, kSlotProbs), at(p, sv, ws, kSlotLse)));
+    DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, nullptr, at(p, sv, ws, kSlotLse)));
     DST_TRY(be.linear_fwd(dt, ctx, param(DST_PARAM_ATTN_OW), param(DST_PARAM_ATTN_OB), t, N, H, H, nullptr,
                           nullptr));
     DST_TRY(be.dropout_residual_fwd(dt, t, x, r, N * H, d1));
@@ -311,7 +311,7 @@ dst_status Layer::forward_post_ln(const Plan &p, char *sv, char *ws, const void 
 
     DST_TRY(be.linear_fwd(dt, x, param(DST_PARAM_ATTN_QKVW), param(DST_PARAM_ATTN_QKVB), qkv, N, H, 3 * H,
                           nullptr, nullptr));
-    DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, at(p, sv, ws, kSlotProbs), at(p, sv, ws, kSlotLse)));
+    DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, nullptr, at(p, sv, ws, kSlotLse)));
     DST_TRY(be.linear_fwd(dt, ctx, param(DST_PARAM_ATTN_OW), param(DST_PARAM_ATTN_OB), t, N, H, H, nullptr,
                           nullptr));
     DST_TRY(be.dropout_residual_fwd(dt, t, x, r, N * H, d1));
@@ -397,7 +397,7 @@ dst_status Layer::backward_attention(const Plan &p, char *sv, char *ws, const At
                                  N, H, H, acc));
     DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_ATTN_OW), t2, N, H, H, false));
     DST_TRY(be.attention_bwd(dt, ap, at(p, sv, ws, kSlotQkv), at(p, sv, ws, kSlotCtx), t2,
-                             at(p, sv, ws, kSlotProbs), at(p, sv, ws, kSlotLse), dqkv));
+                             nullptr, at(p, sv, ws, kSlotLse), dqkv));
     return be.linear_bwd_weight(dt, dqkv, qkv_in, grad(DST_PARAM_ATTN_QKVW), grad(DST_PARAM_ATTN_QKVB), N, H,
                                 3 * H, acc);
 }
