@@ -407,8 +407,13 @@ dst_status dst_layer_config_workspace_bytes(const dst_layer_config *config, int6
     return guarded(fn, [&]() -> dst_status {
         dst_layer_config c;
         DST_TRY(check_size_query(fn, config, batch, seq, bytes, &c));
+        // The layer's buffers, then the CUDA backend's scratch (the larger need of the two
+        // backends; the CPU backend needs none) for the mask that needs the most: an additive mask
+        // the kernels convert to their compute type (one in the layer dtype; fp32 for fp64 layers).
         const dst::Plan t = dst::make_plan(c, batch, seq, true), i = dst::make_plan(c, batch, seq, false);
-        *bytes = std::max({t.fwd_workspace, t.bwd_workspace, i.fwd_workspace});
+        const dst_dtype worst_mask = c.dtype == DST_DTYPE_FP64 ? DST_DTYPE_FP32 : c.dtype;
+        *bytes = std::max(dst::scratch_offset(t), dst::scratch_offset(i)) +
+                 dst::cuda_scratch_bytes(dst::scratch_needs(c, batch, seq, DST_MASK_ADDITIVE, worst_mask));
         return DST_OK;
     });
 }

@@ -138,6 +138,16 @@ dst_status dst_layernorm_backward(dst_context *ctx, const dst_tensor *dy, const 
         const void *mean = stats->data;
         const void *rstd =
             static_cast<const char *>(stats->data) + static_cast<size_t>(d.n) * dst::stat_size(x->dtype);
+        // The γ/β reductions' scratch comes from the context's workspace (DESIGN §3).
+        dst::ScratchNeeds need;
+        need.dt = x->dtype;
+        need.rows = d.n;
+        need.ln_width = d.h;
+        dst::Backend &be = *ctx->impl->backend;
+        const size_t scratch = be.scratch_bytes(need);
+        char *ws = nullptr;
+        if (scratch) DST_TRY(ctx->impl->ensure_workspace(scratch, &ws));
+        be.set_scratch(ws, scratch);
         return ctx->impl->backend->layernorm_bwd(x->dtype, dy->data, x->data, false, gamma->data, beta->data, mean,
                                                  rstd, nullptr, dx->data, dgamma->data, dbeta->data, d.n, d.h,
                                                  mode == DST_GRAD_ACCUMULATE);

@@ -1,5 +1,5 @@
 // Fused attention, forward and backward, over qkv [B, S, 3H] (head h uses columns h·d … h·d+d−1 of
-// the Q, K and V blocks) — generic SIMT path for any S and head_dim ≤ 128.
+// the Q, K and V blocks) — the generic SIMT path of FP32 and FP64 layers, any S, head_dim ≤ 128.
 //
 // Work split. A block of 256 threads owns one (batch·head, tile of kBlock rows). Thread t is
 // (r, c) = (t / 16, t % 16); in a kBlock×kBlock score tile it owns rows r + 16·ii and keys
@@ -12,9 +12,8 @@
 // exp(s − m) (before dropout), accumulator Σ dropout(exp(s − m))·v rescaled when m grows; at the
 // end ctx = acc / l and lse = m + log l. Fully masked rows (l = 0) give ctx = 0 and lse = −inf.
 // Dropout keeps element ((b·heads + h)·S + i)·S + j per kernels/philox.h, scaled by 1/(1−p).
-// attention_probs_kernel writes P = exp(s − lse) when the caller wants the probabilities.
 //
-// Backward, with P recomputed as exp(s − lse) (or read from probs), P̃ = dropout(P),
+// Backward, with P recomputed as exp(s − lse), P̃ = dropout(P),
 // dP̃ = dctx·vᵀ, dP = dropout'(dP̃), D_i = dctx_i·ctx_i (= Σ_j P̃_ij dP̃_ij), dS = P ∘ (dP − D):
 //   attention_bwd_dkdv_kernel owns a key tile and walks the query tiles: dV = Σ_i P̃ᵀ dctx,
 //   dK = scale · Σ_i dSᵀ q;  attention_bwd_dq_kernel owns a query tile and walks the key tiles:
@@ -37,8 +36,8 @@ namespace {
 // holds at most 32 accumulators per thread. Measured on the H200 (2026-11-29, fp16, d = 64, 16
 // heads, dropout 0.1, additive mask): B=16 S=512 forward 1.26 ms (13.6 TFLOP/s), backward 5.43 ms
 // (7.9 TFLOP/s counting 2.5× the forward's FLOPs); B=64 S=128 0.36 / 1.54 ms. CUDA-core FMA bound,
-// ptxas: 121–160 registers, no spills. FP16/BF16/FP32 now take the cuBLASLt path of
-// src/backend/cuda/attention_path.cpp where it applies; these kernels remain for FP64 and fallbacks.
+// ptxas: 121–160 registers, no spills. FP16/BF16 take the tensor-core kernels of
+// kernels/attention_flash.cuh; these kernels serve FP32 and FP64.
 template <typename C, int DMAX>
 struct AttnTraits {
     static constexpr bool kDouble = std::is_same<C, double>::value;
@@ -235,33 +234,6 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-// P[bh, i, j] for rows i = blockIdx.y, blockIdx.y + gridDim.y, …; 128 threads walk the keys.
-template <typename T>
-__global__ void __launch_bounds__(128)
-    attention_probs_kernel(const KArgs<compute_t<T>> a, const T *__restrict__ qkv,
-                           const compute_t<T> *__restrict__ lse, T *__restrict__ probs) {
-    using C = compute_t<T>;
-    __shared__ C q[kAttentionMaxHeadDim];
-    const int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
-    const int64_t S = a.seq, H = a.hidden, d = a.head_dim, ld3 = 3 * H;
-    const T *qb = qkv + b * S * ld3 + h * d;
-    const int64_t kv_limit = key_limit(a, b);
-    for (int64_t i = blockIdx.y; i < S; i += gridDim.y) {
-        __syncthreads();
-        for (int64_t k = threadIdx.x; k < d; k += blockDim.x) q[k] = to_compute(qb[i * ld3 + k]);
-        __syncthreads();
-        const C li = lse[bh * S + i];
-        T *row = probs + (bh * S + i) * S;
-        for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
-            const T *kr = qb + H + j * ld3;
-            C dot = 0;
-            for (int64_t k = 0; k < d; ++k) dot = dfma(q[k], to_compute(kr[k]), dot);
-            const C v = masked_score(a, dot, b, i, j, kv_limit);
-            row[j] = to_storage<T>(v == neg_inf<C>() || li == neg_inf<C>() ? C(0) : dexp(v - li));
-        }
-    }
-}
-
 // D[bh, i] = dctx_i · ctx_i over the head's d columns; one thread per (b, i, h).
 template <typename T>
 __global__ void attention_rowdot_kernel(const KArgs<compute_t<T>> a, const T *__restrict__ dctx,
@@ -282,7 +254,7 @@ __global__ void attention_rowdot_kernel(const KArgs<compute_t<T>> a, const T *__
 // Softmax gradient of one score tile (rows i0 + r + 16ii, keys j0 + c + 16jj): writes P̃ to Ps
 // (when non-null) and dS = P ∘ (dropout'(dP̃) − D) to dSs.
 template <typename T, int R, int LDP>
-__device__ __forceinline__ void grad_tile(const KArgs<compute_t<T>> &a, const T *probs, int64_t bh,
+__device__ __forceinline__ void grad_tile(const KArgs<compute_t<T>> &a, int64_t bh,
                                           int64_t b, int64_t i0, int64_t j0, int r, int c,
                                           int64_t kv_limit, const compute_t<T> (&s)[R][R],
                                           const compute_t<T> (&dp)[R][R], const compute_t<T> (&lse_r)[R],
@@ -299,9 +271,7 @@ __device__ __forceinline__ void grad_tile(const KArgs<compute_t<T>> &a, const T 
             C pd = 0, ds = 0;
             if (i < S && j < kv_limit && !(a.causal && j > i)) {
                 C p = 0;
-                if (probs) {
-                    p = to_compute(probs[(bh * S + i) * S + j]);
-                } else if (lse_r[ii] != neg_inf<C>()) {
+                if (lse_r[ii] != neg_inf<C>()) {
                     const C v = masked_score(a, s[ii][jj], b, i, j, kv_limit);
                     p = v == neg_inf<C>() ? C(0) : dexp(v - lse_r[ii]);
                 }
@@ -334,9 +304,8 @@ __device__ __forceinline__ void load_row_stats(const KArgs<C> &a, const C *lse, 
 template <typename T, int DMAX>
 __global__ void __launch_bounds__(256)
     attention_bwd_dkdv_kernel(const KArgs<compute_t<T>> a, const T *__restrict__ qkv,
-                              const T *__restrict__ dctx, const T *__restrict__ probs,
-                              const compute_t<T> *__restrict__ lse, const compute_t<T> *__restrict__ dvec,
-                              T *__restrict__ dqkv) {
+                              const T *__restrict__ dctx, const compute_t<T> *__restrict__ lse,
+                              const compute_t<T> *__restrict__ dvec, T *__restrict__ dqkv) {
     using C = compute_t<T>;
     using Tr = AttnTraits<C, DMAX>;
     constexpr int BL = Tr::kBlockBwd, R = BL / 16, NC = DMAX / 16, LD = Tr::kLd, LDP = BL + 1;
@@ -372,14 +341,9 @@ __global__ void __launch_bounds__(256)
             __syncthreads();
             C lse_r[R], d_r[R], s[R][R], dp[R][R];
             load_row_stats(a, lse, dvec, bh, i0, r, lse_r, d_r);
-            if (!probs) dot_tile<C, R, LD>(Qs, Ks, static_cast<int>(d), r, c, s);
-            else
-#pragma unroll
-                for (int ii = 0; ii < R; ++ii)
-#pragma unroll
-                    for (int jj = 0; jj < R; ++jj) s[ii][jj] = 0;
+            dot_tile<C, R, LD>(Qs, Ks, static_cast<int>(d), r, c, s);
             dot_tile<C, R, LD>(dOs, Vs, static_cast<int>(d), r, c, dp);
-            grad_tile<T, R, LDP>(a, probs, bh, b, i0, j0, r, c, kv_limit, s, dp, lse_r, d_r, Ps, dSs);
+            grad_tile<T, R, LDP>(a, bh, b, i0, j0, r, c, kv_limit, s, dp, lse_r, d_r, Ps, dSs);
             __syncthreads();
             const int in = static_cast<int>(S - i0 < BL ? S - i0 : BL);
             for (int il = 0; il < in; ++il) {
@@ -421,9 +385,8 @@ __global__ void __launch_bounds__(256)
 template <typename T, int DMAX>
 __global__ void __launch_bounds__(256)
     attention_bwd_dq_kernel(const KArgs<compute_t<T>> a, const T *__restrict__ qkv,
-                            const T *__restrict__ dctx, const T *__restrict__ probs,
-                            const compute_t<T> *__restrict__ lse, const compute_t<T> *__restrict__ dvec,
-                            T *__restrict__ dqkv) {
+                            const T *__restrict__ dctx, const compute_t<T> *__restrict__ lse,
+                            const compute_t<T> *__restrict__ dvec, T *__restrict__ dqkv) {
     using C = compute_t<T>;
     using Tr = AttnTraits<C, DMAX>;
     constexpr int BL = Tr::kBlockBwd, R = BL / 16, NC = DMAX / 16, LD = Tr::kLd, LDP = BL + 1;
@@ -458,14 +421,9 @@ __global__ void __launch_bounds__(256)
         load_tile<T, DMAX, BL>(Vs, qb + 2 * H, ld3, j0, S, d);
         __syncthreads();
         C s[R][R], dp[R][R];
-        if (!probs) dot_tile<C, R, LD>(Qs, Ks, static_cast<int>(d), r, c, s);
-        else
-#pragma unroll
-            for (int ii = 0; ii < R; ++ii)
-#pragma unroll
-                for (int jj = 0; jj < R; ++jj) s[ii][jj] = 0;
+        dot_tile<C, R, LD>(Qs, Ks, static_cast<int>(d), r, c, s);
         dot_tile<C, R, LD>(dOs, Vs, static_cast<int>(d), r, c, dp);
-        grad_tile<T, R, LDP>(a, probs, bh, b, i0, j0, r, c, kv_limit, s, dp, lse_r, d_r, nullptr, dSs);
+        grad_tile<T, R, LDP>(a, bh, b, i0, j0, r, c, kv_limit, s, dp, lse_r, d_r, nullptr, dSs);
         __syncthreads();
         const int jn = static_cast<int>(kv_end - j0 < BL ? kv_end - j0 : BL);
         for (int jl = 0; jl < jn; ++jl) {
@@ -504,7 +462,7 @@ __global__ void key_bias_kernel(const M *__restrict__ mask, C *__restrict__ out,
 // ================================ launch helpers =================================================
 
 template <typename T>
-KArgs<compute_t<T>> make_args(const AttentionLaunch &l) {
+KArgs<compute_t<T>> make_args(const AttentionArgs &l) {
     using C = compute_t<T>;
     KArgs<C> a;
     a.seq = l.seq;
@@ -515,10 +473,10 @@ KArgs<compute_t<T>> make_args(const AttentionLaunch &l) {
     a.causal = l.causal;
     a.key_bias = static_cast<const C *>(l.key_bias);
     a.key_len = l.key_len;
-    a.seed = l.dropout.seed;
-    a.offset = l.dropout.offset;
-    a.threshold = l.dropout.threshold;
-    a.dscale = static_cast<C>(l.dropout.scale);
+    a.seed = l.seed;
+    a.offset = l.offset;
+    a.threshold = l.threshold;
+    a.dscale = static_cast<C>(l.drop_scale);
     return a;
 }
 
@@ -549,7 +507,7 @@ dst_status dispatch_head_dim(int64_t d, F &&f) {
                      static_cast<long long>(kAttentionMaxHeadDim), static_cast<long long>(d));
 }
 
-dst_status check_grid(const AttentionLaunch &l, int block) {
+dst_status check_grid(const AttentionArgs &l, int block) {
     const int64_t bh = l.batch * l.heads, tiles = (l.seq + block - 1) / block;
     if (bh > 0x7fffffffLL || tiles > 65535)
         return set_error(DST_ERR_UNSUPPORTED,
@@ -577,10 +535,10 @@ dst_status attention_key_bias(cudaStream_t stream, dst_dtype dt, dst_dtype mask_
     });
 }
 
-dst_status attention_fwd(cudaStream_t stream, const AttentionLaunch &l, const void *qkv, void *ctx,
+dst_status attention_fwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs &l, const void *qkv, void *ctx,
                          void *lse) {
     if (l.batch <= 0 || l.seq <= 0 || l.heads <= 0) return DST_OK;
-    return dispatch_dtype(l.dt, "attention_fwd", [&](auto tag) {
+    return dispatch_dtype(dt, "attention_fwd", [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
         return dispatch_head_dim(l.head_dim, [&](auto dmax) {
@@ -599,38 +557,15 @@ dst_status attention_fwd(cudaStream_t stream, const AttentionLaunch &l, const vo
     });
 }
 
-dst_status attention_probs(cudaStream_t stream, const AttentionLaunch &l, const void *qkv,
-                           const void *lse, void *probs) {
-    if (l.batch <= 0 || l.seq <= 0 || l.heads <= 0) return DST_OK;
-    if (l.head_dim > kAttentionMaxHeadDim)
-        return set_error(DST_ERR_UNSUPPORTED, "cuda backend: attention supports head_dim ≤ %lld",
-                         static_cast<long long>(kAttentionMaxHeadDim));
-    DST_TRY(check_grid(l, 1 << 30));
-    return dispatch_dtype(l.dt, "attention_probs", [&](auto tag) {
-        using T = decltype(tag);
-        using C = compute_t<T>;
-        const dim3 grid(static_cast<unsigned>(l.batch * l.heads),
-                        static_cast<unsigned>(l.seq < 65535 ? l.seq : 65535));
-        attention_probs_kernel<T><<<grid, 128, 0, stream>>>(make_args<T>(l), static_cast<const T *>(qkv),
-                                                            static_cast<const C *>(lse),
-                                                            static_cast<T *>(probs));
-        DST_CUDA_LAUNCH_CHECK();
-        return DST_OK;
-    });
+size_t attention_bwd_workspace(dst_dtype dt, const AttentionArgs &l) {
+    return static_cast<size_t>(l.batch * l.heads * l.seq) * compute_size(dt);
 }
 
-size_t attention_bwd_workspace(const AttentionLaunch &l) {
-    return static_cast<size_t>(l.batch * l.heads * l.seq) * compute_size(l.dt);
-}
-
-dst_status attention_bwd(cudaStream_t stream, const AttentionLaunch &l, const void *qkv, const void *ctx,
-                         const void *dctx, const void *probs, const void *lse, void *dqkv,
-                         void *workspace) {
+dst_status attention_bwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs &l, const void *qkv,
+                         const void *ctx, const void *dctx, const void *lse, void *dqkv, void *workspace) {
     if (l.batch <= 0 || l.seq <= 0 || l.heads <= 0) return DST_OK;
-    if (!probs && !lse)
-        return set_error(DST_ERR_INVALID_ARGUMENT,
-                         "cuda backend: attention_bwd needs the probabilities or the row log-sum-exp");
-    return dispatch_dtype(l.dt, "attention_bwd", [&](auto tag) {
+    if (!lse) return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: attention_bwd needs the row log-sum-exp");
+    return dispatch_dtype(dt, "attention_bwd", [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
         return dispatch_head_dim(l.head_dim, [&](auto dmax) {
@@ -647,15 +582,17 @@ dst_status attention_bwd(cudaStream_t stream, const AttentionLaunch &l, const vo
                             static_cast<unsigned>((l.seq + Tr::kBlockBwd - 1) / Tr::kBlockBwd));
             const auto dkdv = attention_bwd_dkdv_kernel<T, DMAX>;
             DST_TRY(prepare_smem(dkdv, Tr::bwd_smem()));
-            dkdv<<<grid, Tr::kThreads, Tr::bwd_smem(), stream>>>(
-                a, static_cast<const T *>(qkv), static_cast<const T *>(dctx), static_cast<const T *>(probs),
-                static_cast<const C *>(lse), dvec, static_cast<T *>(dqkv));
+            dkdv<<<grid, Tr::kThreads, Tr::bwd_smem(), stream>>>(a, static_cast<const T *>(qkv),
+                                                                 static_cast<const T *>(dctx),
+                                                                 static_cast<const C *>(lse), dvec,
+                                                                 static_cast<T *>(dqkv));
             DST_CUDA_LAUNCH_CHECK();
             const auto dq = attention_bwd_dq_kernel<T, DMAX>;
             DST_TRY(prepare_smem(dq, Tr::bwd_smem()));
-            dq<<<grid, Tr::kThreads, Tr::bwd_smem(), stream>>>(
-                a, static_cast<const T *>(qkv), static_cast<const T *>(dctx), static_cast<const T *>(probs),
-                static_cast<const C *>(lse), dvec, static_cast<T *>(dqkv));
+            dq<<<grid, Tr::kThreads, Tr::bwd_smem(), stream>>>(a, static_cast<const T *>(qkv),
+                                                               static_cast<const T *>(dctx),
+                                                               static_cast<const C *>(lse), dvec,
+                                                               static_cast<T *>(dqkv));
             DST_CUDA_LAUNCH_CHECK();
             return DST_OK;
         });

@@ -61,7 +61,10 @@ DST_HD Philox4 philox_dropout_block(uint64_t seed, uint64_t offset, uint64_t gro
 // True when element e of a dropout site survives. threshold = dropout_threshold(p).
 DST_HD bool philox_dropout_keep(uint64_t seed, uint64_t offset, uint64_t e, uint32_t threshold) {
     const Philox4 r = philox_dropout_block(seed, offset, e >> 2);
-    return r.v[e & 3] >= threshold;
+    // A select, not r.v[e & 3]: a run-time index would put r in local memory on the GPU.
+    const uint32_t k = static_cast<uint32_t>(e & 3);
+    const uint32_t w = k == 0 ? r.v[0] : k == 1 ? r.v[1] : k == 2 ? r.v[2] : r.v[3];
+    return w >= threshold;
 }
 
 // Integer threshold for drop probability p in [0, 1): a word u is kept iff u / 2^32 >= p,

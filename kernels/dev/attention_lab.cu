@@ -1,165 +1,605 @@
-// Attention timing lab: forward (lse out, no probs) and backward (P from lse) of the CUDA backend
-// for BERT-Large heads (16 × 64, additive padding mask, dropout 0.1), generic kernels vs the GEMM
-// path, fp16/bf16/fp32. Prints ms per call (median of 7 rounds × 10 calls), the relative L2
-// difference of the two paths' outputs and the backend's workspace size.
-//   build: cmake -DDST_BUILD_KERNEL_LAB=ON …; run: attention_lab
+// Attention kernel lab: checks the flash attention kernels against an fp64 reference on awkward
+// shapes, checks the dropped set exactly, and times every numbered version of each kernel at
+// BERT-Large heads (16 × 64) next to the GPU's dense fp16 GEMM rate measured in the same run.
+//
+// build (from the repository root; the four kernel files compile in parallel):
+//   for f in kernels/attention_flash*.cu kernels/dev/attention_lab.cu; do
+//     nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Xcompiler -fopenmp -c $f -o /tmp/$(basename $f).o & done; wait
+//   nvcc -Xcompiler -fopenmp /tmp/*.cu.o -lcublas -o /tmp/attention_lab
+// run:  attention_lab [check] [time] [fp16|bf16]
+//
+// Versions (each kernel family; tile shape (BM, BN, warps, min blocks per SM); "prod" is what
+// kernels/attention_flash_*.cu instantiate; timings in bench/RESULTS.md, "attention lab"):
+//   fwd  v1 (128, 64, 8) single-buffered K and V: 51.6 TFLOP/s at 8×2048, dropout 0.1
+//        v2 (64, 64, 4) 70.8   v3 (128, 128, 8) 57.7   v4 (64, 128, 4) 59.5
+//        v5 = v2 with K and V double-buffered, one barrier per tile; v6/v7 v5 at 3/4 blocks per SM;
+//        v8 (128, 64, 8, 2); v9 (64, 128, 4, 2)
+//   dkdv v1 (BM 64 queries, BN 64 keys, 4 warps) 106.7   v2 (64, 128, 8) 104.8   v3 (32, 64, 4) 117.0
+//        v4 (32, 128, 8) 92.5; v5/v6 v3 at 2/3 blocks per SM; v7 (64, 64, 4, 2); v8 (16, 64, 4, 3)
+//   dq   v1 (BM 64, BN 64, 4 warps) 102.4   v2 (128, 64, 8) 77.7   v3 (64, 32, 4) 107.6   v4 (128, 32, 8) 75.2
+//        v5/v6 v3 at 3/4 blocks per SM; v7 (64, 64, 4, 2); v8 (32, 64, 2, 4)
+// Timing table in bench/RESULTS.md ("attention lab").
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_backend.h"
-#include "core/error.h"
+#include "kernels/attention_flash.cuh"
+#include "kernels/attention_flash_impl.cuh"
 #include "kernels/philox.h"
+
+using namespace dst;
+using namespace dst::cuda;
 
 namespace {
 
-__global__ void fill_kernel(void *p, int64_t n, int dt, uint32_t seed, float lo, float hi) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-        x ^= x >> 15;
-        x *= 2246822519u;
-        x ^= x >> 13;
-        const float v = lo + (hi - lo) * (x & 0xFFFFFF) / 16777216.0f;
-        if (dt == DST_DTYPE_FP16) static_cast<__half *>(p)[i] = __float2half(v);
-        else if (dt == DST_DTYPE_BF16) static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16(v);
-        else static_cast<float *>(p)[i] = v;
-    }
-}
-
-__global__ void mask_kernel(float *m, int64_t B, int64_t S) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < B * S; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t b = i / S, j = i % S;
-        m[i] = (b % 2 == 1 && j >= S - S / 3) ? -10000.0f : 0.0f;
-    }
-}
-
-__global__ void to_float_kernel(const void *p, float *out, int64_t n, int dt) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        if (dt == DST_DTYPE_FP16) out[i] = __half2float(static_cast<const __half *>(p)[i]);
-        else if (dt == DST_DTYPE_BF16) out[i] = __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
-        else out[i] = static_cast<const float *>(p)[i];
-    }
-}
-
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        if ((x) != DST_OK) {                                                                   \
-            std::fprintf(stderr, "%s failed: %s\n", #x, dst::last_error());                   \
-            return 1;                                                                          \
-        }                                                                                      \
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (x);                                                                   \
+        if (e_ != cudaSuccess) {                                                                \
+            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            std::exit(1);                                                                       \
+        }                                                                                       \
     } while (0)
 
-std::vector<float> download(const void *p, int64_t n, dst_dtype dt) {
-    float *tmp = nullptr;
-    cudaMalloc(&tmp, n * sizeof(float));
-    to_float_kernel<<<1024, 256>>>(p, tmp, n, dt);
-    std::vector<float> h(n);
-    cudaMemcpy(h.data(), tmp, n * sizeof(float), cudaMemcpyDeviceToHost);
-    cudaFree(tmp);
-    return h;
+// ---- host data ---------------------------------------------------------------------------------
+
+uint32_t hash32(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return static_cast<uint32_t>(x);
+}
+// Uniform in [-1, 1) from (seed, i).
+double urand(uint64_t seed, uint64_t i) { return (hash32(seed * 0x9E3779B97F4A7C15ULL + i) >> 8) / 8388608.0 - 1.0; }
+
+uint16_t to_bits(double v, bool bf16) {
+    if (bf16) {
+        __nv_bfloat16 h = __float2bfloat16_rn(static_cast<float>(v));
+        uint16_t b;
+        std::memcpy(&b, &h, 2);
+        return b;
+    }
+    __half h = __float2half_rn(static_cast<float>(v));
+    uint16_t b;
+    std::memcpy(&b, &h, 2);
+    return b;
+}
+double from_bits(uint16_t b, bool bf16) {
+    if (bf16) {
+        __nv_bfloat16 h;
+        std::memcpy(&h, &b, 2);
+        return __bfloat162float(h);
+    }
+    __half h;
+    std::memcpy(&h, &b, 2);
+    return __half2float(h);
 }
 
-double rel_l2(const std::vector<float> &a, const std::vector<float> &b) {
+struct Case {
+    int B, S, heads, d;
+    int mask;  // 0 none, 1 additive (fp32, −10000 and −inf entries), 2 key lengths
+    bool causal;
+    double p;
+    bool det;
+    bool bf16;
+    std::string name() const {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s B%d S%d h%d d%d %s%s p%.1f %s", bf16 ? "bf16" : "fp16", B, S, heads, d,
+                      mask == 0 ? "none" : mask == 1 ? "additive" : "lengths", causal ? "+causal" : "", p,
+                      det ? "det" : "stoch");
+        return buf;
+    }
+};
+
+struct Inputs {
+    std::vector<uint16_t> qkv, dctx;  // [B,S,3H], [B,S,H]
+    std::vector<float> bias;          // [B,S] (additive)
+    std::vector<int32_t> lens;        // [B]
+};
+
+Inputs make_inputs(const Case &c, uint64_t seed) {
+    const int H = c.heads * c.d;
+    Inputs in;
+    in.qkv.resize(size_t(c.B) * c.S * 3 * H);
+    in.dctx.resize(size_t(c.B) * c.S * H);
+    for (size_t i = 0; i < in.qkv.size(); ++i) in.qkv[i] = to_bits(2.0 * urand(seed, i), c.bf16);
+    for (size_t i = 0; i < in.dctx.size(); ++i) in.dctx[i] = to_bits(urand(seed + 1, i), c.bf16);
+    in.bias.assign(size_t(c.B) * c.S, 0.0f);
+    in.lens.assign(c.B, c.S);
+    for (int b = 0; b < c.B; ++b) {
+        // Batch 0 full; odd batches lose their last third; batch 2 (if any) hides every key.
+        const int len = b == 2 ? 0 : (b % 2 == 1 ? c.S - c.S / 3 : c.S);
+        in.lens[b] = len;
+        for (int j = 0; j < c.S; ++j) {
+            float v = float(0.5 * urand(seed + 2, size_t(b) * c.S + j));
+            if (j >= len) v = (j % 3 == 0 && len > 0) ? -INFINITY : -10000.0f;
+            if (b == 2) v = -INFINITY;
+            in.bias[size_t(b) * c.S + j] = v;
+        }
+    }
+    return in;
+}
+
+// ---- fp64 reference (AttentionArgs semantics) ---------------------------------------------------
+
+struct Ref {
+    std::vector<double> ctx, lse, dqkv;
+};
+
+Ref reference(const Case &c, const Inputs &in, const AttentionArgs &a, const std::vector<double> &ctx_gpu) {
+    const int B = c.B, S = c.S, nh = c.heads, d = c.d, H = nh * d;
+    const int64_t ld = 3 * H;
+    Ref r;
+    r.ctx.assign(size_t(B) * S * H, 0.0);
+    r.lse.assign(size_t(B) * nh * S, 0.0);
+    r.dqkv.assign(size_t(B) * S * 3 * H, 0.0);
+    auto q = [&](int b, int i, int h, int t) { return from_bits(in.qkv[(size_t(b) * S + i) * ld + h * d + t], c.bf16); };
+    auto k = [&](int b, int j, int h, int t) { return from_bits(in.qkv[(size_t(b) * S + j) * ld + H + h * d + t], c.bf16); };
+    auto v = [&](int b, int j, int h, int t) { return from_bits(in.qkv[(size_t(b) * S + j) * ld + 2 * H + h * d + t], c.bf16); };
+    auto go = [&](int b, int i, int h, int t) { return from_bits(in.dctx[(size_t(b) * S + i) * H + h * d + t], c.bf16); };
+    const double dscale = c.p > 0 ? 1.0 / (1.0 - c.p) : 1.0;
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < nh; ++h) {
+            const int len = c.mask == 2 ? std::max(0, std::min(S, in.lens[b])) : S;
+            std::vector<double> P(size_t(S) * S, 0.0), keep(size_t(S) * S, 1.0), dP(size_t(S) * S), Dv(S);
+            for (int i = 0; i < S; ++i) {
+                std::vector<double> s(S);
+                double m = -INFINITY;
+                for (int j = 0; j < S; ++j) {
+                    if (j >= len || (c.causal && j > i)) {
+                        s[j] = -INFINITY;
+                    } else {
+                        double dot = 0;
+                        for (int t = 0; t < d; ++t) dot += q(b, i, h, t) * k(b, j, h, t);
+                        s[j] = a.scale * dot + (c.mask == 1 ? double(in.bias[size_t(b) * S + j]) : 0.0);
+                    }
+                    m = std::max(m, s[j]);
+                }
+                double lse = -INFINITY;
+                if (m != -INFINITY) {
+                    double l = 0;
+                    for (int j = 0; j < S; ++j) l += std::exp(s[j] - m);
+                    lse = m + std::log(l);
+                    for (int j = 0; j < S; ++j) P[size_t(i) * S + j] = std::exp(s[j] - lse);
+                }
+                r.lse[(size_t(b) * nh + h) * S + i] = lse;
+                for (int j = 0; j < S; ++j) {
+                    const uint64_t e = ((uint64_t(b) * nh + h) * S + i) * uint64_t(S) + j;
+                    if (a.threshold) keep[size_t(i) * S + j] = philox_dropout_keep(a.seed, a.offset, e, a.threshold) ? 1 : 0;
+                }
+                for (int t = 0; t < d; ++t) {
+                    double acc = 0;
+                    for (int j = 0; j < S; ++j) acc += P[size_t(i) * S + j] * keep[size_t(i) * S + j] * dscale * v(b, j, h, t);
+                    r.ctx[(size_t(b) * S + i) * H + h * d + t] = acc;
+                }
+                double D = 0;
+                for (int t = 0; t < d; ++t) D += go(b, i, h, t) * ctx_gpu[(size_t(b) * S + i) * H + h * d + t];
+                Dv[i] = D;
+            }
+            for (int i = 0; i < S; ++i)
+                for (int j = 0; j < S; ++j) {
+                    double dot = 0;
+                    for (int t = 0; t < d; ++t) dot += go(b, i, h, t) * v(b, j, h, t);
+                    const size_t ij = size_t(i) * S + j;
+                    dP[ij] = P[ij] * (dot * keep[ij] * dscale - Dv[i]);  // dS
+                }
+            for (int i = 0; i < S; ++i)
+                for (int t = 0; t < d; ++t) {
+                    double acc = 0;
+                    for (int j = 0; j < S; ++j) acc += dP[size_t(i) * S + j] * k(b, j, h, t);
+                    r.dqkv[(size_t(b) * S + i) * ld + h * d + t] = a.scale * acc;
+                }
+            for (int j = 0; j < S; ++j)
+                for (int t = 0; t < d; ++t) {
+                    double dk = 0, dv = 0;
+                    for (int i = 0; i < S; ++i) {
+                        const size_t ij = size_t(i) * S + j;
+                        dk += dP[ij] * q(b, i, h, t);
+                        dv += P[ij] * keep[ij] * dscale * go(b, i, h, t);
+                    }
+                    r.dqkv[(size_t(b) * S + j) * ld + H + h * d + t] = a.scale * dk;
+                    r.dqkv[(size_t(b) * S + j) * ld + 2 * H + h * d + t] = dv;
+                }
+        }
+    return r;
+}
+
+double rel_l2(const std::vector<double> &x, const std::vector<double> &ref, bool *nan = nullptr) {
     double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        num += double(a[i] - b[i]) * (a[i] - b[i]);
-        den += double(b[i]) * b[i];
+    for (size_t i = 0; i < x.size(); ++i) {
+        if (std::isnan(x[i]) && nan) *nan = true;
+        if (std::isinf(ref[i]) || std::isinf(x[i])) {
+            if (x[i] != ref[i]) num += 1e30;
+            continue;
+        }
+        num += (x[i] - ref[i]) * (x[i] - ref[i]);
+        den += ref[i] * ref[i];
     }
     return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// ---- device run ---------------------------------------------------------------------------------
+
+struct Dev {
+    uint16_t *qkv = nullptr, *ctx = nullptr, *dctx = nullptr, *dqkv = nullptr;
+    float *lse = nullptr, *bias = nullptr;
+    int32_t *lens = nullptr;
+    void *ws = nullptr;
+    size_t ws_bytes = 0;
+    void alloc(const Case &c) {
+        const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
+        CK(cudaMalloc(&qkv, N * 3 * H * 2));
+        CK(cudaMalloc(&ctx, N * H * 2));
+        CK(cudaMalloc(&dctx, N * H * 2));
+        CK(cudaMalloc(&dqkv, N * 3 * H * 2));
+        CK(cudaMalloc(&lse, N * c.heads * 4));
+        CK(cudaMalloc(&bias, N * 4));
+        CK(cudaMalloc(&lens, c.B * 4));
+    }
+    void free_all() {
+        cudaFree(qkv), cudaFree(ctx), cudaFree(dctx), cudaFree(dqkv), cudaFree(lse), cudaFree(bias), cudaFree(lens),
+            cudaFree(ws);
+    }
+};
+
+AttentionArgs args_of(const Case &c, const Dev &dv) {
+    AttentionArgs a;
+    a.batch = c.B;
+    a.seq = c.S;
+    a.heads = c.heads;
+    a.head_dim = c.d;
+    a.hidden = int64_t(c.heads) * c.d;
+    a.scale = 1.0 / std::sqrt(double(c.d));
+    a.causal = c.causal;
+    a.key_bias = c.mask == 1 ? dv.bias : nullptr;
+    a.key_len = c.mask == 2 ? dv.lens : nullptr;
+    a.seed = 0x1234567890ULL;
+    a.offset = 77;
+    a.threshold = dropout_threshold(c.p);
+    a.drop_scale = c.p > 0 ? 1.0 / (1.0 - c.p) : 1.0;
+    a.deterministic = c.det;
+    return a;
+}
+
+std::vector<double> download(const uint16_t *p, size_t n, bool bf16) {
+    std::vector<uint16_t> h(n);
+    CK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+    std::vector<double> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = from_bits(h[i], bf16);
+    return out;
+}
+
+int g_failures = 0;
+
+// Runs the production path on one case and compares ctx, lse and dqkv with the fp64 reference.
+void check_case(const Case &c) {
+    Dev dv;
+    dv.alloc(c);
+    const Inputs in = make_inputs(c, 1000 + c.S * 7 + c.d);
+    const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
+    CK(cudaMemcpy(dv.qkv, in.qkv.data(), N * 3 * H * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv.dctx, in.dctx.data(), N * H * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv.bias, in.bias.data(), N * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv.lens, in.lens.data(), c.B * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dv.ctx, 0xff, N * H * 2));  // poison: NaN in fp16 and bf16
+    CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
+    CK(cudaMemset(dv.lse, 0xff, N * c.heads * 4));
+    AttentionArgs a = args_of(c, dv);
+    dv.ws_bytes = flash_attention_bwd_workspace(a);
+    CK(cudaMalloc(&dv.ws, dv.ws_bytes));
+    CK(flash_attention_fwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.lse));
+    CK(flash_attention_bwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
+    CK(cudaDeviceSynchronize());
+    const std::vector<double> ctx = download(dv.ctx, N * H, c.bf16), dqkv = download(dv.dqkv, N * 3 * H, c.bf16);
+    std::vector<float> lsef(N * c.heads);
+    CK(cudaMemcpy(lsef.data(), dv.lse, lsef.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<double> lse(lsef.begin(), lsef.end());
+    const Ref r = reference(c, in, a, ctx);
+    bool nan = false;
+    const double e_ctx = rel_l2(ctx, r.ctx, &nan), e_lse = rel_l2(lse, r.lse, &nan), e_dq = rel_l2(dqkv, r.dqkv, &nan);
+    const double tol = c.bf16 ? 1e-2 : 1e-3;
+    const bool ok = !nan && e_ctx <= tol && e_lse <= 1e-5 && e_dq <= tol;
+    if (!ok) ++g_failures;
+    std::printf("%-4s %-60s ctx %.2e lse %.2e dqkv %.2e%s\n", ok ? "ok" : "FAIL", c.name().c_str(), e_ctx, e_lse, e_dq,
+                nan ? " NaN" : "");
+    dv.free_all();
+}
+
+// The dropped set, exactly: with Q = 0 every visible score is equal, so with V = one-hot rows
+// (v_j = e_j, S ≤ d) ctx[i][j] = keep_ij/((1 − p)·visible_i): nonzero exactly where kept; and with
+// dctx rows one-hot (dctx_i = e_i), dV[j][i] = P̃_ij: nonzero exactly where kept (dkdv kernel).
+void check_dropped_set(bool bf16, int S, bool det) {
+    Case c{2, S, 2, 128, 0, false, 0.3, det, bf16};
+    Dev dv;
+    dv.alloc(c);
+    const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
+    std::vector<uint16_t> qkv(N * 3 * H, 0), dctx(N * H, 0);
+    for (int b = 0; b < c.B; ++b)
+        for (int i = 0; i < S; ++i)
+            for (int h = 0; h < c.heads; ++h) {
+                qkv[(size_t(b) * S + i) * 3 * H + 2 * H + h * c.d + i] = to_bits(1.0, bf16);
+                dctx[(size_t(b) * S + i) * H + h * c.d + i] = to_bits(1.0, bf16);
+            }
+    CK(cudaMemcpy(dv.qkv, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv.dctx, dctx.data(), dctx.size() * 2, cudaMemcpyHostToDevice));
+    AttentionArgs a = args_of(c, dv);
+    CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
+    CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));
+    CK(flash_attention_bwd(0, bf16, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
+    const std::vector<double> ctx = download(dv.ctx, N * H, bf16), dqkv = download(dv.dqkv, N * 3 * H, bf16);
+    int64_t wrong_f = 0, wrong_b = 0, kept = 0, total = 0;
+    for (int b = 0; b < c.B; ++b)
+        for (int h = 0; h < c.heads; ++h)
+            for (int i = 0; i < S; ++i)
+                for (int j = 0; j < S; ++j) {
+                    const uint64_t e = ((uint64_t(b) * c.heads + h) * S + i) * uint64_t(S) + j;
+                    const bool keep = philox_dropout_keep(a.seed, a.offset, e, a.threshold);
+                    kept += keep;
+                    ++total;
+                    wrong_f += (ctx[(size_t(b) * S + i) * H + h * c.d + j] != 0.0) != keep;
+                    wrong_b += (dqkv[(size_t(b) * S + j) * 3 * H + 2 * H + h * c.d + i] != 0.0) != keep;
+                }
+    const bool ok = wrong_f == 0 && wrong_b == 0;
+    if (!ok) ++g_failures;
+    std::printf("%-4s dropped set %s S%d %s: %lld of %lld kept (%.3f); mismatches fwd %lld, dV %lld\n", ok ? "ok" : "FAIL",
+                bf16 ? "bf16" : "fp16", S, det ? "det" : "stoch", (long long)kept, (long long)total, double(kept) / total,
+                (long long)wrong_f, (long long)wrong_b);
+    dv.free_all();
+}
+
+// Two backward runs bit-identical (deterministic), or close (stochastic).
+void check_determinism(bool det) {
+    Case c{4, 1000, 4, 64, 2, false, 0.1, det, false};
+    Dev dv;
+    dv.alloc(c);
+    const Inputs in = make_inputs(c, 5);
+    const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
+    CK(cudaMemcpy(dv.qkv, in.qkv.data(), N * 3 * H * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv.dctx, in.dctx.data(), N * H * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv.lens, in.lens.data(), c.B * 4, cudaMemcpyHostToDevice));
+    AttentionArgs a = args_of(c, dv);
+    CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
+    CK(flash_attention_fwd(0, false, a, dv.qkv, dv.ctx, dv.lse));
+    std::vector<uint16_t> r1(N * 3 * H), r2(N * 3 * H);
+    CK(flash_attention_bwd(0, false, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
+    CK(cudaMemcpy(r1.data(), dv.dqkv, r1.size() * 2, cudaMemcpyDeviceToHost));
+    CK(flash_attention_bwd(0, false, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
+    CK(cudaMemcpy(r2.data(), dv.dqkv, r2.size() * 2, cudaMemcpyDeviceToHost));
+    size_t diff = 0;
+    for (size_t i = 0; i < r1.size(); ++i) diff += r1[i] != r2[i];
+    const bool ok = det ? diff == 0 : true;
+    if (!ok) ++g_failures;
+    std::printf("%-4s %s backward twice: %zu of %zu elements differ\n", ok ? "ok" : "FAIL", det ? "deterministic" : "stochastic",
+                diff, r1.size());
+    dv.free_all();
+}
+
+// ---- timing -------------------------------------------------------------------------------------
+
+float time_ms(const std::function<void()> &f, int reps) {
+    for (int w = 0; w < 2; ++w) f();
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int r = 0; r < reps; ++r) {
+        CK(cudaEventRecord(a));
+        f();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+double gemm_peak_tflops(bool bf16) {
+    const int n = 8192;
+    void *A, *B, *C;
+    CK(cudaMalloc(&A, size_t(n) * n * 2));
+    CK(cudaMalloc(&B, size_t(n) * n * 2));
+    CK(cudaMalloc(&C, size_t(n) * n * 2));
+    std::vector<uint16_t> h(size_t(n) * n);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = to_bits(urand(9, i), bf16);
+    CK(cudaMemcpy(A, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(B, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    cublasHandle_t hd;
+    cublasCreate(&hd);
+    const float one = 1.0f, zero = 0.0f;
+    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float ms = time_ms(
+        [&] {
+            cublasGemmEx(hd, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A, t, n, B, t, n, &zero, C, t, n,
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        },
+        10);
+    cublasDestroy(hd);
+    cudaFree(A), cudaFree(B), cudaFree(C);
+    return 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12;
+}
+
+// One timed shape: inputs, a Params with pointers, and helpers to time a launch.
+struct Bench {
+    Case c;
+    Dev dv;
+    AttentionArgs a;
+    flash::Params p;
+    double fwd_flops;
+    explicit Bench(const Case &cc) : c(cc) {
+        dv.alloc(c);
+        const Inputs in = make_inputs(c, 3);
+        const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
+        CK(cudaMemcpy(dv.qkv, in.qkv.data(), N * 3 * H * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dv.dctx, in.dctx.data(), N * H * 2, cudaMemcpyHostToDevice));
+        std::vector<int32_t> lens(c.B);
+        for (int b = 0; b < c.B; ++b) lens[b] = b % 2 ? c.S - c.S / 4 : c.S;
+        CK(cudaMemcpy(dv.lens, lens.data(), c.B * 4, cudaMemcpyHostToDevice));
+        a = args_of(c, dv);
+        a.deterministic = false;  // workspace for both modes
+        CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
+        a.deterministic = c.det;
+        CK(flash_attention_fwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.lse));
+        p = flash::make_params(a);
+        p.qkv = dv.qkv, p.ctx = dv.ctx, p.lse = dv.lse, p.dctx = dv.dctx, p.ctx_in = dv.ctx, p.dqkv = dv.dqkv;
+        p.dsum = static_cast<float *>(dv.ws);
+        p.vec16 = true;
+        CK(flash_attention_bwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));  // fills dsum
+        CK(cudaDeviceSynchronize());
+        fwd_flops = 4.0 * c.B * c.heads * double(c.S) * c.S * c.d;
+    }
+    ~Bench() { dv.free_all(); }
+    int reps() const { return c.S >= 8192 ? 5 : 15; }
+};
+
+template <typename K>
+int occupancy(K kernel, int threads, size_t smem) {
+    int n = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+    return n;
+}
+
+template <typename T, int BM, int BN, int NW, int MB>
+void time_fwd(Bench &bn, const char *v) {
+    using Tr = flash::FwdTraits<T, 64, BM, BN, NW>;
+    CK((flash::launch_fwd<T, 64, BM, BN, NW, MB>(bn.p, 0)));  // sets the smem limit
+    const int occ = occupancy(flash::flash_fwd_kernel<T, 64, BM, BN, NW, MB>, Tr::kThreads, Tr::kSmem);
+    const float ms = time_ms([&] { CK((flash::launch_fwd<T, 64, BM, BN, NW, MB>(bn.p, 0))); }, bn.reps());
+    std::printf("  fwd  %-4s (%3d,%3d,%d,%d) %2d blk/SM      %8.3f ms  %6.1f TFLOP/s\n", v, BM, BN, NW, MB, occ, ms,
+                bn.fwd_flops / (ms * 1e-3) / 1e12);
+}
+template <typename T, int BM, int BN, int NW, int MB>
+void time_dkdv(Bench &bn, const char *v, bool atomic) {
+    using Tr = flash::BwdKvTraits<T, 64, BM, BN, NW>;
+    flash::Params p = bn.p;
+    float *acc = static_cast<float *>(bn.dv.ws) + (size_t(bn.c.B) * bn.c.heads * bn.c.S + 63) / 64 * 64;
+    p.dq_accum = atomic ? acc : nullptr;
+    CK((flash::launch_bwd_dkdv<T, 64, BM, BN, NW, MB>(p, 0)));
+    const int occ = atomic ? occupancy(flash::flash_bwd_dkdv_kernel<T, 64, BM, BN, NW, MB, true>, Tr::kThreads, Tr::smem(true))
+                           : occupancy(flash::flash_bwd_dkdv_kernel<T, 64, BM, BN, NW, MB, false>, Tr::kThreads, Tr::smem(false));
+    const float ms = time_ms([&] { CK((flash::launch_bwd_dkdv<T, 64, BM, BN, NW, MB>(p, 0))); }, bn.reps());
+    std::printf("  dkdv %-4s (%3d,%3d,%d,%d) %2d blk/SM%s %8.3f ms  %6.1f TFLOP/s (4 of the 7 products)\n", v, BM, BN, NW, MB,
+                occ, atomic ? " +dQ" : "    ", ms, (atomic ? 2.5 : 2.0) * bn.fwd_flops / (ms * 1e-3) / 1e12);
+}
+template <typename T, int BM, int BN, int NW, int MB>
+void time_dq(Bench &bn, const char *v) {
+    using Tr = flash::BwdQTraits<T, 64, BM, BN, NW>;
+    CK((flash::launch_bwd_dq<T, 64, BM, BN, NW, MB>(bn.p, 0)));
+    const int occ = occupancy(flash::flash_bwd_dq_kernel<T, 64, BM, BN, NW, MB>, Tr::kThreads, Tr::kSmem);
+    const float ms = time_ms([&] { CK((flash::launch_bwd_dq<T, 64, BM, BN, NW, MB>(bn.p, 0))); }, bn.reps());
+    std::printf("  dq   %-4s (%3d,%3d,%d,%d) %2d blk/SM      %8.3f ms  %6.1f TFLOP/s (3 of the 7 products)\n", v, BM, BN, NW,
+                MB, occ, ms, 1.5 * bn.fwd_flops / (ms * 1e-3) / 1e12);
+}
+
+template <typename T>
+void time_versions(Bench &bn) {
+    time_fwd<T, 64, 64, 4, 1>(bn, "v5");
+    time_fwd<T, 64, 64, 4, 3>(bn, "v6");
+    time_fwd<T, 64, 64, 4, 4>(bn, "v7");
+    time_fwd<T, 128, 64, 8, 2>(bn, "v8");
+    time_fwd<T, 64, 128, 4, 2>(bn, "v9");
+    time_dkdv<T, 32, 64, 4, 1>(bn, "v3", false);
+    time_dkdv<T, 32, 64, 4, 2>(bn, "v5", false);
+    time_dkdv<T, 32, 64, 4, 3>(bn, "v6", false);
+    time_dkdv<T, 64, 64, 4, 2>(bn, "v7", false);
+    time_dkdv<T, 16, 64, 4, 3>(bn, "v8", false);
+    time_dkdv<T, 32, 64, 4, 1>(bn, "v3", true);
+    time_dkdv<T, 32, 64, 4, 2>(bn, "v5", true);
+    time_dq<T, 64, 32, 4, 1>(bn, "v3");
+    time_dq<T, 64, 32, 4, 3>(bn, "v5");
+    time_dq<T, 64, 32, 4, 4>(bn, "v6");
+    time_dq<T, 64, 64, 4, 2>(bn, "v7");
+    time_dq<T, 32, 64, 2, 4>(bn, "v8");
+}
+
+void time_production(Bench &bn, const char *label) {
+    const Case &c = bn.c;
+    AttentionArgs a = bn.a;
+    const float f = time_ms([&] { CK(flash_attention_fwd(0, c.bf16, a, bn.dv.qkv, bn.dv.ctx, bn.dv.lse)); }, bn.reps());
+    a.deterministic = true;
+    const float bd = time_ms(
+        [&] { CK(flash_attention_bwd(0, c.bf16, a, bn.dv.qkv, bn.dv.ctx, bn.dv.dctx, bn.dv.lse, bn.dv.dqkv, bn.dv.ws)); },
+        bn.reps());
+    a.deterministic = false;
+    const float bs = time_ms(
+        [&] { CK(flash_attention_bwd(0, c.bf16, a, bn.dv.qkv, bn.dv.ctx, bn.dv.dctx, bn.dv.lse, bn.dv.dqkv, bn.dv.ws)); },
+        bn.reps());
+    const double tf = 3.5 * bn.fwd_flops;
+    std::printf("  prod %-28s fwd %7.3f  bwd det %7.3f  stoch %7.3f ms | fwd+bwd %6.1f (det) %6.1f (stoch) TFLOP/s\n", label,
+                f, bd, bs, tf / ((f + bd) * 1e-3) / 1e12, tf / ((f + bs) * 1e-3) / 1e12);
+}
+
 }  // namespace
 
-int main() {
-    dst::Backend *raw = nullptr;
-    CK(dst::make_cuda_backend(0, &raw));
-    dst::CudaBackend &be = *static_cast<dst::CudaBackend *>(raw);
-    cudaStream_t st = static_cast<cudaStream_t>(be.stream());
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    const dst_dtype dts[] = {DST_DTYPE_FP16, DST_DTYPE_BF16, DST_DTYPE_FP32};
-    const int64_t shapes[][2] = {{64, 128}, {16, 512}};
-    std::printf("%-5s %-10s %-8s %9s %9s %9s %12s %12s\n", "dtype", "shape", "path", "fwd_ms", "bwd_ms", "total",
-                "ctx_rel_l2", "dqkv_rel_l2");
-    for (dst_dtype dt : dts)
-        for (const auto &sh : shapes) {
-            const int64_t B = sh[0], S = sh[1], heads = 16, d = 64, H = heads * d;
-            const size_t es = dt == DST_DTYPE_FP32 ? 4 : 2;
-            dst::AttentionParams p;
-            p.batch = B;
-            p.seq = S;
-            p.hidden = H;
-            p.heads = heads;
-            p.head_dim = d;
-            p.scale = 0.125;
-            p.mask_kind = DST_MASK_ADDITIVE;
-            p.mask_dtype = DST_DTYPE_FP32;
-            p.dropout.seed = 1234;
-            p.dropout.offset = 8;
-            p.dropout.threshold = dst::dropout_threshold(0.1);
-            p.dropout.scale = 1.0 / 0.9;
-            void *qkv, *ctx, *dctx, *dqkv, *lse, *mask;
-            CK(be.alloc(B * S * 3 * H * es, &qkv));
-            CK(be.alloc(B * S * H * es, &ctx));
-            CK(be.alloc(B * S * H * es, &dctx));
-            CK(be.alloc(B * S * 3 * H * es, &dqkv));
-            CK(be.alloc(B * heads * S * 4, &lse));
-            CK(be.alloc(B * S * 4, &mask));
-            fill_kernel<<<1024, 256, 0, st>>>(qkv, B * S * 3 * H, dt, 11u, -2.f, 2.f);
-            fill_kernel<<<1024, 256, 0, st>>>(dctx, B * S * H, dt, 22u, -1.f, 1.f);
-            mask_kernel<<<256, 256, 0, st>>>(static_cast<float *>(mask), B, S);
-            p.mask = mask;
-            std::vector<float> ref_ctx, ref_dqkv;
-            for (int path = 0; path < 2; ++path) {
-                be.set_attention_gemm_path(path == 1);
-                for (int w = 0; w < 3; ++w) {
-                    CK(be.attention_fwd(dt, p, qkv, ctx, nullptr, lse));
-                    CK(be.attention_bwd(dt, p, qkv, ctx, dctx, nullptr, lse, dqkv));
-                }
-                CK(be.synchronize());
-                std::vector<float> fms, bms;
-                for (int r = 0; r < 7; ++r) {
-                    float ms = 0;
-                    cudaEventRecord(e0, st);
-                    for (int it = 0; it < 10; ++it) CK(be.attention_fwd(dt, p, qkv, ctx, nullptr, lse));
-                    cudaEventRecord(e1, st);
-                    cudaEventSynchronize(e1);
-                    cudaEventElapsedTime(&ms, e0, e1);
-                    fms.push_back(ms / 10);
-                    cudaEventRecord(e0, st);
-                    for (int it = 0; it < 10; ++it)
-                        CK(be.attention_bwd(dt, p, qkv, ctx, dctx, nullptr, lse, dqkv));
-                    cudaEventRecord(e1, st);
-                    cudaEventSynchronize(e1);
-                    cudaEventElapsedTime(&ms, e0, e1);
-                    bms.push_back(ms / 10);
-                }
-                std::sort(fms.begin(), fms.end());
-                std::sort(bms.begin(), bms.end());
-                std::vector<float> c = download(ctx, B * S * H, dt), g = download(dqkv, B * S * 3 * H, dt);
-                double rc = 0, rg = 0;
-                if (path == 0) {
-                    ref_ctx = c;
-                    ref_dqkv = g;
-                } else {
-                    rc = rel_l2(c, ref_ctx);
-                    rg = rel_l2(g, ref_dqkv);
-                }
-                char shape[32];
-                std::snprintf(shape, sizeof shape, "B%lld_S%lld", static_cast<long long>(B), static_cast<long long>(S));
-                std::printf("%-5s %-10s %-8s %9.3f %9.3f %9.3f %12.2e %12.2e\n",
-                            dt == DST_DTYPE_FP16 ? "fp16" : dt == DST_DTYPE_BF16 ? "bf16" : "fp32", shape,
-                            path ? "gemm" : "generic", fms[3], bms[3], fms[3] + bms[3], rc, rg);
-            }
-            for (void *q : {qkv, ctx, dctx, dqkv, lse, mask}) be.free(q);
-            std::printf("      workspace now %.1f MiB\n", be.workspace_bytes() / 1048576.0);
+int main(int argc, char **argv) {
+    bool do_check = false, do_time = false, bf16_only = false, fp16_only = false;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "check")) do_check = true;
+        if (!std::strcmp(argv[i], "time")) do_time = true;
+        if (!std::strcmp(argv[i], "bf16")) bf16_only = true;
+        if (!std::strcmp(argv[i], "fp16")) fp16_only = true;
+    }
+    if (!do_check && !do_time) do_check = do_time = true;
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("attention lab on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+
+    if (do_check) {
+        std::vector<Case> cases;
+        for (int bf : {0, 1}) {
+            if ((bf && fp16_only) || (!bf && bf16_only)) continue;
+            // Every head dim (and a non-multiple of 8: element loads), every mask, dropout on and off.
+            for (int d : {64, 32, 80, 96, 128, 24, 40})
+                cases.push_back({3, 65, 3, d, d % 3, d == 96, 0.1, d != 80, bool(bf)});
+            for (int S : {1, 7, 100, 129})
+                for (int mask : {0, 1, 2})
+                    cases.push_back({3, S, 2, 64, mask, S == 129 && mask == 2, S == 7 ? 0.0 : 0.1, mask != 1, bool(bf)});
+            cases.push_back({1, 1000, 2, 64, 2, true, 0.1, true, bool(bf)});
+            cases.push_back({3, 250, 2, 128, 1, true, 0.1, false, bool(bf)});
+            cases.push_back({1, 4097, 1, 64, 0, false, 0.1, true, bool(bf)});
         }
-    const cudaError_t err = cudaDeviceSynchronize();
-    std::printf("cuda: %s\n", cudaGetErrorString(err));
-    delete raw;
-    return err == cudaSuccess ? 0 : 1;
+        for (const Case &c : cases) check_case(c);
+        for (int bf : {0, 1})
+            for (int S : {128, 100}) check_dropped_set(bool(bf), S, S == 128);
+        check_determinism(true);
+        check_determinism(false);
+        std::printf("check: %d failure(s)\n", g_failures);
+    }
+    if (do_time) {
+        for (int bf : {0, 1}) {
+            if ((bf && fp16_only) || (!bf && bf16_only)) continue;
+            std::printf("dense %s GEMM 8192^3: %.0f TFLOP/s\n", bf ? "bf16" : "fp16", gemm_peak_tflops(bool(bf)));
+            struct Shape { int B, S; } shapes[] = {{64, 128}, {16, 512}, {8, 2048}, {2, 8192}, {1, 16384}};
+            for (const Shape &s : shapes) {
+                for (int mask : {0, 2}) {
+                    Bench bn(Case{s.B, s.S, 16, 64, mask, false, 0.1, true, bool(bf)});
+                    char label[64];
+                    std::snprintf(label, sizeof label, "%s %dx%d %s", bf ? "bf16" : "fp16", s.B, s.S, mask ? "lengths" : "no mask");
+                    time_production(bn, label);
+                    if (s.S == 2048 && mask == 0) {
+                        if (bf) time_versions<__nv_bfloat16>(bn);
+                        else time_versions<__half>(bn);
+                        Bench nd(Case{s.B, s.S, 16, 64, 0, false, 0.0, true, bool(bf)});
+                        time_production(nd, "same, dropout 0");
+                    }
+                }
+            }
+        }
+    }
+    return g_failures ? 1 : 0;
 }

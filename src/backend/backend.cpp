@@ -16,6 +16,11 @@ dst_status cuda_device_count(int *count) {
     *count = 0;
     return DST_OK;
 }
+
+size_t cuda_scratch_bytes(const ScratchNeeds &n) {
+    (void)n;
+    return 0;
+}
 #endif
 
 }  // namespace dst

@@ -15,13 +15,17 @@
 //    stochastic_mode (Backend::set_stochastic).
 //  - Optional pointers (nullptr skips that input or output): the bias `b` of linear_fwd, `dw`/`db`
 //    of linear_bwd_weight, `mean`/`rstd` of layernorm_fwd, `dresid`/`dgamma`/`dbeta` of
-//    layernorm_bwd, `pre_act`, and `probs`/`lse` of attention_fwd. attention_bwd needs `probs` or
-//    `lse`. Elementwise outputs may alias their inputs; layernorm_bwd computes dγ/dβ before dx, so
-//    dx may alias dy or dresid.
+//    layernorm_bwd, `pre_act`, and `lse` of attention_fwd (attention_bwd needs it). Elementwise
+//    outputs may alias their inputs; layernorm_bwd computes dγ/dβ before dx, so dx may alias dy or
+//    dresid.
+//  - Device scratch (the CUDA backend's cuBLASLt workspace, converted masks, attention and reduction
+//    scratch) comes from the region given to set_scratch; scratch_bytes says how much the ops of a
+//    layer call need. Nothing S×S is ever allocated.
 //  - linear_fwd with GELU rounds u to the storage dtype (what pre_act receives) and applies GELU to
 //    the rounded value, so a GELU recomputed from pre_act in backward equals the forward's output.
-//    Attention forms P = exp(score − lse) in forward too, so recomputing from lse is exact.
-//    Dropout's scale is rounded to the compute dtype.
+//    attention_bwd recomputes P = exp(score − lse) from the forward's lse (the CPU backend forms P
+//    that way in forward too; the CUDA flash kernels normalise with a running maximum, equal up to
+//    rounding). Dropout's scale is rounded to the compute dtype.
 #ifndef DST_BACKEND_BACKEND_H
 #define DST_BACKEND_BACKEND_H
 
@@ -58,6 +62,23 @@ struct AttentionParams {
     DropoutSite dropout;
 };
 
+// What the ops of one call need as device scratch (Backend::scratch_bytes). Every op uses the
+// scratch from its start and ops run one after another, so the need is the largest single op's.
+struct ScratchNeeds {
+    dst_dtype dt = DST_DTYPE_FP32;
+    bool gemm = false;           // linear ops (the GEMM library's workspace)
+    int64_t rows = 0;            // token rows of the LayerNorms and bias gradients
+    int64_t ln_width = 0;        // LayerNorm backward row length (0: none)
+    int64_t colsum_width = 0;    // widest bias gradient (0: none)
+    bool attention = false;      // attention fwd/bwd of shape `attn` (its mask kind and dtype count)
+    AttentionParams attn;
+    bool stochastic = false;     // attention backward in stochastic mode
+};
+
+// Scratch bytes the CUDA backend needs for `n` (0 in a build without CUDA): what
+// dst_layer_config_workspace_bytes adds to a layer's own workspace.
+size_t cuda_scratch_bytes(const ScratchNeeds &n);
+
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
 
 class Backend {
@@ -81,6 +102,18 @@ public:
     // The CPU backend has no streams and accepts only NULL.
     virtual dst_status set_stream(void *stream);
     virtual void *stream() const { return nullptr; }
+    // Device scratch the ops described by `n` need (0: none; the CPU backend needs none).
+    virtual size_t scratch_bytes(const ScratchNeeds &n) const {
+        (void)n;
+        return 0;
+    }
+    // The ops that follow take their scratch from [ptr, ptr + bytes), which the caller keeps alive
+    // and untouched by other work until they have run (stream order suffices); an op needing more
+    // fails with DST_ERR_CAPACITY. nullptr: the backend's own scratch, grown on demand (tests).
+    virtual void set_scratch(void *ptr, size_t bytes) {
+        (void)ptr;
+        (void)bytes;
+    }
 
     // ---- GEMMs (nn.Linear convention, W is [m, k]) ---------------------------------------------
     // y[n,m] = x[n,k]·W[m,k]ᵀ + b[m]; with gelu != nullptr also u = that value is written to
@@ -126,17 +159,15 @@ public:
     // y = a + b over count elements.
     virtual dst_status add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) = 0;
 
-    // ---- attention (one fused op) ------------------------------------------------------------------
-    // Writes ctx. When probs != nullptr also writes P (before dropout), [B, heads, S, S] in dt.
-    // When lse != nullptr also writes the row log-sum-exp of the scores, [B, heads, S] (stat),
-    // −inf for fully masked rows.
+    // ---- attention (one fused op, nothing S×S in memory) ---------------------------------------------
+    // Writes ctx. When lse != nullptr also writes the row log-sum-exp of the scores, [B, heads, S]
+    // (stat), −inf for fully masked rows.
     virtual dst_status attention_fwd(dst_dtype dt, const AttentionParams &p, const void *qkv, void *ctx,
-                                     void *probs, void *lse) = 0;
-    // Given dctx [B,S,H], writes dqkv [B,S,3H]. Uses probs when given, else recomputes P from qkv,
-    // the mask and lse. ctx is the forward output (for Σ_j P̃·dP̃ = dctx·ctx).
+                                     void *lse) = 0;
+    // Given dctx [B,S,H], writes dqkv [B,S,3H], recomputing P from qkv, the mask and the forward's
+    // lse. ctx is the forward output (for Σ_j P̃·dP̃ = dctx·ctx).
     virtual dst_status attention_bwd(dst_dtype dt, const AttentionParams &p, const void *qkv,
-                                     const void *ctx, const void *dctx, const void *probs,
-                                     const void *lse, void *dqkv) = 0;
+                                     const void *ctx, const void *dctx, const void *lse, void *dqkv) = 0;
 };
 
 // Backend factories. They return DST_ERR_UNSUPPORTED with a message where the backend is missing.

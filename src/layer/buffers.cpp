@@ -69,6 +69,30 @@ Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training)
     return p;
 }
 
+ScratchNeeds scratch_needs(const dst_layer_config &cfg, int64_t B, int64_t S, dst_mask_kind mask,
+                           dst_dtype mask_dtype) {
+    const Dims dm = config_dims(cfg);
+    ScratchNeeds n;
+    n.dt = cfg.dtype;
+    n.gemm = true;
+    n.rows = B * S;
+    n.ln_width = dm.H;
+    n.colsum_width = std::max<int64_t>(3 * dm.H, dm.I);
+    n.attention = true;
+    n.attn.batch = B;
+    n.attn.seq = S;
+    n.attn.heads = dm.heads;
+    n.attn.head_dim = dm.d;
+    n.attn.hidden = dm.H;
+    n.attn.causal = cfg.causal != 0;
+    n.attn.mask_kind = mask;
+    n.attn.mask_dtype = mask_dtype;
+    n.stochastic = cfg.stochastic_mode != 0;
+    return n;
+}
+
+size_t scratch_offset(const Plan &p) { return align256(std::max(p.fwd_workspace, p.bwd_workspace)); }
+
 const char *slot_name(Slot s) {
     static const char *const names[kSlotCount] = {
         "x", "ln1_out", "ln1_mean", "ln1_rstd", "qkv", "ctx", "lse", "resid", "ln2_out",

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/backend.h"              // defines: ScratchNeeds
 #include "dstransformer/dstransformer.h"  // defines: dst_layer_config
 
 namespace dst {
@@ -74,6 +75,15 @@ struct Plan {
 Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training);
 
 const char *slot_name(Slot s);
+
+// What the ops of a call ask the backend for as scratch (Backend::scratch_bytes): GEMMs, the
+// LayerNorm backward, bias gradients up to the widest projection, attention with this mask.
+ScratchNeeds scratch_needs(const dst_layer_config &cfg, int64_t B, int64_t S, dst_mask_kind mask,
+                           dst_dtype mask_dtype);
+
+// Bytes of workspace a call needs: the plan's (the larger of forward and backward), then the
+// backend's scratch from offset scratch_offset(p) on.
+size_t scratch_offset(const Plan &p);
 
 }  // namespace dst
 

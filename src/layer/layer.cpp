@@ -186,6 +186,17 @@ AttentionParams Layer::attention_params(int64_t B, int64_t S) const {
     return ap;
 }
 
+// The context's workspace for a call: the plan's buffers, then the backend's scratch, handed to it.
+dst_status Layer::workspace(const Plan &p, int64_t B, int64_t S, dst_mask_kind mask, dst_dtype mask_dtype,
+                            char **ws) {
+    Backend &be = backend();
+    const size_t base = scratch_offset(p);
+    const size_t scratch = be.scratch_bytes(scratch_needs(cfg_, B, S, mask, mask_dtype));
+    DST_TRY(ctx_->ensure_workspace(base + scratch, ws));
+    be.set_scratch(scratch ? *ws + base : nullptr, scratch);
+    return DST_OK;
+}
+
 // Pointer to slot s of a plan: in the saved object when kept, else in the workspace.
 static void *at(const Plan &p, char *sv, char *ws, Slot s) {
     if (!p.slot[s].used) return nullptr;
@@ -206,7 +217,7 @@ dst_status Layer::forward(Saved *saved, const void *x, int64_t B, int64_t S, con
 
     // Allocate everything before writing anything the caller owns.
     char *ws = nullptr;
-    DST_TRY(ctx_->ensure_workspace(std::max(p.fwd_workspace, p.bwd_workspace), &ws));
+    DST_TRY(workspace(p, B, S, mask.kind, mask.dtype, &ws));
     char *sv = nullptr;
     if (train) {
         if (saved->capacity < p.saved_bytes) {
@@ -283,7 +294,7 @@ dst_status Layer::forward_pre_ln(const Plan &p, char *sv, char *ws, const void *
                              at(p, sv, ws, kSlotLn1Mean), at(p, sv, ws, kSlotLn1Rstd), N, H, eps));
     DST_TRY(be.linear_fwd(dt, h, param(DST_PARAM_ATTN_QKVW), param(DST_PARAM_ATTN_QKVB), qkv, N, H, 3 * H,
                           nullptr, nullptr));
-    DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, nullptr, at(p, sv, ws, kSlotLse)));
+    DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, at(p, sv, ws, kSlotLse)));
     DST_TRY(be.linear_fwd(dt, ctx, param(DST_PARAM_ATTN_OW), param(DST_PARAM_ATTN_OB), t, N, H, H, nullptr,
                           nullptr));
     DST_TRY(be.dropout_residual_fwd(dt, t, x, r, N * H, d1));
@@ -311,7 +322,7 @@ dst_status Layer::forward_post_ln(const Plan &p, char *sv, char *ws, const void 
 
     DST_TRY(be.linear_fwd(dt, x, param(DST_PARAM_ATTN_QKVW), param(DST_PARAM_ATTN_QKVB), qkv, N, H, 3 * H,
                           nullptr, nullptr));
-    DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, nullptr, at(p, sv, ws, kSlotLse)));
+    DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, at(p, sv, ws, kSlotLse)));
     DST_TRY(be.linear_fwd(dt, ctx, param(DST_PARAM_ATTN_OW), param(DST_PARAM_ATTN_OB), t, N, H, H, nullptr,
                           nullptr));
     DST_TRY(be.dropout_residual_fwd(dt, t, x, r, N * H, d1));
@@ -349,7 +360,7 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
         }
     }
     char *ws = nullptr;
-    DST_TRY(ctx_->ensure_workspace(std::max(p.fwd_workspace, p.bwd_workspace), &ws));
+    DST_TRY(workspace(p, saved->B, saved->S, saved->mask_kind, saved->mask_dtype, &ws));
     char *sv = static_cast<char *>(saved->mem);
 
     AttentionParams ap = attention_params(saved->B, saved->S);
@@ -396,8 +407,8 @@ dst_status Layer::backward_attention(const Plan &p, char *sv, char *ws, const At
     DST_TRY(be.linear_bwd_weight(dt, t1, at(p, sv, ws, kSlotCtx), grad(DST_PARAM_ATTN_OW), grad(DST_PARAM_ATTN_OB),
                                  N, H, H, acc));
     DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_ATTN_OW), t2, N, H, H, false));
-    DST_TRY(be.attention_bwd(dt, ap, at(p, sv, ws, kSlotQkv), at(p, sv, ws, kSlotCtx), t2,
-                             nullptr, at(p, sv, ws, kSlotLse), dqkv));
+    DST_TRY(be.attention_bwd(dt, ap, at(p, sv, ws, kSlotQkv), at(p, sv, ws, kSlotCtx), t2, at(p, sv, ws, kSlotLse),
+                             dqkv));
     return be.linear_bwd_weight(dt, dqkv, qkv_in, grad(DST_PARAM_ATTN_QKVW), grad(DST_PARAM_ATTN_QKVB), N, H,
                                 3 * H, acc);
 }

@@ -82,6 +82,7 @@ private:
     void *grad(int p) const { return static_cast<char *>(grads_) + offset_[p]; }
     DropoutSite site(uint64_t seed, uint64_t offset, float ratio) const;
     AttentionParams attention_params(int64_t B, int64_t S) const;
+    dst_status workspace(const Plan &p, int64_t B, int64_t S, dst_mask_kind mask, dst_dtype mask_dtype, char **ws);
     dst_status forward_pre_ln(const Plan &p, char *sv, char *ws, const void *x, const AttentionParams &ap,
                               const DropoutSite &d1, const DropoutSite &d2, void *y);
     dst_status forward_post_ln(const Plan &p, char *sv, char *ws, const void *x, const AttentionParams &ap,

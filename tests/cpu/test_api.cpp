@@ -326,6 +326,22 @@ TEST(Config, Defaults) {
     EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "config", dst_layer_config_default(nullptr));
 }
 
+// Configurations the CUDA kernels cannot run are refused by the validation, before any call, with
+// the limit in the message (the CPU backend runs them).
+TEST(LayerConfig, CudaLimitsAreReportedByValidate) {
+    dst_layer_config cfg;
+    DST_ASSERT_OK(dst_layer_config_default(&cfg));
+    cfg.hidden_size = 512;
+    cfg.heads = 2;  // head_dim 256
+    DST_EXPECT_OK(dst_layer_config_validate(&cfg, DST_BACKEND_CPU));
+    EXPECT_FAILS(DST_ERR_UNSUPPORTED, "at most 128", dst_layer_config_validate(&cfg, DST_BACKEND_CUDA));
+    cfg.hidden_size = 4096;
+    cfg.heads = 64;
+    cfg.max_batch_tokens = int64_t(1) << 26;  // × 64 heads > 2^31 − 1 blocks
+    DST_EXPECT_OK(dst_layer_config_validate(&cfg, DST_BACKEND_CPU));
+    EXPECT_FAILS(DST_ERR_UNSUPPORTED, "max_batch_tokens", dst_layer_config_validate(&cfg, DST_BACKEND_CUDA));
+}
+
 namespace {
 struct BadField {
     const char *what;    // test label

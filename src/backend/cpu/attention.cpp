@@ -4,8 +4,8 @@
 //   lse_i = m_i + log Σ_j exp(s_ij − m_i) with m_i = max_j s_ij,  P_ij = exp(s_ij − lse_i)
 //   (rows whose max is −inf: P = 0, lse = −inf), P̃ = P·keep·scale_drop, ctx_i = Σ_j P̃_ij v_j.
 // Backward (docs/ops/attention.md): dV = P̃ᵀ·dctx, dP = (dctx·Vᵀ)·keep·scale_drop,
-// D_i = dctx_i·ctx_i, dS = P⊙(dP − D), dQ = scale·dS·K, dK = scale·dSᵀ·Q. P comes from probs when
-// given, else it is recomputed from qkv, the mask and lse. Dropout element index
+// D_i = dctx_i·ctx_i, dS = P⊙(dP − D), dQ = scale·dS·K, dK = scale·dSᵀ·Q, with P recomputed from
+// qkv, the mask and lse. Dropout element index
 // ((b·heads + h)·S + i)·S + j. Every sum runs in a fixed order inside one task: deterministic.
 #include <omp.h>
 
@@ -71,8 +71,7 @@ struct Head {
 };
 
 template <typename T>
-dst_status attention_fwd_t(const AttentionParams &p, const void *qkv, void *ctx, void *probs, void *lse,
-                           int nt) {
+dst_status attention_fwd_t(const AttentionParams &p, const void *qkv, void *ctx, void *lse, int nt) {
     using C = compute_t<T>;
     const int64_t pairs = p.batch * p.heads;
     const C ninf = -std::numeric_limits<C>::infinity();
@@ -101,7 +100,6 @@ dst_status attention_fwd_t(const AttentionParams &p, const void *qkv, void *ctx,
             std::fill(acc, acc + d, C(0));
             for (int64_t j = 0; j < S; ++j) {
                 const C pj = l == ninf ? C(0) : std::exp(s[j] - l);
-                if (probs) store<T>(probs, row * S + j, pj);
                 const C pt = drop.keep(static_cast<uint64_t>(row * S + j)) ? pj * dscale : C(0);
                 if (pt == C(0)) continue;
                 for (int64_t t = 0; t < d; ++t) acc[t] += pt * hd.v[j * d + t];
@@ -114,7 +112,7 @@ dst_status attention_fwd_t(const AttentionParams &p, const void *qkv, void *ctx,
 
 template <typename T>
 dst_status attention_bwd_t(const AttentionParams &p, const void *qkv, const void *ctx, const void *dctx,
-                           const void *probs, const void *lse, void *dqkv, int nt) {
+                           const void *lse, void *dqkv, int nt) {
     using C = compute_t<T>;
     const int64_t pairs = p.batch * p.heads;
     const C ninf = -std::numeric_limits<C>::infinity();
@@ -131,13 +129,9 @@ dst_status attention_bwd_t(const AttentionParams &p, const void *qkv, const void
         cpu::DropoutStream drop(p.dropout);
         for (int64_t i = 0; i < S; ++i) {
             const int64_t row = hd.row_index(i);
-            if (probs) {
-                for (int64_t j = 0; j < S; ++j) P[j] = load<T>(probs, row * S + j);
-            } else {
-                const C l = static_cast<const C *>(lse)[row];
-                hd.scores(i, P);
-                for (int64_t j = 0; j < S; ++j) P[j] = l == ninf ? C(0) : std::exp(P[j] - l);
-            }
+            const C l = static_cast<const C *>(lse)[row];
+            hd.scores(i, P);
+            for (int64_t j = 0; j < S; ++j) P[j] = l == ninf ? C(0) : std::exp(P[j] - l);
             C D = 0;
             for (int64_t t = 0; t < d; ++t) {
                 go[t] = load<T>(dctx, hd.ctx_at(i, t));
@@ -173,19 +167,19 @@ dst_status attention_bwd_t(const AttentionParams &p, const void *qkv, const void
 }  // namespace
 
 dst_status CpuBackend::attention_fwd(dst_dtype dt, const AttentionParams &p, const void *qkv, void *ctx,
-                                     void *probs, void *lse) {
+                                     void *lse) {
     const int nt = num_threads();
     return cpu::dispatch(dt, "attention_fwd", [&](auto tag) {
-        return attention_fwd_t<decltype(tag)>(p, qkv, ctx, probs, lse, nt);
+        return attention_fwd_t<decltype(tag)>(p, qkv, ctx, lse, nt);
     });
 }
 
 dst_status CpuBackend::attention_bwd(dst_dtype dt, const AttentionParams &p, const void *qkv,
-                                     const void *ctx, const void *dctx, const void *probs,
-                                     const void *lse, void *dqkv) {
+                                     const void *ctx, const void *dctx, const void *lse, void *dqkv) {
+    if (!lse) return set_error(DST_ERR_INVALID_ARGUMENT, "cpu backend: attention_bwd needs the forward's lse");
     const int nt = num_threads();
     return cpu::dispatch(dt, "attention_bwd", [&](auto tag) {
-        return attention_bwd_t<decltype(tag)>(p, qkv, ctx, dctx, probs, lse, dqkv, nt);
+        return attention_bwd_t<decltype(tag)>(p, qkv, ctx, dctx, lse, dqkv, nt);
     });
 }
 

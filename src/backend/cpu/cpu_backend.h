@@ -49,9 +49,9 @@ public:
     dst_status add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) override;
 
     dst_status attention_fwd(dst_dtype dt, const AttentionParams &p, const void *qkv, void *ctx,
-                             void *probs, void *lse) override;
+                             void *lse) override;
     dst_status attention_bwd(dst_dtype dt, const AttentionParams &p, const void *qkv, const void *ctx,
-                             const void *dctx, const void *probs, const void *lse,
+                             const void *dctx, const void *lse,
                              void *dqkv) override;
 
 private:

@@ -21,7 +21,6 @@
 #include <new>
 
 #include "core/error.h"
-#include "kernels/attention.cuh"
 #include "kernels/bias.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
@@ -31,17 +30,12 @@ namespace dst {
 
 namespace {
 
-constexpr size_t kGemmWorkspace = size_t(32) << 20;  // cuBLAS's recommendation for Hopper
 constexpr size_t kWorkspaceGranule = size_t(1) << 20;
 
 size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 size_t storage_size(dst_dtype dt) {
     return dt == DST_DTYPE_FP64 ? 8 : (dt == DST_DTYPE_FP16 || dt == DST_DTYPE_BF16) ? 2 : 4;
-}
-
-bool mask_in_compute_type(dst_dtype dt, dst_dtype mask_dtype) {
-    return dt == DST_DTYPE_FP64 ? mask_dtype == DST_DTYPE_FP64 : mask_dtype == DST_DTYPE_FP32;
 }
 
 }  // namespace
@@ -228,6 +222,23 @@ dst_status CudaBackend::synchronize() {
 // their own in the workspace across GEMMs place them after this).
 size_t CudaBackend::gemm_workspace_bytes() const {
     return user_ws_ ? (user_ws_bytes_ < kGemmWorkspace ? user_ws_bytes_ : kGemmWorkspace) : kGemmWorkspace;
+}
+
+size_t cuda_scratch_bytes(const ScratchNeeds &n) {
+    size_t s = 0;
+    auto need = [&s](size_t v) { s = v > s ? v : s; };
+    if (n.gemm) need(kGemmWorkspace);
+    if (n.colsum_width > 0 && n.rows > 0) need(cuda::column_sum_workspace(n.dt, n.rows, n.colsum_width));
+    if (n.ln_width > 0 && n.rows > 0) need(cuda::layernorm_bwd_workspace(n.dt, n.rows, n.ln_width));
+    if (n.attention) need(CudaBackend::attention_scratch(n.dt, n.attn, n.stochastic));
+    return (s + 255) / 256 * 256;
+}
+
+void CudaBackend::set_scratch(void *ptr, size_t bytes) {
+    // Stream order protects both regions: work queued before this point still uses the old one and
+    // runs first. The owned workspace stays allocated for when scratch is handed back (nullptr).
+    user_ws_ = ptr;
+    user_ws_bytes_ = ptr ? bytes : 0;
 }
 
 namespace {
@@ -449,93 +460,6 @@ dst_status CudaBackend::dropout_bwd(dst_dtype dt, const void *dy, void *dx, int6
 dst_status CudaBackend::add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) {
     DST_TRY(activate());
     return cuda::add(stream_, dt, a, b, y, count);
-}
-
-// ---- attention -----------------------------------------------------------------------------------
-
-namespace {
-
-dst_status check_mask(const AttentionParams &p) {
-    if (p.mask_kind == DST_MASK_NONE) return DST_OK;
-    if (!p.mask) return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: attention mask is NULL");
-    if (p.mask_kind == DST_MASK_KEY_LENGTHS && p.mask_dtype != DST_DTYPE_INT32)
-        return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: key lengths must be int32");
-    if (p.mask_kind == DST_MASK_ADDITIVE && p.mask_dtype == DST_DTYPE_INT32)
-        return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: an additive mask cannot be int32");
-    return DST_OK;
-}
-
-}  // namespace
-
-cuda::AttentionLaunch CudaBackend::attention_launch(dst_dtype dt, const AttentionParams &p) {
-    cuda::AttentionLaunch l;
-    l.dt = dt;
-    l.batch = p.batch;
-    l.seq = p.seq;
-    l.hidden = p.hidden;
-    l.heads = p.heads;
-    l.head_dim = p.head_dim;
-    l.scale = p.scale;
-    l.causal = p.causal;
-    l.dropout = p.dropout;
-    if (p.mask_kind == DST_MASK_KEY_LENGTHS) l.key_len = static_cast<const int32_t *>(p.mask);
-    return l;
-}
-
-size_t CudaBackend::key_bias_bytes(dst_dtype dt, const AttentionParams &p) {
-    if (p.mask_kind != DST_MASK_ADDITIVE || mask_in_compute_type(dt, p.mask_dtype)) return 0;
-    return align_up(size_t(p.batch * p.seq) * cuda::compute_size(dt), 256);
-}
-
-dst_status CudaBackend::set_key_bias(dst_dtype dt, const AttentionParams &p, void *scratch,
-                                     cuda::AttentionLaunch *l) {
-    if (key_bias_bytes(dt, p) > 0) {
-        DST_TRY(cuda::attention_key_bias(stream_, dt, p.mask_dtype, p.mask, scratch, p.batch * p.seq));
-        l->key_bias = scratch;
-    } else if (p.mask_kind == DST_MASK_ADDITIVE) {
-        l->key_bias = p.mask;
-    }
-    return DST_OK;
-}
-
-dst_status CudaBackend::attention_fwd(dst_dtype dt, const AttentionParams &p, const void *qkv, void *ctx,
-                                      void *probs, void *lse) {
-    DST_TRY(activate());
-    DST_TRY(check_mask(p));
-    const size_t bias_bytes = key_bias_bytes(dt, p);
-    {
-        const void *ptrs[] = {qkv, ctx, probs, lse};
-        if (attention_gemm_bytes(dt, p, false, bias_bytes, ptrs, 4) > 0)
-            return attention_gemm_fwd(dt, p, bias_bytes, qkv, ctx, probs, lse);
-    }
-    const size_t lse_bytes = (probs && !lse) ? size_t(p.batch * p.heads * p.seq) * cuda::compute_size(dt) : 0;
-    void *ws = nullptr;
-    DST_TRY(workspace(bias_bytes + lse_bytes, &ws));
-    cuda::AttentionLaunch l = attention_launch(dt, p);
-    DST_TRY(set_key_bias(dt, p, ws, &l));
-    void *lse_out = lse ? lse : (probs ? static_cast<char *>(ws) + bias_bytes : nullptr);
-    DST_TRY(cuda::attention_fwd(stream_, l, qkv, ctx, lse_out));
-    if (probs) DST_TRY(cuda::attention_probs(stream_, l, qkv, lse_out, probs));
-    return DST_OK;
-}
-
-dst_status CudaBackend::attention_bwd(dst_dtype dt, const AttentionParams &p, const void *qkv,
-                                      const void *ctx, const void *dctx, const void *probs,
-                                      const void *lse, void *dqkv) {
-    DST_TRY(activate());
-    DST_TRY(check_mask(p));
-    const size_t bias_bytes = key_bias_bytes(dt, p);
-    {
-        const void *ptrs[] = {qkv, ctx, dctx, probs, lse, dqkv};
-        if ((probs || lse) && attention_gemm_bytes(dt, p, true, bias_bytes, ptrs, 6) > 0)
-            return attention_gemm_bwd(dt, p, bias_bytes, qkv, ctx, dctx, probs, lse, dqkv);
-    }
-    cuda::AttentionLaunch l = attention_launch(dt, p);
-    void *ws = nullptr;
-    DST_TRY(workspace(bias_bytes + cuda::attention_bwd_workspace(l), &ws));
-    DST_TRY(set_key_bias(dt, p, ws, &l));
-    return cuda::attention_bwd(stream_, l, qkv, ctx, dctx, probs, lse, dqkv,
-                               static_cast<char *>(ws) + bias_bytes);
 }
 
 }  // namespace dst

@@ -19,8 +19,11 @@
 namespace dst {
 
 namespace cuda {
-struct AttentionLaunch;  // kernels/attention.cuh
+struct AttentionArgs;  // kernels/attention_args.h
 }  // namespace cuda
+
+// The cuBLASLt workspace every GEMM is offered (cuBLAS's recommendation for Hopper).
+constexpr size_t kGemmWorkspace = size_t(32) << 20;
 
 class CudaBackend final : public Backend {
 public:
@@ -65,10 +68,11 @@ public:
     dst_status add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) override;
 
     dst_status attention_fwd(dst_dtype dt, const AttentionParams &p, const void *qkv, void *ctx,
-                             void *probs, void *lse) override;
+                             void *lse) override;
     dst_status attention_bwd(dst_dtype dt, const AttentionParams &p, const void *qkv, const void *ctx,
-                             const void *dctx, const void *probs, const void *lse,
-                             void *dqkv) override;
+                             const void *dctx, const void *lse, void *dqkv) override;
+    size_t scratch_bytes(const ScratchNeeds &n) const override { return cuda_scratch_bytes(n); }
+    void set_scratch(void *ptr, size_t bytes) override;
 
     // ---- CUDA-specific (the C API exposes these) ----------------------------------------------
     int device() const { return device_; }
@@ -87,11 +91,9 @@ public:
     // Lets fp32 GEMMs use TF32 tensor cores (default off: fp32 results then match the CPU to 1e-5).
     void set_allow_tf32(bool on) override { allow_tf32_ = on; }
     bool allow_tf32() const { return allow_tf32_; }
-    // Attention in FP16/BF16/FP32 through tensor-core GEMMs (cuBLASLt, S×S buffers in the
-    // workspace; src/backend/cuda/attention_path.cpp says which shapes take it). On by default;
-    // off: every dtype uses the generic kernels of kernels/attention.cu (tests, timing).
-    void set_attention_gemm_path(bool on) { attn_gemm_ = on; }
-    bool attention_gemm_path() const { return attn_gemm_; }
+    // Stochastic mode: attention backward accumulates dQ with float atomics (one pass fewer, not
+    // bit-reproducible); off: deterministic, one writer per element.
+    void set_stochastic(bool on) override { stochastic_ = on; }
 
 private:
     CudaBackend() = default;
@@ -118,22 +120,15 @@ private:
         const void *bias = nullptr;
     };
     dst_status gemm(dst_dtype dt, const Gemm &g);
-    // ---- attention: the launch description both paths share ----
-    static cuda::AttentionLaunch attention_launch(dst_dtype dt, const AttentionParams &p);
-    // Workspace bytes for an additive mask converted to the compute type (0: used as it is).
-    static size_t key_bias_bytes(dst_dtype dt, const AttentionParams &p);
-    // Sets l->key_bias: the additive mask itself, or converted into `scratch` (key_bias_bytes).
-    dst_status set_key_bias(dst_dtype dt, const AttentionParams &p, void *scratch, cuda::AttentionLaunch *l);
-    // ---- the GEMM attention path (attention_path.cpp) ----
-    // Workspace bytes the path needs beyond `extra` (converted mask) and the GEMM workspace, or 0
-    // when the call must take the generic kernels.
-    size_t attention_gemm_bytes(dst_dtype dt, const AttentionParams &p, bool backward, size_t extra,
-                                const void *const *ptrs, int nptrs) const;
-    dst_status attention_gemm_fwd(dst_dtype dt, const AttentionParams &p, size_t bias_bytes, const void *qkv,
-                                  void *ctx, void *probs, void *lse);
-    dst_status attention_gemm_bwd(dst_dtype dt, const AttentionParams &p, size_t bias_bytes, const void *qkv,
-                                  const void *ctx, const void *dctx, const void *probs, const void *lse,
-                                  void *dqkv);
+    // ---- attention (attention.cpp) ----
+    // The kernels' description of a call; key_bias is set by set_key_bias.
+    static cuda::AttentionArgs attention_args(const AttentionParams &p, bool deterministic);
+    // Sets a->key_bias: the additive mask itself, or converted into `scratch` (key_bias_bytes).
+    dst_status set_key_bias(dst_dtype dt, const AttentionParams &p, void *scratch, cuda::AttentionArgs *a);
+public:
+    // Scratch bytes of attention_bwd (the larger of the two attention ops) for this call.
+    static size_t attention_scratch(dst_dtype dt, const AttentionParams &p, bool stochastic);
+private:
     size_t gemm_workspace_bytes() const;
 
     int device_ = 0;
@@ -147,7 +142,7 @@ private:
     void *user_ws_ = nullptr;
     size_t user_ws_bytes_ = 0;
     int *flag_ = nullptr;  // device int for all_nonzero
-    bool attn_gemm_ = true;
+    bool stochastic_ = false;
     // cuBLASLt heuristic results of the GEMMs, by problem (same problem: same algorithm).
     struct LtAlgoEntry {
         int64_t key[20];

@@ -1,0 +1,47 @@
+// Tensor-core (flash) attention for FP16 and BF16 layers: forward and backward with nothing S×S in
+// memory (kernels/attention_flash_impl.cuh has the kernels and how they work; the math and the
+// layouts are in kernels/attention_args.h).
+// Runs any S ≥ 1, any batch and head count (batch·heads·tiles < 2^31) and head_dim 1 … 128; the
+// kernels are built for head dims 32, 64, 96 and 128 and a head_dim in between runs on the next
+// one up with zero padding. Fast path when head_dim, hidden and the tensor addresses allow
+// 16-byte copies (head_dim % 8 == 0, hidden % 8 == 0, 16-byte aligned pointers); otherwise the same
+// kernels load element by element.
+// Launchers return cudaSuccess or the CUDA error of the failed launch; invalid arguments
+// (unsupported dtype or head_dim) give cudaErrorInvalidValue. Every launch goes to `stream`.
+#ifndef DST_KERNELS_ATTENTION_FLASH_CUH
+#define DST_KERNELS_ATTENTION_FLASH_CUH
+
+#include <cuda_runtime_api.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/attention_args.h"
+
+namespace dst {
+namespace cuda {
+
+constexpr int64_t kFlashMaxHeadDim = 128;
+
+// Whether the flash kernels run this call (head_dim and grid limits); `why` (nullable) gets the
+// reason when not.
+bool flash_attention_supported(const AttentionArgs &a, const char **why);
+
+// Workspace bytes of flash_attention_bwd: the row sums D, plus the fp32 dQ accumulator when
+// a.deterministic is false.
+size_t flash_attention_bwd_workspace(const AttentionArgs &a);
+
+// ctx [B, S, H] and, when lse != nullptr, lse [B, heads, S] (natural log, −inf for rows whose keys
+// are all hidden). bf16 selects BF16 storage, else FP16.
+cudaError_t flash_attention_fwd(cudaStream_t stream, bool bf16, const AttentionArgs &a, const void *qkv, void *ctx,
+                                float *lse);
+
+// dqkv [B, S, 3H] from dctx, the forward's ctx and lse; `workspace` holds
+// flash_attention_bwd_workspace(a) bytes, 16-byte aligned.
+cudaError_t flash_attention_bwd(cudaStream_t stream, bool bf16, const AttentionArgs &a, const void *qkv,
+                                const void *ctx, const void *dctx, const float *lse, void *dqkv, void *workspace);
+
+}  // namespace cuda
+}  // namespace dst
+
+#endif  // DST_KERNELS_ATTENTION_FLASH_CUH
