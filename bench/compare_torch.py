@@ -1,28 +1,81 @@
 #!/usr/bin/env python3
-"""Times libdstransformer against plain PyTorch layers, in the same process, on the same GPU.
+"""Times libdstransformer against PyTorch on the same GPU, in one process, and prints one table.
 
-Per BERT-Large layer (H=1024, 16 heads, I=4096), Pre-LN, dropout 0.1, additive padding mask, a
-stack of 4 layers, forward+backward and inference, for each shape and dtype:
-  - torch eager, plain attention (matmul + fp32 softmax + dropout + matmul)
-  - torch eager, scaled_dot_product_attention
-  - torch.compile + SDPA
-  - libdstransformer (CUDA backend, through ctypes on torch's current stream), additive mask and
-    key-length mask
-Reports ms/layer (median of 5 repetitions of 10 iterations, CUDA events; torch.compile inference is
-not measured, to keep one compilation per case), the ratio of each baseline
-to ours (> 1 means we are faster), and saved-activation MB per sample per layer (torch: measured
-growth of allocated memory over a training forward, including each layer's output; ours: the
-library's own count, dst_layer_config_saved_bytes, which includes the layer input copy it keeps).
+The layer: BERT-Large (H=1024, 16 heads of 64, I=4096), Pre-LN, dropout 0.1 on the attention
+probabilities and on both sub-layer outputs, run as a stack of 4 layers. Padding: sequence b keeps
+all S keys when b is even and S - S//4 keys when b is odd (so B=1 is one full-length sequence); the
+additive masks put -10000 on the other keys, the key-length mask gives those lengths.
 
-usage: DST_LIB=path/libdstransformer.so python3 bench/compare_torch.py [--quick] [--out DIR]
+Cases: every dtype of --dtypes (fp16, bf16) with every shape B×S of --shapes (64×128, 16×512,
+8×2048, 2×8192, 1×16384), all shapes of the first dtype first, shapes in the order given. Rows of a
+case, in the order of the table:
+  gemms alone                     the layer's GEMMs in the layer dtype through torch (cuBLAS, TF32
+                                  off), all in one function per iteration: the four linears (QKV 3H×H,
+                                  attention output H×H, FFN in I×H, FFN out H×I) forward, dX and dW
+                                  over N=B·S tokens, and the six attention products on [B·16, S, 64]
+                                  batches: Q·Kᵀ and P·V forward, dP=dO·Vᵀ, dV=Pᵀ·dO, dQ=dS·K and
+                                  dK=dSᵀ·Q backward (one S×S buffer, allocated once). Its inference
+                                  column is the forward GEMMs only (4 linears, Q·Kᵀ, P·V)
+  torch eager SDPA                F.scaled_dot_product_attention with the additive mask
+  torch.compile + SDPA            the same stack under torch.compile(dynamic=False): one compilation
+                                  per case, whose seconds are printed (timings vary 7-13 % from one
+                                  compilation to the next)
+  torch eager plain attention     matmul, fp32 softmax, dropout, matmul; only for S <= 512 (it
+                                  materialises S×S fp32 scores), "-" above
+  ours, additive                  libdstransformer (CUDA backend, through ctypes) with the additive mask
+  ours, key lengths               with the key-length mask
+  ours, key lengths + 3 switches  and attn_dropout_checkpoint, normalize_invertible, gelu_checkpoint
+  ours, key lengths, stochastic   and stochastic_mode=1 (non-deterministic fast paths allowed)
+torch.compile runs first in each case, so that every row printed as it is measured has its ratio.
+Torch and the library share one CUDA stream, created for the run: torch's default stream is the
+legacy NULL stream, which dst_context_set_stream would take as "the context's own stream", a
+non-blocking stream that CUDA events recorded on torch's stream do not wait for.
+
+Columns, per layer (a call of the 4-layer stack / 4; gemms alone: one layer's GEMMs):
+  fwd+bwd ms/layer  a training forward and backward (torch: parameter gradients set to None before
+                    each, as ours overwrites them); CUDA events, median over `reps` of the mean of
+                    `iters` calls after `warm-up` calls: (reps, iters, warm-up) = (5, 10, 3) for
+                    S <= 512, (3, 5, 2) for S <= 2048, (3, 2, 2) above
+  ratio             the row's fwd+bwd time / torch.compile + SDPA's (< 1: faster than torch.compile);
+                    each case ends with "speedup vs compile" = torch.compile's time / ours (> 1: ours
+                    is faster) for "ours, key lengths" and "ours, additive"
+  infer ms/layer    a forward in inference mode (torch: eval() and no_grad; ours: training=0); not
+                    measured for torch.compile, whose inference would be a second compilation
+  saved MiB         activations kept for backward, MiB (2**20 bytes) per sample per layer; counted:
+                    the library's count, dst_layer_config_saved_bytes / B; measured: for ours the drop
+                    of the device's free memory (torch.cuda.mem_get_info) over one training forward of
+                    the stack into fresh dst_saved objects, after the timed calls (the workspace has
+                    grown by then); for torch the growth of torch.cuda.memory_allocated over a training
+                    forward (it includes each layer's output)
+  compile s         torch.compile: seconds of the first training call (compiles forward and backward)
+
+Time: --budget SECONDS counts from the start of main(). Before a row, its time is predicted from the
+same row at an earlier case (setup, plus its calls scaled by the layer's FLOPs); after warm-up, from
+the last warm-up call. A row that would not fit prints "(skipped: time budget)"; an error (out of
+memory, a library error) is printed in its row and the run goes on. Rows are printed as they are
+measured, the whole table at the end, also when the run is stopped by SIGTERM (`timeout`). --out DIR
+receives compare_torch.json, rewritten after each case: every number of the table, and per row the
+library's workspace (dst_layer_config_workspace_bytes), setup seconds (compilation included) and wall
+seconds; per case the compile seconds and speedups; the run's wall seconds.
+
+usage: DST_LIB=path/libdstransformer.so python3 bench/compare_torch.py [--dtypes fp16,bf16]
+           [--shapes 64x128,16x512,8x2048,2x8192,1x16384] [--skip-compile] [--skip-eager]
+           [--budget SECONDS] [--out DIR]
 """
 import argparse
+import collections
+import contextlib
 import ctypes
+import dataclasses
+import functools
+import gc
 import json
 import math
 import os
+import signal
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn as nn
@@ -32,6 +85,49 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dst_ctypes as dc  # noqa: E402
 
 H, HEADS, I, LAYERS, P = 1024, 16, 4096, 4, 0.1
+D = H // HEADS
+MIB = 2 ** 20
+DEVICE = "cuda"
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+SHAPES = "64x128,16x512,8x2048,2x8192,1x16384"
+PLAIN_MAX_S = 512
+
+GEMMS, SDPA, COMPILE, PLAIN = "gemms alone", "torch eager SDPA", "torch.compile + SDPA", "torch eager plain attention"
+OURS = [  # row name, key-length mask (else additive), configuration switches
+    ("ours, additive", False, {}),
+    ("ours, key lengths", True, {}),
+    ("ours, key lengths + 3 switches", True, {"attn_dropout_checkpoint": 1, "normalize_invertible": 1,
+                                              "gelu_checkpoint": 1}),
+    ("ours, key lengths, stochastic", True, {"stochastic_mode": 1}),
+]
+SPEEDUP_ROWS = ("ours, key lengths", "ours, additive")
+SKIPPED = "(skipped: time budget)"
+
+Plan = collections.namedtuple("Plan", "reps iters warmup")
+
+
+def plan_for(S):
+    if S <= 512:
+        return Plan(5, 10, 3)
+    return Plan(3, 5, 2) if S <= 2048 else Plan(3, 2, 2)
+
+
+def layer_flops(B, S):
+    """Forward FLOPs of one layer: the four linears and the two attention products."""
+    return 2 * B * S * (4 * H * H + 2 * H * I) + 4 * B * S * S * H
+
+
+def key_lengths(B, S):
+    """Keys each sequence keeps: S for even b, S - S//4 for odd b."""
+    n = torch.full((B,), S, dtype=torch.int32, device=DEVICE)
+    n[1::2] = S - S // 4
+    return n
+
+
+def additive_mask(B, S, dtype):
+    """[B, S]: -10000 on the keys past key_lengths, 0 elsewhere."""
+    padded = torch.arange(S, device=DEVICE) >= key_lengths(B, S)[:, None]
+    return torch.zeros(B, S, device=DEVICE, dtype=dtype).masked_fill_(padded, -10000.0)
 
 
 class TorchLayer(nn.Module):
@@ -47,144 +143,498 @@ class TorchLayer(nn.Module):
 
     def forward(self, x, mask):  # mask: additive [B, 1, 1, S]
         B, S, _ = x.shape
-        d = H // HEADS
-        q, k, v = self.qkv(self.ln1(x)).view(B, S, 3, HEADS, d).permute(2, 0, 3, 1, 4)
+        q, k, v = self.qkv(self.ln1(x)).view(B, S, 3, HEADS, D).permute(2, 0, 3, 1, 4)
         if self.attn == "sdpa":
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=P if self.training else 0.0)
         else:
-            s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d)) + mask
+            s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(D)) + mask
             p = F.dropout(torch.softmax(s.float(), dim=-1).to(x.dtype), P, self.training)
             ctx = p @ v
         r = x + F.dropout(self.o(ctx.transpose(1, 2).reshape(B, S, H)), P, self.training)
         return r + F.dropout(self.fc2(F.gelu(self.fc1(self.ln2(r)))), P, self.training)
 
 
-def time_ms(fn, reps, iters):
-    for _ in range(3):
+# ---- the implementations a row measures -----------------------------------------------------------
+# Each has `layers` (layers one call runs), `compile_s`, `workspace_mib`, and the methods train()
+# (one training call), saved_mib() -> (counted, measured), inference() (switches to inference and
+# returns the call to time, or None) and close().
+
+class Gemms:
+    """The layer's GEMMs alone, in the layer dtype, through torch (cuBLAS)."""
+    layers, compile_s, workspace_mib = 1, None, None
+
+    def __init__(self, dname, B, S):
+        dtype, N, BH = DTYPES[dname], B * S, B * HEADS
+
+        def rand(*shape):
+            return torch.randn(*shape, device=DEVICE, dtype=dtype)
+
+        # (input, weight, output gradient) of QKV, attention output, FFN in, FFN out
+        self.linears = [(rand(N, k), rand(n, k), rand(N, n)) for n, k in ((3 * H, H), (H, H), (I, H), (H, I))]
+        self.q, self.k, self.v, self.dout = (rand(BH, S, D) for _ in range(4))
+        self.out = torch.empty(BH, S, D, device=DEVICE, dtype=dtype)
+        self.ss = rand(BH, S, S)  # the S×S operand: scores and probabilities, then dP and dS
+
+    def forward(self):
+        for x, w, _ in self.linears:
+            F.linear(x, w)
+        torch.bmm(self.q, self.k.transpose(1, 2), out=self.ss)  # Q·Kᵀ
+        torch.bmm(self.ss, self.v, out=self.out)  # P·V
+
+    def train(self):
+        self.forward()
+        for x, w, dy in self.linears:
+            torch.mm(dy, w)  # dX = dY·W
+            torch.mm(dy.t(), x)  # dW = dYᵀ·X
+        torch.bmm(self.dout, self.v.transpose(1, 2), out=self.ss)  # dP = dO·Vᵀ
+        torch.bmm(self.ss.transpose(1, 2), self.dout)  # dV = Pᵀ·dO
+        torch.bmm(self.ss, self.k)  # dQ = dS·K
+        torch.bmm(self.ss.transpose(1, 2), self.q)  # dK = dSᵀ·Q
+
+    def saved_mib(self):
+        return None, None
+
+    def inference(self):
+        return self.forward
+
+    def close(self):
+        pass
+
+
+class TorchStack:
+    """A stack of TorchLayer, eager or under torch.compile."""
+    layers, workspace_mib = LAYERS, None
+
+    def __init__(self, dname, B, S, attn, compiled):
+        dtype = DTYPES[dname]
+        self.B, self.compiled, self.compile_s = B, compiled, None
+        self.stack = stack = nn.Sequential(*[TorchLayer(attn) for _ in range(LAYERS)]).to(DEVICE, dtype)
+        self.x = torch.randn(B, S, H, device=DEVICE, dtype=dtype, requires_grad=True)
+        self.dy = torch.randn(B, S, H, device=DEVICE, dtype=dtype)
+        mask = additive_mask(B, S, dtype).view(B, 1, 1, S)
+
+        def run(x):
+            for layer in stack:
+                x = layer(x, mask)
+            return x
+
+        self.fwd = torch.compile(run, dynamic=False) if compiled else run
+        if compiled:
+            t0 = time.monotonic()
+            self.train()
+            torch.cuda.synchronize()
+            self.compile_s = time.monotonic() - t0
+
+    def train(self):
+        self.x.grad = None
+        self.stack.zero_grad()
+        self.fwd(self.x).backward(self.dy)
+
+    def saved_mib(self):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        y = self.fwd(self.x)
+        grown = torch.cuda.memory_allocated() - base
+        del y
+        return None, grown / self.B / LAYERS / MIB
+
+    def inference(self):
+        if self.compiled:
+            return None
+        self.stack.eval()
+
+        def forward():
+            with torch.no_grad():
+                self.fwd(self.x)
+
+        return forward
+
+    def close(self):
+        if self.compiled:
+            torch._dynamo.reset()
+
+
+class Ours:
+    """A stack of libdstransformer layers on one CUDA context that runs on torch's current stream."""
+    layers, compile_s = LAYERS, None
+
+    def __init__(self, lib, dname, B, S, use_key_lengths, switches):
+        self.lib, self.L, self.B, self.S = lib, lib.lib, B, S
+        self.handles = []
+        self.ctx = lib.context(dc.BACKEND_CUDA)
+        try:
+            self.setup(dname, use_key_lengths, switches)
+        except BaseException:
+            self.close()
+            raise
+
+    def setup(self, dname, use_key_lengths, switches):
+        lib, B, S, dtype = self.lib, self.B, self.S, DTYPES[dname]
+        stream = torch.cuda.current_stream().cuda_stream
+        if not stream:  # NULL would mean the context's own stream, which torch's CUDA events do not see
+            raise RuntimeError("torch's current stream is the default stream; run on a created stream")
+        lib.check(self.L.dst_context_set_stream(self.ctx, stream))
+        self.cfg = lib.config(hidden_size=H, heads=HEADS, intermediate_size=I, attn_dropout_ratio=P,
+                              hidden_dropout_ratio=P, num_hidden_layers=LAYERS, dtype=dname,
+                              max_batch_tokens=B * S, max_seq_len=S, pre_layer_norm=1, **switches)
+        self.workspace_mib = lib.workspace_bytes(self.cfg, B, S) / MIB
+        for _ in range(LAYERS):
+            self.handles.append(lib.layer(self.ctx, self.cfg))
+        xs = [torch.randn(B, S, H, device=DEVICE, dtype=dtype)]
+        xs += [torch.empty(B, S, H, device=DEVICE, dtype=dtype) for _ in range(LAYERS)]
+        gs = [torch.empty(B, S, H, device=DEVICE, dtype=dtype) for _ in range(LAYERS)]
+        gs += [torch.randn(B, S, H, device=DEVICE, dtype=dtype)]
+        if use_key_lengths:
+            self.mask_data = key_lengths(B, S)
+            self.mask = dc.mask(dc.MASK_KEY_LENGTHS, self.mask_data.data_ptr(), "int32", (B,))
+        else:
+            self.mask_data = additive_mask(B, S, dtype)
+            self.mask = dc.mask(dc.MASK_ADDITIVE, self.mask_data.data_ptr(), dname, (B, S))
+        self.tensors = xs + gs  # the views below point into them
+        self.tx = [dc.tensor(t.data_ptr(), dname, (B, S, H)) for t in xs]
+        self.tg = [dc.tensor(t.data_ptr(), dname, (B, S, H)) for t in gs]
+
+    def forward(self, saved=(None,) * LAYERS):
+        for i, (layer, sv) in enumerate(zip(self.handles, saved)):
+            self.lib.check(self.L.dst_layer_forward(layer, sv, ctypes.byref(self.tx[i]), ctypes.byref(self.mask),
+                                                    ctypes.byref(self.tx[i + 1])))
+
+    def train(self):
+        self.forward()
+        for i in reversed(range(LAYERS)):
+            self.lib.check(self.L.dst_layer_backward(self.handles[i], None, ctypes.byref(self.tg[i + 1]),
+                                                     ctypes.byref(self.tg[i]), 0))
+
+    def saved_mib(self):
+        counted = self.lib.saved_bytes(self.cfg, self.B, self.S) / self.B / MIB
+        saved = []
+        try:
+            for layer in self.handles:
+                saved.append(self.lib.saved(layer))
+            torch.cuda.synchronize()
+            free_before = torch.cuda.mem_get_info()[0]
+            self.forward(saved)
+            torch.cuda.synchronize()
+            free_after = torch.cuda.mem_get_info()[0]
+        finally:
+            for sv in saved:
+                self.L.dst_saved_destroy(sv)
+        return counted, (free_before - free_after) / self.B / LAYERS / MIB
+
+    def inference(self):
+        for layer in self.handles:
+            self.lib.check(self.L.dst_layer_set_training(layer, 0))
+        return self.forward
+
+    def close(self):
+        for layer in self.handles:
+            self.L.dst_layer_destroy(layer)
+        self.handles = []
+        if self.ctx:
+            self.L.dst_context_destroy(self.ctx)
+            self.ctx = None
+
+
+def row_specs(lib, dname, B, S, args):
+    """(row name, constructor of what it measures, or None where the row is not run), in table order."""
+    specs = [(GEMMS, functools.partial(Gemms, dname, B, S))]
+    if not args.skip_eager:
+        specs.append((SDPA, functools.partial(TorchStack, dname, B, S, "sdpa", False)))
+    if not args.skip_compile:
+        specs.append((COMPILE, functools.partial(TorchStack, dname, B, S, "sdpa", True)))
+    if not args.skip_eager:
+        specs.append((PLAIN, functools.partial(TorchStack, dname, B, S, "plain", False) if S <= PLAIN_MAX_S else None))
+    specs += [(name, functools.partial(Ours, lib, dname, B, S, use_key_lengths, switches))
+              for name, use_key_lengths, switches in OURS]
+    return specs
+
+
+# ---- measuring ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Row:
+    dtype: str
+    B: int
+    S: int
+    impl: str
+    train_ms: float | None = None  # per layer
+    ratio: float | None = None  # train_ms / torch.compile's
+    infer_ms: float | None = None  # per layer
+    saved_counted_mib: float | None = None  # per sample per layer
+    saved_measured_mib: float | None = None  # per sample per layer
+    compile_s: float | None = None
+    workspace_mib: float | None = None  # the library's workspace (dst_layer_config_workspace_bytes), whole call
+    setup_s: float | None = None  # construction, compilation included
+    wall_s: float | None = None  # the whole row
+    note: str = ""
+
+
+class OutOfBudget(Exception):
+    pass
+
+
+class Budget:
+    def __init__(self, seconds):
+        self.end = time.monotonic() + seconds
+
+    def need(self, seconds):
+        if seconds > self.end - time.monotonic():
+            raise OutOfBudget()
+
+
+def time_ms(fn, plan, budget):
+    """Median over plan.reps of the mean ms of plan.iters calls of fn (CUDA events), after
+    plan.warmup calls; raises OutOfBudget when the last warm-up call says the timed calls won't fit."""
+    for _ in range(plan.warmup - 1):
         fn()
     torch.cuda.synchronize()
+    t0 = time.monotonic()
+    fn()
+    torch.cuda.synchronize()
+    budget.need((time.monotonic() - t0) * plan.reps * plan.iters)
     times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
+    for _ in range(plan.reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(plan.iters):
             fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / iters)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / plan.iters)
     return statistics.median(times)
 
 
-def torch_case(kind, dtype, B, S, reps, iters):
-    stack = nn.Sequential(*[TorchLayer("plain" if kind == "eager" else "sdpa") for _ in range(LAYERS)])
-    stack = stack.cuda().to(dtype)
-    x = torch.randn(B, S, H, device="cuda", dtype=dtype, requires_grad=True)
-    mask = torch.zeros(B, 1, 1, S, device="cuda", dtype=dtype)
-    mask[B // 2:, ..., S - S // 4:] = -10000.0
-    run = lambda inp: [inp := layer(inp, mask) for layer in stack][-1]  # noqa: E731
-    fwd = torch.compile(run) if kind == "compile" else run
-    dy = torch.randn(B, S, H, device="cuda", dtype=dtype)
+class Runner:
+    """Measures rows within a time budget."""
 
-    def train_step():
-        x.grad = None
-        fwd(x).backward(dy)
+    def __init__(self, budget):
+        self.budget = budget
+        self.last = {}  # row name -> (B, S, setup seconds, seconds of one training and one inference call)
 
-    stack.train()
-    t_train = time_ms(train_step, reps, iters) / LAYERS
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    y = fwd(x)
-    saved = (torch.cuda.memory_allocated() - base) / B / LAYERS
-    del y
-    stack.eval()
-    if kind == "compile":  # a second compilation (eval, no grad) would double the run's time
-        return t_train, float("nan"), saved
-    with torch.no_grad():
-        t_inf = time_ms(lambda: fwd(x), reps, iters) / LAYERS
-    return t_train, t_inf, saved
+    def predict(self, row, plan):
+        """Seconds the row will take, from the same row at an earlier case (0 when there is none)."""
+        if row.impl not in self.last:
+            return 0.0
+        B, S, setup_s, call_s = self.last[row.impl]
+        calls = plan.warmup + plan.reps * plan.iters
+        return setup_s + calls * call_s * layer_flops(row.B, row.S) / layer_flops(B, S)
+
+    def run_row(self, row, make):
+        t0 = time.monotonic()
+        try:
+            plan = plan_for(row.S)
+            self.budget.need(self.predict(row, plan))
+            self.measure(row, make, plan)
+        except OutOfBudget:
+            row.note = SKIPPED if row.train_ms is None else "(inference skipped: time budget)"
+        except Exception as e:  # out of memory, a library error: noted in the row, the run goes on
+            lines = str(e).strip().splitlines()
+            row.note = f"error: {type(e).__name__}: {lines[0] if lines else ''}"
+        except BaseException:  # SIGTERM (see main) or Ctrl-C: the table says where the run stopped
+            row.note = "(stopped)"
+            raise
+        row.wall_s = time.monotonic() - t0
+        gc.collect()  # what the row allocated is unreachable now that the exception, if any, is gone
+        torch.cuda.empty_cache()
+
+    def measure(self, row, make, plan):
+        t0 = time.monotonic()
+        bench = make()
+        try:
+            row.setup_s = time.monotonic() - t0
+            row.compile_s, row.workspace_mib = bench.compile_s, bench.workspace_mib
+            row.train_ms = time_ms(bench.train, plan, self.budget) / bench.layers
+            row.saved_counted_mib, row.saved_measured_mib = bench.saved_mib()
+            infer = bench.inference()
+            if infer is not None:
+                row.infer_ms = time_ms(infer, plan, self.budget) / bench.layers
+        finally:
+            bench.close()
+        call_s = (row.train_ms + (row.infer_ms or 0.0)) * bench.layers / 1e3
+        self.last[row.impl] = (row.B, row.S, row.setup_s, call_s)
 
 
-def ours_case(lib, dtype, B, S, reps, iters, mask_kind, switches):
-    L = lib.lib
-    ctx = lib.context(dc.BACKEND_CUDA)
-    lib.check(L.dst_context_set_stream(ctx, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)))
-    dname = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
-    cfg = lib.config(hidden_size=H, heads=HEADS, intermediate_size=I, attn_dropout_ratio=P, hidden_dropout_ratio=P,
-                     num_hidden_layers=LAYERS, dtype=dname, max_batch_tokens=B * S, max_seq_len=S,
-                     pre_layer_norm=1, **switches)
-    layers = [lib.layer(ctx, cfg) for _ in range(LAYERS)]
-    xs = [torch.randn(B, S, H, device="cuda", dtype=dtype)] + [torch.empty(B, S, H, device="cuda", dtype=dtype)
-                                                               for _ in range(LAYERS)]
-    gs = [torch.empty(B, S, H, device="cuda", dtype=dtype) for _ in range(LAYERS)] + [
-        torch.randn(B, S, H, device="cuda", dtype=dtype)]
-    if mask_kind == dc.MASK_ADDITIVE:
-        mt = torch.zeros(B, S, device="cuda", dtype=dtype)
-        mt[B // 2:, S - S // 4:] = -10000.0
-        m = dc.mask(dc.MASK_ADDITIVE, mt.data_ptr(), dname, (B, S))
-    else:
-        mt = torch.full((B,), S, device="cuda", dtype=torch.int32)
-        mt[B // 2:] = S - S // 4
-        m = dc.mask(dc.MASK_KEY_LENGTHS, mt.data_ptr(), "int32", (B,))
-    tx = [dc.tensor(t.data_ptr(), dname, (B, S, H)) for t in xs]
-    tg = [dc.tensor(t.data_ptr(), dname, (B, S, H)) for t in gs]
+def run_case(rows, specs, measure, emit):
+    """Fills the rows of one case (specs from row_specs, in the same order), torch.compile first since
+    the others' ratios need it; emit(row) is called as each row is done."""
+    ref = next((r for r in rows if r.impl == COMPILE), None)
+    for row, (_, make) in sorted(zip(rows, specs), key=lambda pair: pair[0].impl != COMPILE):
+        if make is None:
+            row.note = f"not run: S > {PLAIN_MAX_S}"
+        else:
+            measure(row, make)
+        if row.train_ms is not None and ref is not None and ref.train_ms is not None:
+            row.ratio = row.train_ms / ref.train_ms
+        emit(row)
 
-    def forward():
-        for i, lay in enumerate(layers):
-            lib.check(L.dst_layer_forward(lay, None, ctypes.byref(tx[i]), ctypes.byref(m), ctypes.byref(tx[i + 1])))
 
-    def train_step():
-        forward()
-        for i in reversed(range(LAYERS)):
-            lib.check(L.dst_layer_backward(layers[i], None, ctypes.byref(tg[i + 1]), ctypes.byref(tg[i]), 0))
+# ---- the table --------------------------------------------------------------------------------------
 
-    t_train = time_ms(train_step, reps, iters) / LAYERS
-    for lay in layers:
-        lib.check(L.dst_layer_set_training(lay, 0))
-    t_inf = time_ms(forward, reps, iters) / LAYERS
-    saved = lib.saved_bytes(cfg, B, S) / B
-    for lay in layers:
-        L.dst_layer_destroy(lay)
-    L.dst_context_destroy(ctx)
-    return t_train, t_inf, saved
+HEADER = (f"{'dtype':5} {'B×S':9} {'row':30} {'fwd+bwd':>8} {'ratio':>6} {'infer':>8} {'saved MiB':>9} "
+          f"{'saved MiB':>9} {'compile':>8}  note")
+UNITS = f"{'':5} {'':9} {'':30} {'ms/layer':>8} {'':6} {'ms/layer':>8} {'counted':>9} {'measured':>9} {'s':>8}"
+LEGEND = [
+    "ms/layer: a 4-layer stack call / 4 (gemms alone: one layer's GEMMs); fwd+bwd: training forward + backward;",
+    "  infer: inference forward (not measured for torch.compile: it would be a second compilation).",
+    "ratio = the row's fwd+bwd ms / torch.compile + SDPA's: < 1 is faster than torch.compile, > 1 slower.",
+    "speedup vs compile = torch.compile + SDPA's fwd+bwd ms / ours: > 1 means ours is faster.",
+    "saved MiB = 2**20 bytes per sample per layer; counted: dst_layer_config_saved_bytes; measured: ours, device",
+    "  free memory used by a training forward into fresh dst_saved objects; torch, memory_allocated growth over",
+    "  a training forward (includes each layer's output).",
+    "compile s: the first training call of torch.compile (compilation of forward and backward), one per case.",
+]
+
+
+def fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def row_line(r):
+    line = (f"{r.dtype:5} {f'{r.B}×{r.S}':9} {r.impl:30} {fmt(r.train_ms, '.3f'):>8} {fmt(r.ratio, '.2f'):>6} "
+            f"{fmt(r.infer_ms, '.3f'):>8} {fmt(r.saved_counted_mib, '.2f'):>9} "
+            f"{fmt(r.saved_measured_mib, '.2f'):>9} {fmt(r.compile_s, '.1f'):>8}  {r.note[:120]}")
+    return line.rstrip()
+
+
+def speedups(rows):
+    """torch.compile's fwd+bwd time / ours, for SPEEDUP_ROWS (None where either is missing)."""
+    by_name = {r.impl: r.train_ms for r in rows}
+    ref = by_name.get(COMPILE)
+    return {name: ref / by_name[name] if ref is not None and by_name.get(name) is not None else None
+            for name in SPEEDUP_ROWS}
+
+
+def speedup_line(rows):
+    r = rows[0]
+    parts = ", ".join(f"{'-' if v is None else f'{v:.2f}×'} ({name})" for name, v in speedups(rows).items())
+    return f"{r.dtype:5} {f'{r.B}×{r.S}':9} speedup vs compile: {parts}"
+
+
+class Report:
+    """The rows of all cases: the table, and compare_torch.json in `out`."""
+
+    def __init__(self, out, info):
+        self.out, self.info, self.cases = out, info, []
+
+    def print_table(self):
+        print(f"\n{HEADER}\n{UNITS}\n{'-' * len(HEADER)}")
+        for rows in self.cases:
+            for r in rows:
+                print(row_line(r))
+            print(speedup_line(rows))
+        print("\n".join(LEGEND), flush=True)
+
+    def write(self, wall_s):
+        if not self.out:
+            return
+        data = dict(self.info, wall_s=wall_s,
+                    cases=[{"dtype": rows[0].dtype, "B": rows[0].B, "S": rows[0].S,
+                            "compile_s": next((r.compile_s for r in rows if r.impl == COMPILE), None),
+                            "speedup_vs_compile": speedups(rows)} for rows in self.cases],
+                    rows=[dataclasses.asdict(r) for rows in self.cases for r in rows])
+        os.makedirs(self.out, exist_ok=True)
+        path = os.path.join(self.out, "compare_torch.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(path + ".tmp", path)  # a run stopped while writing keeps the previous file
+
+
+# ---- self-test: the table from made-up numbers, without a GPU or the library -------------------------
+
+def fake_measure(row, make):
+    """Fills a row with made-up numbers; the last case gets an error and a skipped row."""
+    base = 1.5 + layer_flops(row.B, row.S) / layer_flops(64, 128) * (1.0 if row.dtype == "fp16" else 0.97)
+    if row.S >= 16384 and row.impl == "ours, additive":
+        row.note = "error: DstError: status 6: cuda backend: cannot allocate 34359738368 bytes on device 0"
+        return
+    if row.S >= 16384 and row.impl == "ours, key lengths, stochastic":
+        row.note = SKIPPED
+        return
+    scale = {GEMMS: 0.6, SDPA: 1.15, COMPILE: 1.0, PLAIN: 1.5, "ours, key lengths": 1.2,
+             "ours, key lengths + 3 switches": 1.3, "ours, key lengths, stochastic": 1.18}.get(row.impl, 1.25)
+    row.train_ms = base * scale
+    row.infer_ms = None if row.impl == COMPILE else row.train_ms / 3
+    if row.impl != GEMMS:
+        row.saved_measured_mib = 0.032 * row.S * (1.1 if row.impl.startswith("torch") else 1.2)
+    if row.impl.startswith("ours"):
+        row.saved_measured_mib *= 0.55 if "switches" in row.impl else 1.0
+        row.saved_counted_mib = row.saved_measured_mib - 0.01
+        row.workspace_mib = row.B * row.S * 0.05
+    if row.impl == COMPILE:
+        row.compile_s = 38.0 + row.S / 1000
+
+
+# ---- main ---------------------------------------------------------------------------------------------
+
+def parse_args():
+    def shapes(text):
+        try:
+            out = [tuple(int(v) for v in item.split("x")) for item in text.split(",")]
+        except ValueError:
+            out = []
+        if not out or any(len(s) != 2 or min(s) < 1 for s in out):
+            raise argparse.ArgumentTypeError(f"expected BxS[,BxS...] such as 64x128,16x512, got {text!r}")
+        return out
+
+    def dtypes(text):
+        names = text.split(",")
+        if any(n not in DTYPES for n in names):
+            raise argparse.ArgumentTypeError(f"expected a list of {', '.join(DTYPES)}, got {text!r}")
+        return names
+
+    ap = argparse.ArgumentParser(description="libdstransformer against PyTorch, one table (see the module docstring)")
+    ap.add_argument("--dtypes", type=dtypes, default=",".join(DTYPES),
+                    help="comma-separated, in order (default %(default)s)")
+    ap.add_argument("--shapes", type=shapes, default=SHAPES,
+                    help="BxS, comma-separated, in order (default %(default)s)")
+    ap.add_argument("--skip-compile", action="store_true", help="no torch.compile rows")
+    ap.add_argument("--skip-eager", action="store_true", help="no torch eager rows (SDPA and plain attention)")
+    ap.add_argument("--budget", type=float, default=400.0,
+                    help="seconds for the whole run; rows that would not fit are skipped (default %(default).0f)")
+    ap.add_argument("--out", default=None, help="folder for compare_torch.json")
+    ap.add_argument("--selftest", action="store_true", help=argparse.SUPPRESS)
+    return ap.parse_args()
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="fewer iterations, fp16 only")
-    ap.add_argument("--out", default=None, help="folder for compare_torch.json")
-    args = ap.parse_args()
-    reps, iters = (3, 5) if args.quick else (5, 10)
-    lib = dc.Lib()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    print(f"libdstransformer {lib.version()}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    rows = []
-    dtypes = [torch.float16] if args.quick else [torch.float16, torch.bfloat16]
-    for dtype in dtypes:
-        for B, S in ((64, 128), (16, 512)):
-            res = {}
-            for kind in ("eager", "sdpa", "compile"):
-                res[f"torch {kind}"] = torch_case(kind, dtype, B, S, reps, iters)
-            res["dst additive"] = ours_case(lib, dtype, B, S, reps, iters, dc.MASK_ADDITIVE, {})
-            res["dst lengths"] = ours_case(lib, dtype, B, S, reps, iters, dc.MASK_KEY_LENGTHS, {})
-            res["dst lengths, attn ckpt"] = ours_case(lib, dtype, B, S, reps, iters, dc.MASK_KEY_LENGTHS,
-                                                      {"attn_dropout_checkpoint": 1})
-            ref = res["dst additive"]
-            for name, (tt, ti, sv) in res.items():
-                rows.append({"dtype": str(dtype).split(".")[-1], "B": B, "S": S, "impl": name,
-                             "train_ms_per_layer": tt, "infer_ms_per_layer": ti, "saved_MB_per_sample_layer": sv / 1e6,
-                             "train_ratio_vs_dst": tt / ref[0], "infer_ratio_vs_dst": ti / ref[1]})
-    hdr = f"{'dtype':9} {'B':>3} {'S':>4}  {'impl':24} {'fwd+bwd ms':>10} {'ratio':>6} {'infer ms':>9} {'ratio':>6} {'saved MB':>8}"
-    print(hdr)
-    print("-" * len(hdr))
-    for r in rows:
-        print(f"{r['dtype']:9} {r['B']:>3} {r['S']:>4}  {r['impl']:24} {r['train_ms_per_layer']:10.3f} "
-              f"{r['train_ratio_vs_dst']:6.2f} {r['infer_ms_per_layer']:9.3f} {r['infer_ratio_vs_dst']:6.2f} "
-              f"{r['saved_MB_per_sample_layer']:8.2f}")
-    print("ratio = that implementation's time / libdstransformer (additive mask); > 1 means libdstransformer is faster")
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "compare_torch.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+    args = parse_args()
+    t0, budget = time.monotonic(), Budget(args.budget)
+    # `timeout` stops us with SIGTERM: leave through the finally below, which prints the table.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"compare_torch: stopped by signal {signum}"))
+    if args.selftest:
+        lib, measure, stream = None, fake_measure, contextlib.nullcontext()
+        info = {"library": "selftest", "torch": torch.__version__, "device": "none"}
+    else:
+        lib = dc.Lib()
+        torch.backends.cuda.matmul.allow_tf32 = False
+        measure = Runner(budget).run_row
+        # torch's default stream is the legacy NULL stream, handle 0, which dst_context_set_stream takes
+        # as "the context's own stream": a non-blocking stream that CUDA events on torch's stream do not
+        # wait for. So torch and the library share one created stream.
+        stream = torch.cuda.stream(torch.cuda.Stream())
+        info = {"library": lib.version(), "torch": torch.__version__, "device": torch.cuda.get_device_name()}
+    info.update(dtypes=args.dtypes, shapes=[f"{B}x{S}" for B, S in args.shapes], budget_s=args.budget,
+                plans={f"S={S}": plan_for(S)._asdict() for S in sorted({S for _, S in args.shapes})})
+    print(f"libdstransformer {info['library']}, torch {info['torch']}, {info['device']}; BERT-Large layer "
+          f"(H={H}, {HEADS} heads of {D}, I={I}), Pre-LN, dropout {P}, {LAYERS}-layer stack; "
+          f"budget {args.budget:.0f} s")
+    print(f"{HEADER}\n{UNITS}", flush=True)
+    report = Report(args.out, info)
+    try:
+        with stream:
+            for dname in args.dtypes:
+                for B, S in args.shapes:
+                    specs = row_specs(lib, dname, B, S, args)
+                    rows = [Row(dname, B, S, name) for name, _ in specs]
+                    report.cases.append(rows)  # filled in place: a run stopped mid-case still reports them
+                    run_case(rows, specs, measure, emit=lambda r: print(row_line(r), flush=True))
+                    print(speedup_line(rows), flush=True)
+                    report.write(time.monotonic() - t0)
+    finally:
+        wall_s = time.monotonic() - t0
+        report.print_table()
+        report.write(wall_s)
+        print(f"total wall time: {wall_s:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -50,19 +50,25 @@ class Lib:
         L.dst_version_string.restype = ctypes.c_char_p
         L.dst_context_create.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(P)]
         L.dst_context_destroy.argtypes = [P]
+        L.dst_context_destroy.restype = None
         L.dst_context_set_stream.argtypes = [P, P]
         L.dst_context_synchronize.argtypes = [P]
         L.dst_context_set_rng_state.argtypes = [P, ctypes.c_uint64, ctypes.c_uint64]
         L.dst_layer_config_default.argtypes = [ctypes.POINTER(LayerConfig)]
         L.dst_layer_config_saved_bytes.argtypes = [ctypes.POINTER(LayerConfig), ctypes.c_int64, ctypes.c_int64,
                                                    ctypes.POINTER(ctypes.c_size_t)]
+        L.dst_layer_config_workspace_bytes.argtypes = L.dst_layer_config_saved_bytes.argtypes
         L.dst_layer_create.argtypes = [P, ctypes.POINTER(LayerConfig), ctypes.POINTER(P)]
         L.dst_layer_destroy.argtypes = [P]
+        L.dst_layer_destroy.restype = None
         L.dst_layer_set_training.argtypes = [P, ctypes.c_int]
         L.dst_layer_set_param.argtypes = [P, ctypes.c_char_p, P, ctypes.c_int, ctypes.c_size_t]
         L.dst_layer_get_grad.argtypes = [P, ctypes.c_char_p, P, ctypes.c_int, ctypes.c_size_t]
         L.dst_layer_forward.argtypes = [P, P, ctypes.POINTER(Tensor), ctypes.POINTER(Mask), ctypes.POINTER(Tensor)]
         L.dst_layer_backward.argtypes = [P, P, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor), ctypes.c_int]
+        L.dst_saved_create.argtypes = [P, ctypes.POINTER(P)]
+        L.dst_saved_destroy.argtypes = [P]
+        L.dst_saved_destroy.restype = None
         L.dst_cuda_device_count.argtypes = [ctypes.POINTER(ctypes.c_int)]
         cfg = LayerConfig()
         self.check(L.dst_layer_config_default(ctypes.byref(cfg)))
@@ -91,6 +97,11 @@ class Lib:
         self.check(self.lib.dst_layer_config_saved_bytes(ctypes.byref(cfg), B, S, ctypes.byref(n)))
         return n.value
 
+    def workspace_bytes(self, cfg, B, S):
+        n = ctypes.c_size_t()
+        self.check(self.lib.dst_layer_config_workspace_bytes(ctypes.byref(cfg), B, S, ctypes.byref(n)))
+        return n.value
+
     def context(self, backend):
         h = ctypes.c_void_p()
         self.check(self.lib.dst_context_create(backend, 0, ctypes.byref(h)))
@@ -99,6 +110,12 @@ class Lib:
     def layer(self, ctx, cfg):
         h = ctypes.c_void_p()
         self.check(self.lib.dst_layer_create(ctx, ctypes.byref(cfg), ctypes.byref(h)))
+        return h
+
+    def saved(self, layer):
+        """A new, empty dst_saved for `layer`; destroy it with lib.dst_saved_destroy before the layer."""
+        h = ctypes.c_void_p()
+        self.check(self.lib.dst_saved_create(layer, ctypes.byref(h)))
         return h
 
 
