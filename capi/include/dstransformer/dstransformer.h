@@ -223,7 +223,8 @@ DST_API dst_status dst_context_get_backend(const dst_context *ctx, dst_backend *
  *
  * Each training forward of a layer in this context takes the next three offsets (one per dropout
  * site) and records them, so that backward regenerates the masks; the same (seed, offset) gives
- * bit-identical masks on every backend.
+ * bit-identical masks on every backend. The offset never wraps: once fewer than three offsets are left
+ * below 2^64 − 1, training forwards fail with ::DST_ERR_STATE until a new state is set.
  * @param ctx The context.
  * @param seed Philox key.
  * @param offset First counter offset the next training forward uses.
@@ -312,8 +313,9 @@ typedef DST_ENUM(dst_copy_kind) {
  * @brief Allocates memory in the context's memory space (device memory for CUDA).
  * @param ctx The context.
  * @param bytes Size; 0 gives NULL.
- * @param[out] ptr Receives the memory, 256-byte aligned.
- * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_OUT_OF_MEMORY.
+ * @param[out] ptr Receives the memory, 256-byte aligned; NULL on failure.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_OUT_OF_MEMORY, also for any size above
+ *         PTRDIFF_MAX (no allocation can hold it).
  * Ownership: the caller frees it with dst_free() on the same context. Thread safety: as for the context.
  * @since v0.1
  */
@@ -340,13 +342,23 @@ DST_API void dst_free(dst_context *ctx, void *ptr);
 DST_API dst_status dst_memcpy(dst_context *ctx, void *dst, const void *src, size_t bytes, dst_copy_kind kind);
 
 /**
+ * @brief Most host threads a context runs its CPU loops on (dst_context_set_num_threads()).
+ *
+ * OpenMP starts every thread of a parallel region at once and keeps per-thread bookkeeping on the
+ * caller's stack; far larger counts exhaust the stack instead of running.
+ */
+#define DST_MAX_NUM_THREADS 1024
+
+/**
  * @brief Sets how many host threads the CPU backend uses for its own loops.
  *
  * Results do not depend on the count (every reduction has a fixed order). The GEMMs run on the BLAS
  * library's own threads, which OpenBLAS takes from `OPENBLAS_NUM_THREADS` for the whole process.
  * @param ctx The context.
- * @param threads 1 or more; 0 restores the default (OpenMP's, normally the number of cores).
- * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context or a negative count.
+ * @param threads 1 to ::DST_MAX_NUM_THREADS; 0 restores the default (OpenMP's, normally the number of
+ *                cores, capped at ::DST_MAX_NUM_THREADS).
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context, a negative count or a count above
+ *         ::DST_MAX_NUM_THREADS (the count in effect is then unchanged).
  * Thread safety: as for the context. @since v0.1
  */
 DST_API dst_status dst_context_set_num_threads(dst_context *ctx, int threads);
@@ -591,7 +603,10 @@ DST_API dst_status dst_layer_grad_arena(dst_layer *layer, void **data);
  * @param bytes Size of `data` in bytes.
  * @param copy_current Non-zero: the current parameter values are copied into `data` first.
  *                     Zero: `data` is taken as it is (it must hold valid parameters).
- * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer or misalignment (nothing changes).
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer, misalignment, or memory whose first
+ *         dst_layer_arena_bytes() bytes overlap the layer's current parameter or gradient arena (binding
+ *         the caller-owned parameter arena that is bound already is allowed and changes nothing); on
+ *         failure nothing changes.
  * Ownership: the caller keeps ownership and must keep `data` alive while the layer uses it; the
  * layer's own arena is freed. Thread safety: as for the layer. @since v0.1
  */
@@ -602,7 +617,8 @@ DST_API dst_status dst_layer_bind_param_arena(dst_layer *layer, void *data, size
  * @param layer The layer.
  * @param data Caller memory as for dst_layer_bind_param_arena().
  * @param bytes Size of `data` in bytes.
- * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer or misalignment (nothing changes).
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer, misalignment, or an overlap with the
+ *         layer's current arenas as for dst_layer_bind_param_arena(); on failure nothing changes.
  * Ownership: as for dst_layer_bind_param_arena(); the contents are taken as they are.
  * Thread safety: as for the layer. @since v0.1
  */
@@ -732,7 +748,8 @@ DST_API dst_status dst_saved_bytes(const dst_saved *saved, size_t *bytes);
  * @param mask The attention mask, or NULL for none.
  * @param output [B, S, H] in the layer dtype; may not overlap `input`.
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mask kind/shape/values);
- *         ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation
+ *         ::DST_ERR_CAPACITY; ::DST_ERR_STATE (training, and the context's RNG offset is exhausted: see
+ *         dst_context_set_rng_state()); ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation
  *         happens before the first write, so on failure `output` and `saved` are unchanged — except
  *         after ::DST_ERR_BACKEND, a device or library failure in the middle of the computation.
  * Ownership: all tensors stay the caller's; `input` and `mask` are copied as needed, so they may be

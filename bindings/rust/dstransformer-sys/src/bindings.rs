@@ -5,6 +5,7 @@ pub const DST_VERSION_MINOR: u32 = 1;
 pub const DST_VERSION_PATCH: u32 = 0;
 pub const DST_VERSION_NUMBER: u32 = 100;
 pub const DST_MAX_DIMS: u32 = 4;
+pub const DST_MAX_NUM_THREADS: u32 = 1024;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
@@ -196,7 +197,8 @@ extern "C" {
     #[doc = ""]
     #[doc = " Each training forward of a layer in this context takes the next three offsets (one per dropout"]
     #[doc = " site) and records them, so that backward regenerates the masks; the same (seed, offset) gives"]
-    #[doc = " bit-identical masks on every backend."]
+    #[doc = " bit-identical masks on every backend. The offset never wraps: once fewer than three offsets are left"]
+    #[doc = " below 2^64 − 1, training forwards fail with ::DST_ERR_STATE until a new state is set."]
     #[doc = " @param ctx The context."]
     #[doc = " @param seed Philox key."]
     #[doc = " @param offset First counter offset the next training forward uses."]
@@ -300,8 +302,9 @@ extern "C" {
     #[doc = " @brief Allocates memory in the context's memory space (device memory for CUDA)."]
     #[doc = " @param ctx The context."]
     #[doc = " @param bytes Size; 0 gives NULL."]
-    #[doc = " @param[out] ptr Receives the memory, 256-byte aligned."]
-    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_OUT_OF_MEMORY."]
+    #[doc = " @param[out] ptr Receives the memory, 256-byte aligned; NULL on failure."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_OUT_OF_MEMORY, also for any size above"]
+    #[doc = "         PTRDIFF_MAX (no allocation can hold it)."]
     #[doc = " Ownership: the caller frees it with dst_free() on the same context. Thread safety: as for the context."]
     #[doc = " @since v0.1"]
     pub fn dst_malloc(
@@ -340,8 +343,10 @@ extern "C" {
     #[doc = " Results do not depend on the count (every reduction has a fixed order). The GEMMs run on the BLAS"]
     #[doc = " library's own threads, which OpenBLAS takes from `OPENBLAS_NUM_THREADS` for the whole process."]
     #[doc = " @param ctx The context."]
-    #[doc = " @param threads 1 or more; 0 restores the default (OpenMP's, normally the number of cores)."]
-    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context or a negative count."]
+    #[doc = " @param threads 1 to ::DST_MAX_NUM_THREADS; 0 restores the default (OpenMP's, normally the number of"]
+    #[doc = "                cores, capped at ::DST_MAX_NUM_THREADS)."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context, a negative count or a count above"]
+    #[doc = "         ::DST_MAX_NUM_THREADS (the count in effect is then unchanged)."]
     #[doc = " Thread safety: as for the context. @since v0.1"]
     pub fn dst_context_set_num_threads(
         ctx: *mut dst_context,
@@ -677,7 +682,10 @@ extern "C" {
     #[doc = " @param bytes Size of `data` in bytes."]
     #[doc = " @param copy_current Non-zero: the current parameter values are copied into `data` first."]
     #[doc = "                     Zero: `data` is taken as it is (it must hold valid parameters)."]
-    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer or misalignment (nothing changes)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer, misalignment, or memory whose first"]
+    #[doc = "         dst_layer_arena_bytes() bytes overlap the layer's current parameter or gradient arena (binding"]
+    #[doc = "         the caller-owned parameter arena that is bound already is allowed and changes nothing); on"]
+    #[doc = "         failure nothing changes."]
     #[doc = " Ownership: the caller keeps ownership and must keep `data` alive while the layer uses it; the"]
     #[doc = " layer's own arena is freed. Thread safety: as for the layer. @since v0.1"]
     pub fn dst_layer_bind_param_arena(
@@ -692,7 +700,8 @@ extern "C" {
     #[doc = " @param layer The layer."]
     #[doc = " @param data Caller memory as for dst_layer_bind_param_arena()."]
     #[doc = " @param bytes Size of `data` in bytes."]
-    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer or misalignment (nothing changes)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer, misalignment, or an overlap with the"]
+    #[doc = "         layer's current arenas as for dst_layer_bind_param_arena(); on failure nothing changes."]
     #[doc = " Ownership: as for dst_layer_bind_param_arena(); the contents are taken as they are."]
     #[doc = " Thread safety: as for the layer. @since v0.1"]
     pub fn dst_layer_bind_grad_arena(
@@ -844,7 +853,8 @@ extern "C" {
     #[doc = " @param mask The attention mask, or NULL for none."]
     #[doc = " @param output [B, S, H] in the layer dtype; may not overlap `input`."]
     #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mask kind/shape/values);"]
-    #[doc = "         ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation"]
+    #[doc = "         ::DST_ERR_CAPACITY; ::DST_ERR_STATE (training, and the context's RNG offset is exhausted: see"]
+    #[doc = "         dst_context_set_rng_state()); ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation"]
     #[doc = "         happens before the first write, so on failure `output` and `saved` are unchanged — except"]
     #[doc = "         after ::DST_ERR_BACKEND, a device or library failure in the middle of the computation."]
     #[doc = " Ownership: all tensors stay the caller's; `input` and `mask` are copied as needed, so they may be"]
