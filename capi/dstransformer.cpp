@@ -18,7 +18,8 @@
 #include "core/dtype.h"       // defines: dtype_size, convert_host
 #include "core/error.h"       // defines: set_error, last_error
 #include "layer/buffers.h"    // defines: make_plan
-#include "layer/config.h"     // defines: config_load, config_defaults
+#include "core/versioned.h"   // defines: versioned_check
+#include "layer/config.h"     // defines: config_load, config_defaults, kConfigVersions
 #include "layer/layer.h"      // defines: Layer, Saved
 #if defined(DST_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"  // defines: make_cuda_backend, cuda_device_count
@@ -450,13 +451,14 @@ dst_status dst_layer_get_config(const dst_layer *layer, dst_layer_config *config
     static const char fn[] = "dst_layer_get_config";
     DST_REQUIRE(fn, layer);
     DST_REQUIRE(fn, config);
-    if (config->struct_size < sizeof(dst_layer_config))
-        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: config->struct_size is %zu, expected %zu", fn,
-                         config->struct_size, sizeof(dst_layer_config));
-    const size_t size = config->struct_size;
-    std::memcpy(config, &layer->impl->config(), sizeof(dst_layer_config));
-    config->struct_size = size;
-    config->training = layer->impl->training();
+    // A caller built against an older header gets the fields its struct has; nothing past them is written.
+    size_t size = 0;
+    std::memcpy(&size, config, sizeof size);
+    DST_TRY(dst::versioned_check(fn, "config", dst::kConfigVersions, size));
+    dst_layer_config c = layer->impl->config();
+    c.struct_size = size;
+    c.training = layer->impl->training();
+    std::memcpy(config, &c, size);
     return DST_OK;
 }
 
