@@ -19,6 +19,11 @@
  *    fields are only ever appended.
  *  - No global state: the layer counter, the random-number state and the thread count belong to a
  *    context.
+ *  - Threads: calls without a handle may be made from any thread at any time. Different contexts (with
+ *    their layers and saved objects) may be used from different threads at the same time, checkpoint
+ *    saves of their layers to different paths included. One context may be used from any thread, but
+ *    by one thread at a time: the caller orders the hand-over (a join, a mutex). These patterns are what
+ *    CI runs under ThreadSanitizer (tests/cpu/test_threads.cpp).
  *
  * A minimal session:
  * @code
