@@ -1398,6 +1398,7 @@ TEST_F(Checkpoint, HundredThousandTensorsAreFast) {
         std::vector<char> text(1 << 12);
         size_t len = 0;
         double t = timed([&] { return dst_checkpoint_describe(f.c_str(), text.data(), text.size(), &len); }, &st);
+        std::printf("  %s: describe %.3f s\n", c.what, t);
         EXPECT_EQ(st, DST_OK) << dst_last_error();
         EXPECT_TRUE(contains(text.data(), "tensors: 100000\n")) << text.data();
         EXPECT_LT(t, limit) << "describe took " << t << " s";
@@ -1412,6 +1413,7 @@ TEST_F(Checkpoint, HundredThousandTensorsAreFast) {
             &st);
         EXPECT_EQ(st, DST_ERR_FORMAT) << dst_last_error();
         EXPECT_LT(t, limit) << "convert took " << t << " s";
+        std::printf("  100,000 tensors, %s: describe, load, convert within %.2f s each\n", c.what, limit);
     }
     // One name of 1 MiB made of "layer.7.": every dotted component looks like the start of a layer.
     std::string name;

@@ -427,6 +427,10 @@ typedef struct dst_layer_config {
 
 /**
  * @brief Fills a configuration with the defaults listed on each field.
+ *
+ * Writes sizeof(dst_layer_config) of the library's own header: a program built against an older,
+ * smaller struct that must run with newer libraries fills its fields itself (the library accepts its
+ * smaller struct_size, see dst_layer_config::struct_size).
  * @param[out] config The struct to fill; `struct_size` is set to sizeof(dst_layer_config).
  * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
  * Thread safety: any thread. @since v0.1
@@ -879,6 +883,8 @@ typedef struct dst_checkpoint_options {
 
 /**
  * @brief Fills checkpoint options with the defaults listed on each field.
+ *
+ * Writes sizeof(dst_checkpoint_options) of the library's own header (see dst_layer_config_default()).
  * @param[out] options The struct to fill.
  * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
  * Thread safety: any thread. @since v0.1

@@ -438,6 +438,10 @@ pub struct dst_layer_config {
 }
 extern "C" {
     #[doc = " @brief Fills a configuration with the defaults listed on each field."]
+    #[doc = ""]
+    #[doc = " Writes sizeof(dst_layer_config) of the library's own header: a program built against an older,"]
+    #[doc = " smaller struct that must run with newer libraries fills its fields itself (the library accepts its"]
+    #[doc = " smaller struct_size, see dst_layer_config::struct_size)."]
     #[doc = " @param[out] config The struct to fill; `struct_size` is set to sizeof(dst_layer_config)."]
     #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
     #[doc = " Thread safety: any thread. @since v0.1"]
@@ -1009,6 +1013,8 @@ pub struct dst_checkpoint_options {
 }
 extern "C" {
     #[doc = " @brief Fills checkpoint options with the defaults listed on each field."]
+    #[doc = ""]
+    #[doc = " Writes sizeof(dst_checkpoint_options) of the library's own header (see dst_layer_config_default())."]
     #[doc = " @param[out] options The struct to fill."]
     #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
     #[doc = " Thread safety: any thread. @since v0.1"]
