@@ -1,6 +1,7 @@
 // The extern "C" shims of the checkpoint group: argument checks, then the core (src/checkpoint).
 #include "dstransformer/dstransformer.h"
 
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -8,8 +9,10 @@
 #include "capi/handles.h"              // defines: dst_layer
 #include "checkpoint/checkpoint.h"     // defines: checkpoint_save, checkpoint_load, checkpoint_convert
 #include "checkpoint/layout.h"         // defines: is_layout
+#include "checkpoint/safetensors.h"    // defines: valid_utf8
 #include "core/dtype.h"                // defines: is_float_dtype
 #include "core/error.h"                // defines: set_error
+#include "core/versioned.h"            // defines: StructVersions, versioned_copy_in
 
 using dst::set_error;
 using dst::capi::guarded;
@@ -26,6 +29,29 @@ int raw_value(const E &e) {
     return v;
 }
 
+// Every layout a caller's header may have given dst_checkpoint_options (core/versioned.h).
+constexpr size_t kOptionsSizes[] = {
+    DST_PREFIX_SIZE(dst_checkpoint_options, layout),        DST_PREFIX_SIZE(dst_checkpoint_options, prefix),
+    DST_PREFIX_SIZE(dst_checkpoint_options, include_grads), DST_PREFIX_SIZE(dst_checkpoint_options, save_dtype),
+    DST_PREFIX_SIZE(dst_checkpoint_options, restore_rng),   DST_PREFIX_SIZE(dst_checkpoint_options, client_state),
+    DST_PREFIX_SIZE(dst_checkpoint_options, client_state_len),
+};
+static_assert(kOptionsSizes[sizeof kOptionsSizes / sizeof kOptionsSizes[0] - 1] == sizeof(dst_checkpoint_options),
+              "a field was appended to dst_checkpoint_options: list it in kOptionsSizes");
+constexpr dst::StructVersions kOptionsVersions = {"dst_checkpoint_options", "dst_checkpoint_options_default",
+                                                  sizeof(dst_checkpoint_options), kOptionsSizes,
+                                                  sizeof kOptionsSizes / sizeof kOptionsSizes[0]};
+
+// A prefix ends up in tensor names and in the JSON header, which must be UTF-8.
+dst_status prefix_check(const char *fn, const char *arg, const char *prefix) {
+    size_t bad = 0;
+    if (prefix && !dst::st::valid_utf8(prefix, std::strlen(prefix), &bad))
+        return set_error(DST_ERR_INVALID_ARGUMENT,
+                         "%s: %s is not valid UTF-8 (byte %zu is 0x%02x); tensor names are UTF-8 text", fn, arg, bad,
+                         static_cast<unsigned>(static_cast<unsigned char>(prefix[bad])));
+    return DST_OK;
+}
+
 void options_defaults(dst_checkpoint_options *o) {
     std::memset(o, 0, sizeof *o);
     o->struct_size = sizeof *o;
@@ -35,22 +61,19 @@ void options_defaults(dst_checkpoint_options *o) {
     o->save_dtype = -1;
     o->restore_rng = 1;
     o->client_state = nullptr;
+    o->client_state_len = 0;
 }
 
 // Copies the caller's options (NULL: the defaults) and validates them.
 dst_status options_load(const char *fn, const dst_checkpoint_options *in, dst_checkpoint_options *out) {
     options_defaults(out);
     if (!in) return DST_OK;
-    // v0.1 is the first layout of this struct, as for dst_layer_config.
-    if (in->struct_size < sizeof(dst_checkpoint_options))
-        return set_error(DST_ERR_INVALID_ARGUMENT,
-                         "%s: options->struct_size is %zu, expected %zu (fill it with dst_checkpoint_options_default)",
-                         fn, in->struct_size, sizeof(dst_checkpoint_options));
-    if (in->struct_size > sizeof(dst_checkpoint_options))
-        return set_error(DST_ERR_UNSUPPORTED,
-                         "%s: options->struct_size is %zu, larger than this library's %zu (header newer than library)",
-                         fn, in->struct_size, sizeof(dst_checkpoint_options));
-    std::memcpy(out, in, sizeof *out);
+    // A caller built against an older header has fewer fields: the rest keep their defaults.
+    const dst_status vs = dst::versioned_copy_in(fn, "options", kOptionsVersions, in, out);
+    if (vs != DST_OK) {
+        options_defaults(out);
+        return vs;
+    }
     if (!dst::layout::is_layout(raw_value(out->layout))) {
         const int v = raw_value(out->layout);
         options_defaults(out);
@@ -62,6 +85,10 @@ dst_status options_load(const char *fn, const dst_checkpoint_options *in, dst_ch
         return set_error(DST_ERR_INVALID_ARGUMENT,
                          "%s: options->save_dtype is %d, expected -1 (keep each layer's dtype) or DST_DTYPE_FP32, "
                          "DST_DTYPE_FP16, DST_DTYPE_BF16 or DST_DTYPE_FP64", fn, (int)out->save_dtype);
+    if (!out->client_state && out->client_state_len != 0)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: options->client_state is NULL, but options->client_state_len is %zu",
+                         fn, out->client_state_len);
+    DST_TRY(prefix_check(fn, "options->prefix", out->prefix));
     out->include_grads = out->include_grads != 0;
     out->restore_rng = out->restore_rng != 0;
     return DST_OK;
@@ -138,6 +165,8 @@ dst_status dst_checkpoint_convert(const char *in_path, dst_weight_layout in_layo
             return set_error(DST_ERR_INVALID_ARGUMENT,
                              "%s: out_layout is %d, expected DST_LAYOUT_DEEPSPEED or DST_LAYOUT_HF_BERT", fn,
                              raw_value(out_layout));
+        DST_TRY(prefix_check(fn, "in_prefix", in_prefix));
+        DST_TRY(prefix_check(fn, "out_prefix", out_prefix));
         return dst::checkpoint_convert(fn, in_path, in_layout, in_prefix, out_path, out_layout, out_prefix, summary,
                                        summary_size);
     });

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"  // defines: Backend, make_cpu_backend
@@ -17,7 +18,8 @@
 #include "core/dtype.h"       // defines: dtype_size, convert_host
 #include "core/error.h"       // defines: set_error, last_error
 #include "layer/buffers.h"    // defines: make_plan
-#include "layer/config.h"     // defines: config_load, config_defaults
+#include "core/versioned.h"   // defines: versioned_check
+#include "layer/config.h"     // defines: config_load, config_defaults, kConfigVersions
 #include "layer/layer.h"      // defines: Layer, Saved
 #if defined(DST_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"  // defines: make_cuda_backend, cuda_device_count
@@ -259,8 +261,9 @@ dst_status dst_context_get_rng_state(const dst_context *ctx, uint64_t *seed, uin
 dst_status dst_context_set_num_threads(dst_context *ctx, int threads) {
     static const char fn[] = "dst_context_set_num_threads";
     DST_REQUIRE(fn, ctx);
-    if (threads < 0)
-        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: threads is %d, expected >= 0 (0 = default)", fn, threads);
+    if (threads < 0 || threads > DST_MAX_NUM_THREADS)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: threads is %d, expected 0 (the default) to %d (DST_MAX_NUM_THREADS)",
+                         fn, threads, DST_MAX_NUM_THREADS);
     ctx->impl->backend->set_num_threads(threads);
     return DST_OK;
 }
@@ -283,7 +286,10 @@ dst_status dst_context_set_stream(dst_context *ctx, void *stream) {
     static const char fn[] = "dst_context_set_stream";
     DST_REQUIRE(fn, ctx);
     const dst_status s = ctx->impl->backend->set_stream(stream);
-    if (s != DST_OK) return set_error(s, "%s: %s", fn, dst::last_error());
+    if (s != DST_OK) {
+        const std::string why = dst::last_error();  // set_error overwrites the slot it reads
+        return set_error(s, "%s: %s", fn, why.c_str());
+    }
     return DST_OK;
 }
 
@@ -323,7 +329,17 @@ dst_status dst_malloc(dst_context *ctx, size_t bytes, void **ptr) {
     return guarded(fn, [&]() -> dst_status {
         DST_REQUIRE(fn, ctx);
         DST_REQUIRE(fn, ptr);
-        return ctx->impl->backend->alloc(bytes, ptr);
+        *ptr = nullptr;
+        // Every backend rounds sizes up to its alignment; larger sizes would wrap around.
+        if (bytes > static_cast<size_t>(PTRDIFF_MAX))
+            return set_error(DST_ERR_OUT_OF_MEMORY, "%s: bytes is %zu, more than any allocation can hold (at most %zu)",
+                             fn, bytes, static_cast<size_t>(PTRDIFF_MAX));
+        const dst_status s = ctx->impl->backend->alloc(bytes, ptr);
+        if (s != DST_OK) {
+            const std::string why = dst::last_error();  // set_error overwrites the slot it reads
+            return set_error(s, "%s: bytes is %zu: %s", fn, bytes, why.c_str());
+        }
+        return DST_OK;
     });
 }
 
@@ -440,13 +456,14 @@ dst_status dst_layer_get_config(const dst_layer *layer, dst_layer_config *config
     static const char fn[] = "dst_layer_get_config";
     DST_REQUIRE(fn, layer);
     DST_REQUIRE(fn, config);
-    if (config->struct_size < sizeof(dst_layer_config))
-        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: config->struct_size is %zu, expected %zu", fn,
-                         config->struct_size, sizeof(dst_layer_config));
-    const size_t size = config->struct_size;
-    std::memcpy(config, &layer->impl->config(), sizeof(dst_layer_config));
-    config->struct_size = size;
-    config->training = layer->impl->training();
+    // A caller built against an older header gets the fields its struct has; nothing past them is written.
+    size_t size = 0;
+    std::memcpy(&size, config, sizeof size);
+    DST_TRY(dst::versioned_check(fn, "config", dst::kConfigVersions, size));
+    dst_layer_config c = layer->impl->config();
+    c.struct_size = size;
+    c.training = layer->impl->training();
+    std::memcpy(config, &c, size);
     return DST_OK;
 }
 
@@ -519,23 +536,46 @@ dst_status dst_layer_grad_arena(dst_layer *layer, void **data) {
     return DST_OK;
 }
 
-static dst_status check_arena(const char *fn, const dst_layer *layer, const void *data, size_t bytes) {
+// Checks a caller arena for dst_layer_bind_{param,grad}_arena. The layer will use `data` for
+// arena_bytes() bytes; that range may not overlap the layer's current arenas (binding would free or
+// overwrite memory still in use), except that the caller's own currently bound arena of the same kind
+// (`same`, when caller-owned) may be bound again.
+static dst_status check_arena(const char *fn, const dst_layer *layer, const void *data, size_t bytes,
+                              bool grads) {
     DST_REQUIRE(fn, layer);
     DST_REQUIRE(fn, data);
-    if (bytes < layer->impl->arena_bytes())
+    const dst::Layer &L = *layer->impl;
+    const size_t n = L.arena_bytes();
+    if (bytes < n)
         return set_error(DST_ERR_INVALID_ARGUMENT, "%s: bytes is %zu, expected at least %zu (dst_layer_arena_bytes)",
-                         fn, bytes, layer->impl->arena_bytes());
-    if (reinterpret_cast<uintptr_t>(data) % 256 != 0)
-        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: data is not aligned to 256 bytes", fn);
+                         fn, bytes, n);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(data);
+    if (a % 256 != 0) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: data is not aligned to 256 bytes", fn);
+    if (a > UINTPTR_MAX - n)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: data + %zu bytes runs past the end of the address space", fn, n);
+    struct Current {
+        const void *arena;
+        bool owned;
+        const char *name;
+        bool same_kind;
+    };
+    const Current current[2] = {{L.params(), L.owns_params(), "parameter arena (dst_layer_param_arena)", !grads},
+                                {L.grads(), L.owns_grads(), "gradient arena (dst_layer_grad_arena)", grads}};
+    for (const Current &c : current) {
+        const uintptr_t b = reinterpret_cast<uintptr_t>(c.arena);
+        if (c.same_kind && !c.owned && b == a) continue;  // binding the caller's bound arena again
+        if (a < b + n && b < a + n)
+            return set_error(DST_ERR_INVALID_ARGUMENT,
+                             "%s: data [%p, +%zu bytes) overlaps the layer's %s %s; bind memory the layer does "
+                             "not use", fn, data, n, c.owned ? "own" : "caller-bound", c.name);
+    }
     return DST_OK;
 }
 
 dst_status dst_layer_bind_param_arena(dst_layer *layer, void *data, size_t bytes, int copy_current) {
     static const char fn[] = "dst_layer_bind_param_arena";
     return guarded(fn, [&]() -> dst_status {
-        DST_TRY(check_arena(fn, layer, data, bytes));
-        if (data == layer->impl->grads())
-            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: data is the layer's gradient arena", fn);
+        DST_TRY(check_arena(fn, layer, data, bytes, false));
         return layer->impl->bind_params(data, copy_current != 0);
     });
 }
@@ -543,9 +583,7 @@ dst_status dst_layer_bind_param_arena(dst_layer *layer, void *data, size_t bytes
 dst_status dst_layer_bind_grad_arena(dst_layer *layer, void *data, size_t bytes) {
     static const char fn[] = "dst_layer_bind_grad_arena";
     return guarded(fn, [&]() -> dst_status {
-        DST_TRY(check_arena(fn, layer, data, bytes));
-        if (data == layer->impl->params())
-            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: data is the layer's parameter arena", fn);
+        DST_TRY(check_arena(fn, layer, data, bytes, true));
         return layer->impl->bind_grads(data);
     });
 }

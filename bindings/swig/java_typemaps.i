@@ -175,7 +175,37 @@ DSTJ_HANDLE_OUT(dst_saved)
     $1 = copy;
   }
 }
+/* set_client_state(byte[]): any bytes with their length (client_state_len), owned like the members above. */
+%typemap(jni) (const char *state_bytes, size_t state_len) "jbyteArray"
+%typemap(jtype) (const char *state_bytes, size_t state_len) "byte[]"
+%typemap(jstype) (const char *state_bytes, size_t state_len) "byte[]"
+%typemap(javain) (const char *state_bytes, size_t state_len) "$javainput"
+%typemap(in) (const char *state_bytes, size_t state_len) {
+  $1 = NULL;
+  $2 = 0;
+  if ($input) {
+    $1 = (const char *)(*jenv)->GetByteArrayElements(jenv, $input, NULL);
+    if (!$1) return $null;
+    $2 = (size_t)(*jenv)->GetArrayLength(jenv, $input);
+  }
+}
+%typemap(freearg) (const char *state_bytes, size_t state_len) {
+  if ($1) (*jenv)->ReleaseByteArrayElements(jenv, $input, (jbyte *)$1, JNI_ABORT);
+}
 %extend dst_checkpoint_options {
+  void set_client_state_bytes(const char *state_bytes, size_t state_len) {
+    char *copy = NULL;
+    free((char *)$self->client_state);
+    $self->client_state = NULL;
+    $self->client_state_len = 0;
+    if (!state_bytes) return;
+    copy = (char *)malloc(state_len + 1);
+    if (!copy) return;
+    if (state_len) memcpy(copy, state_bytes, state_len);
+    copy[state_len] = '\0';
+    $self->client_state = copy;
+    $self->client_state_len = state_len;
+  }
   dst_checkpoint_options() {
     dst_checkpoint_options *o = (dst_checkpoint_options *)calloc(1, sizeof(dst_checkpoint_options));
     if (o) dst_checkpoint_options_default(o);

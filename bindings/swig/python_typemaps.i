@@ -164,7 +164,12 @@ PyObject *dstpy_register_errors(PyObject *table, PyObject *fallback) {
   $1 = buf;
   $2 = cap;
 }
-%typemap(argout) (char *client_state, size_t client_state_size) {
+%typemap(freearg) (char *client_state, size_t client_state_size) {
+  free(buf$argnum);
+}
+%apply (char *client_state, size_t client_state_size) { (char *summary, size_t summary_size) };
+/* The summary is text: a str up to its NUL. */
+%typemap(argout) (char *summary, size_t summary_size) {
   PyObject *s;
   if (buf$argnum) {
     s = PyUnicode_DecodeUTF8(buf$argnum, (Py_ssize_t)strnlen(buf$argnum, cap$argnum), "replace");
@@ -174,10 +179,17 @@ PyObject *dstpy_register_errors(PyObject *table, PyObject *fallback) {
   }
   $result = SWIG_Python_AppendOutput($result, s);
 }
-%typemap(freearg) (char *client_state, size_t client_state_size) {
-  free(buf$argnum);
+/* The client state is bytes (NUL included): the whole buffer; the caller cuts it to the reported length. */
+%typemap(argout) (char *client_state, size_t client_state_size) {
+  PyObject *s;
+  if (buf$argnum) {
+    s = PyBytes_FromStringAndSize(buf$argnum, (Py_ssize_t)cap$argnum);
+    if (!s) SWIG_fail;
+  } else {
+    s = SWIG_Py_Void();
+  }
+  $result = SWIG_Python_AppendOutput($result, s);
 }
-%apply (char *client_state, size_t client_state_size) { (char *summary, size_t summary_size) };
 
 /* ---- const char * members of dst_checkpoint_options: own a copy, free the previous one -------- */
 /* dst_checkpoint_options_default() sets both to NULL and the library never writes them, so every
@@ -198,7 +210,26 @@ PyObject *dstpy_register_errors(PyObject *table, PyObject *fallback) {
     $1 = NULL;
   }
 }
+/* set_client_state(bytes): any bytes with their length (client_state_len), owned like the members above. */
+%typemap(in) (const char *state_bytes, size_t state_len) (char *data = NULL, Py_ssize_t n = 0) {
+  if (!PyBytes_Check($input)) {
+    PyErr_SetString(PyExc_TypeError, "client_state: expected bytes");
+    SWIG_fail;
+  }
+  if (PyBytes_AsStringAndSize($input, &data, &n) < 0) SWIG_fail;
+  $1 = data;
+  $2 = (size_t)n;
+}
 %extend dst_checkpoint_options {
+  void set_client_state(const char *state_bytes, size_t state_len) {
+    char *copy = (char *)malloc(state_len + 1);
+    if (!copy) return;
+    if (state_len) memcpy(copy, state_bytes, state_len);
+    copy[state_len] = '\0';
+    free((char *)$self->client_state);
+    $self->client_state = copy;
+    $self->client_state_len = state_len;
+  }
   dst_checkpoint_options() {
     dst_checkpoint_options *o = (dst_checkpoint_options *)calloc(1, sizeof(dst_checkpoint_options));
     if (o) dst_checkpoint_options_default(o);

@@ -1,6 +1,7 @@
 #include "checkpoint/checkpoint.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -122,6 +124,54 @@ bool parse_u64(const std::string &s, uint64_t *out) {
 
 const char *param_role(bool grad) { return grad ? "gradient" : "parameter"; }
 
+// ---- client state: any bytes; UTF-8 text without NUL as it is, everything else in base64 ------------
+constexpr char kClientState[] = "client_state";
+constexpr char kClientStateB64[] = "client_state_base64";
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64_encode(const std::string &in) {
+    std::string out;
+    out.reserve((in.size() + 2) / 3 * 4);
+    for (size_t i = 0; i < in.size(); i += 3) {
+        const size_t n = std::min<size_t>(3, in.size() - i);
+        uint32_t v = 0;
+        for (size_t k = 0; k < 3; ++k) v = v << 8 | (k < n ? static_cast<unsigned char>(in[i + k]) : 0u);
+        for (size_t k = 0; k < 4; ++k) out += k <= n ? kB64[(v >> (18 - 6 * k)) & 63] : '=';
+    }
+    return out;
+}
+
+// Strict: length a multiple of 4, padding only at the end, unused bits zero.
+bool base64_decode(const std::string &in, std::string *out) {
+    if (in.size() % 4) return false;
+    out->clear();
+    for (size_t i = 0; i < in.size(); i += 4) {
+        uint32_t v = 0;
+        int pad = 0;
+        for (size_t k = 0; k < 4; ++k) {
+            const char c = in[i + k];
+            const char *at = c ? std::strchr(kB64, c) : nullptr;
+            if (c == '=' && i + 4 == in.size() && k >= 2) {
+                ++pad;
+                v <<= 6;
+                continue;
+            }
+            if (!at || pad) return false;
+            v = v << 6 | static_cast<uint32_t>(at - kB64);
+        }
+        if ((pad == 1 && (v & 0xFF)) || (pad == 2 && (v & 0xFFFF))) return false;
+        for (int k = 0; k < 3 - pad; ++k) *out += static_cast<char>((v >> (16 - 8 * k)) & 0xFF);
+    }
+    return true;
+}
+
+// The metadata entry of a client state: (key, value).
+std::pair<std::string, std::string> client_state_entry(const std::string &bytes) {
+    if (st::valid_utf8(bytes.data(), bytes.size(), nullptr) && bytes.find('\0') == std::string::npos)
+        return {kClientState, bytes};
+    return {kClientStateB64, base64_encode(bytes)};
+}
+
 }  // namespace
 
 // ---- save -----------------------------------------------------------------------------------------
@@ -184,7 +234,10 @@ dst_status checkpoint_save(const char *fn, Layer *const *layers, int num_layers,
     const Context &ctx = layers[0]->context();
     md["rng_seed"] = std::to_string(ctx.rng_seed);
     md["rng_offset"] = std::to_string(ctx.rng_offset);
-    if (o.client_state) md["client_state"] = o.client_state;
+    if (o.client_state) {
+        const size_t n = o.client_state_len ? o.client_state_len : std::strlen(o.client_state);
+        md.insert(client_state_entry(std::string(o.client_state, n)));
+    }
     return st::write_file(fn, path, out, md);
 }
 
@@ -281,6 +334,15 @@ dst_status checkpoint_load(const char *fn, Layer *const *layers, int num_layers,
         }
     }
 
+    std::string client;
+    const auto text = h.metadata.find(kClientState), b64 = h.metadata.find(kClientStateB64);
+    if (text != h.metadata.end() && b64 != h.metadata.end())
+        return set_error(DST_ERR_FORMAT, "%s: __metadata__ of '%s' has both \"%s\" and \"%s\"", fn, path, kClientState,
+                         kClientStateB64);
+    if (b64 != h.metadata.end() && !base64_decode(b64->second, &client))
+        return set_error(DST_ERR_FORMAT, "%s: __metadata__ \"%s\" of '%s' is not base64", fn, kClientStateB64, path);
+    if (text != h.metadata.end()) client = text->second;
+
     // 3. Read and convert into host buffers of each layer's dtype (nothing changed yet).
     std::vector<std::vector<char>> host(items.size());
     std::vector<char> tmp;
@@ -314,9 +376,7 @@ dst_status checkpoint_load(const char *fn, Layer *const *layers, int num_layers,
         ctx.rng_seed = seed;
         ctx.rng_offset = offset;
     }
-    const auto cs = h.metadata.find("client_state");
-    copy_text(cs == h.metadata.end() ? std::string() : cs->second, client_state, client_state_size,
-              client_state_len);
+    copy_text(client, client_state, client_state_size, client_state_len);
     return DST_OK;
 }
 
@@ -510,7 +570,7 @@ dst_status checkpoint_describe(const char *fn, const char *path, char *summary, 
     DST_TRY(rd.open(fn, path));
     const st::Header &h = rd.header();
 
-    std::vector<std::pair<std::string, size_t>> dtypes;  // in order of first appearance
+    std::vector<std::pair<std::string, size_t>> dtypes;  // in order of first appearance (at most 16)
     struct Group {
         std::string prefix;
         dst_weight_layout layout;
@@ -518,33 +578,31 @@ dst_status checkpoint_describe(const char *fn, const char *path, char *summary, 
         std::set<int> layers;
         size_t tensors = 0;
     };
-    std::vector<Group> groups;
+    std::vector<Group> groups;  // in order of first appearance
+    std::map<std::tuple<std::string, int, bool>, size_t> group_index;
     size_t other = 0;
     for (const st::Entry &e : h.tensors) {
         auto d = std::find_if(dtypes.begin(), dtypes.end(), [&](const auto &x) { return x.first == e.dtype; });
         if (d == dtypes.end()) dtypes.emplace_back(e.dtype, 1);
         else ++d->second;
-        // "[grad.]<prefix>layer.<i>.<suffix>": try every "layer." that starts a dotted component.
-        const size_t start = e.name.compare(0, 5, "grad.") == 0 ? 5 : 0;
-        bool found = false;
-        for (size_t pos = e.name.find("layer.", start); !found && pos != std::string::npos;
-             pos = e.name.find("layer.", pos + 1)) {
-            if (pos != start && e.name[pos - 1] != '.') continue;
-            const std::string prefix = e.name.substr(start, pos - start);
-            for (dst_weight_layout lay : {DST_LAYOUT_DEEPSPEED, DST_LAYOUT_HF_BERT}) {
-                layout::NameRef ref;
-                if (!layout::parse_name(lay, prefix, e.name, &ref)) continue;
-                auto g = std::find_if(groups.begin(), groups.end(), [&](const Group &x) {
-                    return x.prefix == prefix && x.layout == lay && x.grad == ref.grad;
-                });
-                if (g == groups.end()) g = groups.insert(groups.end(), Group{prefix, lay, ref.grad, {}, 0});
-                g->layers.insert(ref.layer);
-                ++g->tensors;
-                found = true;
-                break;
-            }
+        // "[grad.]<prefix>layer.<i>.<suffix>": the suffix, the index and "layer." are read from the end of
+        // the name, so each name is looked at a bounded number of times.
+        layout::NameRef ref;
+        std::string prefix;
+        dst_weight_layout lay = DST_LAYOUT_DEEPSPEED;
+        if (!layout::parse_name_any_prefix(e.name, &prefix, &lay, &ref)) {
+            ++other;
+            continue;
         }
-        if (!found) ++other;
+        const auto key = std::make_tuple(prefix, static_cast<int>(lay), ref.grad);
+        auto it = group_index.find(key);
+        if (it == group_index.end()) {
+            it = group_index.emplace(key, groups.size()).first;
+            groups.push_back(Group{prefix, lay, ref.grad, {}, 0});
+        }
+        Group &g = groups[it->second];
+        g.layers.insert(ref.layer);
+        ++g.tensors;
     }
 
     std::string s = "file: " + std::string(path) + " (" + std::to_string(h.data_start + h.data_size) +

@@ -98,6 +98,38 @@ bool parse_name(dst_weight_layout layout, const std::string &prefix, const std::
     return false;
 }
 
+bool parse_name_any_prefix(const std::string &name, std::string *prefix, dst_weight_layout *layout, NameRef *out) {
+    const size_t start = starts_with(name, 0, kGrad, sizeof kGrad - 1) ? sizeof kGrad - 1 : 0;
+    for (dst_weight_layout lay : {DST_LAYOUT_DEEPSPEED, DST_LAYOUT_HF_BERT})
+        for (int p = 0; p < DST_PARAM_COUNT; ++p)
+            for (int k = 0; k < parts(lay, p); ++k) {
+                const char *sfx = suffix(lay, p, k);
+                const size_t n = std::strlen(sfx);
+                // ... "layer." <digits> "." <suffix> at the end of the name.
+                if (name.size() < start + sizeof kLayer - 1 + 2 + n) continue;
+                const size_t dot = name.size() - n - 1;
+                if (name[dot] != '.' || name.compare(dot + 1, n, sfx) != 0) continue;
+                size_t d = dot;
+                while (d > start && name[d - 1] >= '0' && name[d - 1] <= '9' && dot - d < 7) --d;
+                const size_t digits = dot - d;
+                if (digits == 0 || digits > 6 || (name[d] == '0' && digits > 1)) continue;
+                if (d < start + sizeof kLayer - 1 || name.compare(d - (sizeof kLayer - 1), sizeof kLayer - 1, kLayer) != 0)
+                    continue;
+                const size_t at = d - (sizeof kLayer - 1);  // where "layer." starts: after the prefix
+                if (at != start && name[at - 1] != '.') continue;
+                NameRef r;
+                r.grad = start != 0;
+                r.layer = std::stoi(name.substr(d, digits));
+                r.param = p;
+                r.part = k;
+                *out = r;
+                *prefix = name.substr(start, at - start);
+                *layout = lay;
+                return true;
+            }
+    return false;
+}
+
 const std::string *detect_prefix(dst_weight_layout layout, const std::vector<std::string> &candidates,
                                  const std::vector<std::string> &names) {
     NameRef r;

@@ -44,6 +44,11 @@ struct NameRef {
 // is a decimal number without leading zeros, below 10^6).
 bool parse_name(dst_weight_layout layout, const std::string &prefix, const std::string &name, NameRef *out);
 
+// Decodes "[grad.]<prefix>layer.<i>.<suffix>" under either layout, with whatever prefix the name has
+// (empty or ending in '.'): the suffix, the index and "layer." are read from the end of the name, in time
+// linear in its length. False when the name is no layer tensor of either layout.
+bool parse_name_any_prefix(const std::string &name, std::string *prefix, dst_weight_layout *layout, NameRef *out);
+
 // The first of `candidates` under which at least one of `names` decodes; nullptr when none does.
 const std::string *detect_prefix(dst_weight_layout layout, const std::vector<std::string> &candidates,
                                  const std::vector<std::string> &names);

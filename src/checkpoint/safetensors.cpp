@@ -1,6 +1,8 @@
 #include "checkpoint/safetensors.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,9 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <set>
-#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,12 +39,69 @@ constexpr DtypeInfo kDtypes[] = {
     {"F16", 2},  {"BF16", 2}, {"I32", 4}, {"U32", 4},     {"F32", 4},     {"I64", 8},     {"U64", 8}, {"F64", 8},
 };
 
-// Thrown by the JSON parser callback to stop parsing a header that is too deep or has duplicate keys.
-struct HeaderReject : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+constexpr size_t kMaxJsonDepth = 8;
 
-constexpr int kMaxJsonDepth = 8;
+// Builds the JSON value of a header from nlohmann's SAX events, refusing duplicate keys and nesting
+// deeper than kMaxJsonDepth as it goes. (nlohmann's parser callback does the same checks, but it scans
+// the parent object once per finished child, which is quadratic in the number of tensors.) Objects are
+// std::map-backed, so a key is found or inserted in O(log n).
+class HeaderBuilder final : public nlohmann::json_sax<nlohmann::json> {
+public:
+    using json = nlohmann::json;
+    json root;
+    std::string error;  // set when a callback returned false
+
+    bool null() override { return add(json(nullptr)) != nullptr; }
+    bool boolean(bool v) override { return add(json(v)) != nullptr; }
+    bool number_integer(number_integer_t v) override { return add(json(v)) != nullptr; }
+    bool number_unsigned(number_unsigned_t v) override { return add(json(v)) != nullptr; }
+    bool number_float(number_float_t v, const string_t &) override { return add(json(v)) != nullptr; }
+    bool string(string_t &v) override { return add(json(std::move(v))) != nullptr; }
+    bool binary(binary_t &) override { return fail("binary values are not JSON"); }
+    bool start_object(std::size_t) override { return open(json::object()); }
+    bool start_array(std::size_t) override { return open(json::array()); }
+    bool end_object() override { return close(); }
+    bool end_array() override { return close(); }
+    bool key(string_t &k) override {
+        if (stack_.back()->contains(k)) return fail("duplicate key \"" + k + "\"");
+        key_ = std::move(k);
+        return true;
+    }
+    bool parse_error(std::size_t, const std::string &, const nlohmann::detail::exception &e) override {
+        error = std::string("not valid JSON: ") + e.what();
+        return false;
+    }
+
+private:
+    std::vector<json *> stack_;  // the open objects and arrays; pointers stay valid while they are open
+    std::string key_;
+
+    bool fail(const std::string &why) {
+        error = "malformed: " + why;
+        return false;
+    }
+    json *add(json &&v) {
+        if (stack_.empty()) {
+            root = std::move(v);
+            return &root;
+        }
+        json &parent = *stack_.back();
+        if (parent.is_array()) {
+            parent.push_back(std::move(v));
+            return &parent.back();
+        }
+        return &(parent[key_] = std::move(v));
+    }
+    bool open(json &&v) {
+        if (stack_.size() >= kMaxJsonDepth) return fail("nesting deeper than " + std::to_string(kMaxJsonDepth));
+        stack_.push_back(add(std::move(v)));
+        return true;
+    }
+    bool close() {
+        stack_.pop_back();
+        return true;
+    }
+};
 
 // Reads a non-negative integer that fits in int64 from a JSON value.
 bool as_count(const nlohmann::json &v, uint64_t *out) {
@@ -118,7 +179,89 @@ std::string dir_of(const std::string &path) {
     return path.substr(0, slash);
 }
 
+std::string base_of(const std::string &path) {
+    const size_t slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+constexpr char kTempInfix[] = ".dst-tmp.";
+constexpr size_t kTempRandom = 6;  // the XXXXXX of mkostemp: [A-Za-z0-9]
+
+// True when `name` is "<base>.dst-tmp.XXXXXX", the temporary-file name of a save of <base>.
+bool is_temp_of(const std::string &name, const std::string &base) {
+    const std::string head = base + kTempInfix;
+    if (name.size() != head.size() + kTempRandom || name.compare(0, head.size(), head) != 0) return false;
+    for (size_t i = head.size(); i < name.size(); ++i) {
+        const char c = name[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return false;
+    }
+    return true;
+}
+
+// Removes the temporary files that killed saves of `path` left behind (see write_file in the header).
+// Best effort: a file that cannot be examined or removed is left as it is.
+void remove_stale_temps(const std::string &path) {
+    const std::string dir = dir_of(path), base = base_of(path);
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return;
+    DIR *d = ::fdopendir(dfd);
+    if (!d) {
+        ::close(dfd);
+        return;
+    }
+    std::vector<std::string> names;
+    while (const struct dirent *e = ::readdir(d))
+        if (is_temp_of(e->d_name, base)) names.push_back(e->d_name);
+    const time_t now = ::time(nullptr);
+    for (const std::string &n : names) {
+        const int fd = ::openat(dfd, n.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+        if (fd < 0) continue;
+        struct stat a, b;
+        // Unlocked: its writer is gone (the lock is released when the process dies, even by SIGKILL).
+        const bool stale = ::fstat(fd, &a) == 0 && S_ISREG(a.st_mode) && a.st_uid == ::geteuid() &&
+                           now - a.st_mtime >= kStaleTempSeconds && ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+        // Still the same file under that name (not replaced since it was opened).
+        if (stale && ::fstatat(dfd, n.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino)
+            (void)::unlinkat(dfd, n.c_str(), 0);
+        ::close(fd);  // releases the lock
+    }
+    ::closedir(d);  // closes dfd
+}
+
 }  // namespace
+
+bool valid_utf8(const char *s, size_t n, size_t *bad_at) {
+    const unsigned char *p = reinterpret_cast<const unsigned char *>(s);
+    size_t i = 0;
+    while (i < n) {
+        const unsigned c = p[i];
+        size_t len = 0;
+        unsigned lo = 0x80, hi = 0xBF;  // range of the second byte
+        if (c < 0x80) len = 1;
+        else if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;        // no overlong forms
+            else if (c == 0xED) hi = 0x9F;   // no surrogates
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;        // no overlong forms
+            else if (c == 0xF4) hi = 0x8F;   // nothing past U+10FFFF
+        }
+        bool ok = len > 0 && i + len <= n;
+        for (size_t k = 1; ok && k < len; ++k) {
+            const unsigned b = p[i + k];
+            ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+        }
+        if (!ok) {
+            if (bad_at) *bad_at = i;
+            return false;
+        }
+        i += len;
+    }
+    return true;
+}
 
 size_t dtype_size(const std::string &dtype) {
     for (const DtypeInfo &d : kDtypes)
@@ -162,34 +305,17 @@ const Entry *Header::find(const std::string &name) const {
 dst_status parse_header(const char *fn, const char *path, const char *text, size_t text_len, uint64_t data_size,
                         Header *out) {
     using nlohmann::json;
-    json root;
-    {
-        // Duplicate keys and deep nesting are rejected while parsing: one set of keys per open object.
-        std::vector<std::set<std::string>> keys;
-        auto cb = [&](int depth, json::parse_event_t ev, json &parsed) -> bool {
-            if (depth > kMaxJsonDepth) throw HeaderReject("nesting deeper than " + std::to_string(kMaxJsonDepth));
-            switch (ev) {
-            case json::parse_event_t::object_start: keys.emplace_back(); break;
-            case json::parse_event_t::object_end:
-                if (!keys.empty()) keys.pop_back();
-                break;
-            case json::parse_event_t::key:
-                if (!keys.empty() && parsed.is_string() && !keys.back().insert(parsed.get<std::string>()).second)
-                    throw HeaderReject("duplicate key \"" + parsed.get<std::string>() + "\"");
-                break;
-            default: break;
-            }
-            return true;
-        };
-        try {
-            root = json::parse(text, text + text_len, cb);
-        } catch (const HeaderReject &e) {
-            return set_error(DST_ERR_FORMAT, "%s: '%s': the safetensors header is malformed: %s", fn, path, e.what());
-        } catch (const json::exception &e) {
-            return set_error(DST_ERR_FORMAT, "%s: '%s': the safetensors header is not valid JSON: %s", fn, path,
-                             e.what());
-        }
+    HeaderBuilder builder;
+    bool parsed = false;
+    try {
+        parsed = json::sax_parse(text, text + text_len, &builder);
+    } catch (const json::exception &e) {
+        builder.error = std::string("not valid JSON: ") + e.what();
     }
+    if (!parsed)
+        return set_error(DST_ERR_FORMAT, "%s: '%s': the safetensors header is %s", fn, path,
+                         builder.error.empty() ? "not valid JSON" : builder.error.c_str());
+    const json &root = builder.root;
     if (!root.is_object())
         return set_error(DST_ERR_FORMAT, "%s: '%s': the safetensors header is JSON but not an object", fn, path);
 
@@ -297,16 +423,24 @@ dst_status Reader::open(const char *fn, const char *path) {
         fd_ = -1;
     }
     path_ = path;
+    // O_NONBLOCK: opening a FIFO for reading would wait for a writer. The type is checked on the open
+    // descriptor (no race with a rename), and a regular file ignores the flag for its reads anyway.
     int fd;
     do {
-        fd = ::open(path, O_RDONLY | O_CLOEXEC);
+        fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return set_error(DST_ERR_IO, "%s: cannot open '%s': %s", fn, path, errno_text(errno).c_str());
     fd_ = fd;
     struct stat sb;
     if (::fstat(fd, &sb) != 0)
         return set_error(DST_ERR_IO, "%s: cannot stat '%s': %s", fn, path, errno_text(errno).c_str());
-    if (!S_ISREG(sb.st_mode)) return set_error(DST_ERR_IO, "%s: '%s' is not a regular file", fn, path);
+    if (!S_ISREG(sb.st_mode))
+        return set_error(DST_ERR_IO, "%s: '%s' is not a regular file (a %s)", fn, path,
+                         S_ISFIFO(sb.st_mode) ? "FIFO" : S_ISDIR(sb.st_mode) ? "directory"
+                         : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "device" : S_ISSOCK(sb.st_mode) ? "socket"
+                                                                                                       : "special file");
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     file_size_ = static_cast<uint64_t>(sb.st_size);
     if (file_size_ < 8)
         return set_error(DST_ERR_FORMAT,
@@ -400,14 +534,18 @@ dst_status write_file(const char *fn, const std::string &path, const std::vector
     for (int i = 0; i < 8; ++i) len8[i] = static_cast<unsigned char>((uint64_t(json.size()) >> (8 * i)) & 0xff);
 
     const std::string dir = dir_of(path);
+    remove_stale_temps(path);
     std::vector<char> tmpl(path.begin(), path.end());
-    const char suffix[] = ".tmp.XXXXXX";
-    tmpl.insert(tmpl.end(), suffix, suffix + sizeof suffix);  // includes the NUL
+    tmpl.insert(tmpl.end(), kTempInfix, kTempInfix + sizeof kTempInfix - 1);
+    tmpl.insert(tmpl.end(), kTempRandom, 'X');
+    tmpl.push_back('\0');
     const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
     if (fd < 0)
         return set_error(DST_ERR_IO, "%s: cannot create a temporary file in '%s' for '%s': %s", fn, dir.c_str(),
                          path.c_str(), errno_text(errno).c_str());
     const std::string tmp(tmpl.data());
+    // Held until the file is renamed or removed: a later save sees the writer is alive.
+    (void)::flock(fd, LOCK_EX);
     auto fail = [&](int err, const char *what) {
         ::close(fd);
         ::unlink(tmp.c_str());

@@ -24,6 +24,10 @@ namespace dst::st {
 // Largest JSON header accepted (the Hugging Face reader uses the same bound).
 constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
 
+// True when s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF),
+// as JSON text must be; otherwise *bad_at (when not NULL) receives the offset of the first bad byte.
+bool valid_utf8(const char *s, size_t n, size_t *bad_at);
+
 // Element size of a safetensors dtype string ("F32", "BF16", "I64", "BOOL", ...); 0 when unknown.
 size_t dtype_size(const std::string &dtype);
 // The safetensors dtype string of a dst_dtype ("F32", "F16", "BF16", "F64", "I32").
@@ -51,7 +55,8 @@ struct Header {
     const Entry *find(const std::string &name) const;
 };
 
-// Parses and validates the JSON header of a file whose data section has `data_size` bytes.
+// Parses and validates the JSON header of a file whose data section has `data_size` bytes, in
+// O(n log n) time for n tensors (no step looks at all the names seen so far once per name).
 // Returns DST_ERR_FORMAT, prefixed by `fn` and `path` and naming the tensor and field, on any violation:
 // not a JSON object; a tensor entry that is not an object or lacks dtype/shape/data_offsets; an unknown
 // dtype; a shape that is not a list of non-negative integers; data_offsets not [begin, end] with
@@ -68,8 +73,9 @@ public:
     Reader(const Reader &) = delete;
     Reader &operator=(const Reader &) = delete;
 
-    // Opens `path` and validates its framing and header. DST_ERR_IO when it cannot be opened or read;
-    // DST_ERR_FORMAT when it is malformed.
+    // Opens `path` and validates its framing and header. DST_ERR_IO when it cannot be opened or read or
+    // is not a regular file (checked on the open descriptor, which is opened without blocking, so a FIFO
+    // or a device is refused at once); DST_ERR_FORMAT when it is malformed.
     dst_status open(const char *fn, const char *path);
     const Header &header() const { return header_; }
     const std::string &path() const { return path_; }
@@ -101,10 +107,17 @@ struct OutTensor {
     std::vector<Piece> pieces;  // total bytes must equal numel * element size
 };
 
-// Writes a safetensors file atomically: a temporary file "<path>.tmp.XXXXXX" in the same folder is
-// written (every write checked), fsync'ed and renamed over `path`. On any failure the temporary file
-// is removed and `path` is left as it was; the status is DST_ERR_IO with the system's reason
-// (DST_ERR_INVALID_ARGUMENT for a duplicate name or a size mismatch, which are bugs of the caller).
+// Writes a safetensors file atomically: a temporary file "<path>.dst-tmp.XXXXXX" in the same folder is
+// created, locked (flock, held until it is renamed or removed), written (every write checked), fsync'ed
+// and renamed over `path`. On any failure the temporary file is removed and `path` is left as it was;
+// the status is DST_ERR_IO with the system's reason (DST_ERR_INVALID_ARGUMENT for a duplicate name or a
+// size mismatch, which are bugs of the caller).
+//
+// A writer killed before the rename leaves its temporary file. Before writing, a save removes the
+// "<path>.dst-tmp.XXXXXX" files of the same `path` that are regular files of this user, unlocked (their
+// writer is gone: the lock dies with the process) and last changed at least kStaleTempSeconds ago (so
+// that a writer between creating and locking its file is never taken for a dead one).
+constexpr int kStaleTempSeconds = 60;
 dst_status write_file(const char *fn, const std::string &path, const std::vector<OutTensor> &tensors,
                       const std::map<std::string, std::string> &metadata);
 

@@ -13,6 +13,10 @@
 
 namespace dst {
 
+// RNG offsets one training forward takes: one per dropout site (attention probabilities, attention
+// output, FFN output).
+constexpr uint64_t kRngOffsetsPerForward = 3;
+
 struct Context {
     std::unique_ptr<Backend> backend;
     uint64_t rng_seed = 0;

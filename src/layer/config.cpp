@@ -1,10 +1,12 @@
 #include "layer/config.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/versioned.h"
 
 namespace dst {
 
@@ -14,6 +16,36 @@ static constexpr int64_t kMaxHidden = 1 << 16;
 static constexpr int64_t kMaxIntermediate = 1 << 18;
 static constexpr int64_t kMaxTokens = int64_t(1) << 26;
 static constexpr int64_t kMaxSeq = 1 << 20;
+
+// Every layout a caller's header may have given dst_layer_config: cut after any of its fields.
+static constexpr size_t kConfigSizes[] = {
+    DST_PREFIX_SIZE(dst_layer_config, hidden_size),
+    DST_PREFIX_SIZE(dst_layer_config, heads),
+    DST_PREFIX_SIZE(dst_layer_config, intermediate_size),
+    DST_PREFIX_SIZE(dst_layer_config, attn_dropout_ratio),
+    DST_PREFIX_SIZE(dst_layer_config, hidden_dropout_ratio),
+    DST_PREFIX_SIZE(dst_layer_config, num_hidden_layers),
+    DST_PREFIX_SIZE(dst_layer_config, initializer_range),
+    DST_PREFIX_SIZE(dst_layer_config, layer_norm_eps),
+    DST_PREFIX_SIZE(dst_layer_config, seed),
+    DST_PREFIX_SIZE(dst_layer_config, pre_layer_norm),
+    DST_PREFIX_SIZE(dst_layer_config, normalize_invertible),
+    DST_PREFIX_SIZE(dst_layer_config, gelu_checkpoint),
+    DST_PREFIX_SIZE(dst_layer_config, attn_dropout_checkpoint),
+    DST_PREFIX_SIZE(dst_layer_config, adjust_init_range),
+    DST_PREFIX_SIZE(dst_layer_config, stochastic_mode),
+    DST_PREFIX_SIZE(dst_layer_config, training),
+    DST_PREFIX_SIZE(dst_layer_config, dtype),
+    DST_PREFIX_SIZE(dst_layer_config, max_batch_tokens),
+    DST_PREFIX_SIZE(dst_layer_config, max_seq_len),
+    DST_PREFIX_SIZE(dst_layer_config, gelu),
+    DST_PREFIX_SIZE(dst_layer_config, causal),
+    DST_PREFIX_SIZE(dst_layer_config, allow_tf32),
+};
+static_assert(kConfigSizes[sizeof kConfigSizes / sizeof kConfigSizes[0] - 1] == sizeof(dst_layer_config),
+              "a field was appended to dst_layer_config: list it in kConfigSizes");
+const StructVersions kConfigVersions = {"dst_layer_config", "dst_layer_config_default", sizeof(dst_layer_config),
+                                        kConfigSizes, sizeof kConfigSizes / sizeof kConfigSizes[0]};
 
 void config_defaults(dst_layer_config *c) {
     std::memset(c, 0, sizeof *c);
@@ -46,18 +78,10 @@ static bool ratio_ok(float p) { return std::isfinite(p) && p >= 0.0f && p < 1.0f
 dst_status config_load(const char *fn, const dst_layer_config *in, dst_backend backend,
                        dst_layer_config *out) {
     if (!in) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: config is NULL", fn);
-    // v0.1 is the first layout, so every caller's struct has exactly our size; a larger one comes
-    // from a newer header whose fields this library would silently ignore.
-    if (in->struct_size < sizeof(dst_layer_config))
-        return set_error(DST_ERR_INVALID_ARGUMENT,
-                         "%s: config->struct_size is %zu, expected %zu (fill it with dst_layer_config_default)",
-                         fn, in->struct_size, sizeof(dst_layer_config));
-    if (in->struct_size > sizeof(dst_layer_config))
-        return set_error(DST_ERR_UNSUPPORTED,
-                         "%s: config->struct_size is %zu, larger than this library's %zu (header newer than library)",
-                         fn, in->struct_size, sizeof(dst_layer_config));
+    // A caller built against an older header has fewer fields: the rest keep their defaults.
     dst_layer_config c;
-    std::memcpy(&c, in, sizeof c);
+    config_defaults(&c);
+    DST_TRY(versioned_copy_in(fn, "config", kConfigVersions, in, &c));
 
 #define DST_CFG_CHECK(cond, ...) \
     if (!(cond)) return set_error(DST_ERR_INVALID_ARGUMENT, __VA_ARGS__)

@@ -5,12 +5,16 @@
 
 #include <cstdint>
 
+#include "core/versioned.h"               // defines: StructVersions
 #include "dstransformer/dstransformer.h"  // defines: dst_layer_config, dst_backend, dst_status
 
 namespace dst {
 
 // Fills every field with its documented default.
 void config_defaults(dst_layer_config *cfg);
+
+// The layouts of dst_layer_config a caller's header may have (core/versioned.h).
+extern const StructVersions kConfigVersions;
 
 // Copies a caller's config (which may be from an older header: struct_size bytes) over the defaults,
 // then validates it. Messages name the field and the expected range; `fn` prefixes them.

@@ -124,6 +124,7 @@ dst_status Layer::init_params() {
 }
 
 dst_status Layer::bind_params(void *data, bool copy_current) {
+    if (data == params_) return DST_OK;  // the caller's bound arena again (the C API refuses our own)
     if (copy_current) DST_TRY(backend().copy(data, params_, arena_bytes_, CopyKind::DeviceToDevice));
     if (own_params_) backend().free(params_);
     params_ = data;
@@ -132,6 +133,7 @@ dst_status Layer::bind_params(void *data, bool copy_current) {
 }
 
 dst_status Layer::bind_grads(void *data) {
+    if (data == grads_) return DST_OK;
     if (own_grads_) backend().free(grads_);
     grads_ = data;
     own_grads_ = false;
@@ -208,6 +210,14 @@ static void *tmp(const Plan &p, char *ws, Temp t) { return ws + p.temp_offset[t]
 
 dst_status Layer::forward(Saved *saved, const void *x, int64_t B, int64_t S, const MaskArg &mask, void *y) {
     const bool train = training_;
+    // A training forward takes kRngOffsetsPerForward consecutive offsets and leaves the next one; a
+    // counter that cannot hold them is exhausted rather than wrapped (which would repeat earlier masks).
+    if (train && ctx_->rng_offset > UINT64_MAX - kRngOffsetsPerForward)
+        return set_error(DST_ERR_STATE,
+                         "dst_layer_forward: the context's RNG offset %llu leaves fewer than the %llu offsets a "
+                         "training forward takes before 2^64 - 1; the dropout stream of this seed is exhausted: "
+                         "start a new one with dst_context_set_rng_state",
+                         (unsigned long long)ctx_->rng_offset, (unsigned long long)kRngOffsetsPerForward);
     const Plan p = make_plan(cfg_, B, S, train);
     Backend &be = backend();
     be.set_stochastic(cfg_.stochastic_mode != 0);
@@ -241,7 +251,7 @@ dst_status Layer::forward(Saved *saved, const void *x, int64_t B, int64_t S, con
     uint64_t seed = 0, first = 0;
     if (train) {
         seed = ctx_->rng_seed;
-        first = ctx_->take_offsets(3);
+        first = ctx_->take_offsets(kRngOffsetsPerForward);
         d0 = site(seed, first + 0, cfg_.attn_dropout_ratio);
         d1 = site(seed, first + 1, cfg_.hidden_dropout_ratio);
         d2 = site(seed, first + 2, cfg_.hidden_dropout_ratio);

@@ -62,6 +62,8 @@ public:
     void param_shape(int p, int32_t *ndim, int64_t shape[2]) const;
     void *params() const { return params_; }
     void *grads() const { return grads_; }
+    bool owns_params() const { return own_params_; }
+    bool owns_grads() const { return own_grads_; }
     dst_status bind_params(void *data, bool copy_current);
     dst_status bind_grads(void *data);
     dst_status zero_grads();

@@ -7,12 +7,16 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -26,6 +30,8 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -1175,6 +1181,310 @@ TEST_F(Checkpoint, Describe) {
     fails(absent.c_str(), DST_ERR_IO, "cannot open");
     spit(bad, raw_file("{\"t\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 8]}}", std::string(16, '\0')));
     fails(bad.c_str(), DST_ERR_FORMAT, "\"t\"");
+}
+
+// ---- hostile inputs (issue 10) ----------------------------------------------------------------------
+// Item 4: client state is bytes with a length (invalid UTF-8 and NUL bytes included) and round-trips
+// exactly; a prefix that is not UTF-8 is an INVALID_ARGUMENT naming the field. Both used to fail with
+// DST_ERR_INTERNAL (a JSON library exception).
+TEST_F(Checkpoint, HostileClientStateAndPrefix) {
+    Stack s = make_stack(2, DST_DTYPE_FP32, false, 1);
+    randomize(s, false, 5);
+    const std::string f = path("state.safetensors");
+    const std::string bin("\xff\xfe\x00step=\x80\xc3(\x00", 12);
+    dst_checkpoint_options o;
+    ASSERT_DST_OK(dst_checkpoint_options_default(&o));
+    EXPECT_EQ(o.client_state_len, 0u);
+    o.client_state = bin.data();
+    o.client_state_len = bin.size();
+    ASSERT_DST_OK(dst_checkpoint_save(s.data(), 2, f.c_str(), &o));
+    const StRead r = st_read(f);
+    EXPECT_FALSE(r.hdr.at("__metadata__").contains("client_state")) << "binary state stored as text";
+    Stack back = make_stack(2, DST_DTYPE_FP32, false, 9);
+    std::vector<char> buf(64, 'x');
+    size_t len = 0;
+    ASSERT_DST_OK(dst_checkpoint_load(back.data(), 2, f.c_str(), nullptr, buf.data(), buf.size(), &len));
+    EXPECT_EQ(len, bin.size());
+    EXPECT_EQ(std::string(buf.data(), len), bin);
+    EXPECT_EQ(buf[len], '\0');
+    EXPECT_TRUE(snapshot(back).regions == snapshot(s).regions);
+    // A NUL-terminated string with invalid UTF-8 (client_state_len 0) is stored the same way.
+    const char latin1[] = "epoch=3;caf\xe9";
+    o.client_state = latin1;
+    o.client_state_len = 0;
+    ASSERT_DST_OK(dst_checkpoint_save(s.data(), 2, f.c_str(), &o));
+    ASSERT_DST_OK(dst_checkpoint_load(back.data(), 2, f.c_str(), nullptr, buf.data(), buf.size(), &len));
+    EXPECT_EQ(std::string(buf.data(), len), latin1);
+    // UTF-8 text stays readable text in the file.
+    o.client_state = "epoch=4;\xc3\xa9t\xc3\xa9";
+    ASSERT_DST_OK(dst_checkpoint_save(s.data(), 2, f.c_str(), &o));
+    EXPECT_EQ(st_read(f).meta("client_state"), "epoch=4;\xc3\xa9t\xc3\xa9");
+    ASSERT_DST_OK(dst_checkpoint_load(back.data(), 2, f.c_str(), nullptr, buf.data(), buf.size(), &len));
+    EXPECT_EQ(std::string(buf.data(), len), "epoch=4;\xc3\xa9t\xc3\xa9");
+    // A length without data.
+    o.client_state = nullptr;
+    o.client_state_len = 3;
+    const std::string before = slurp(f);
+    EXPECT_EQ(dst_checkpoint_save(s.data(), 2, f.c_str(), &o), DST_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(dst_last_error(), "options->client_state")) << dst_last_error();
+
+    // Prefixes that are not UTF-8: save, load and convert name the field; nothing changes.
+    ASSERT_DST_OK(dst_checkpoint_options_default(&o));
+    o.prefix = "enc\xff.";
+    EXPECT_EQ(dst_checkpoint_save(s.data(), 2, f.c_str(), &o), DST_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(dst_last_error(), "options->prefix")) << dst_last_error();
+    EXPECT_TRUE(contains(dst_last_error(), "UTF-8")) << dst_last_error();
+    EXPECT_EQ(slurp(f), before);
+    const Snapshot snap = snapshot(back);
+    EXPECT_EQ(dst_checkpoint_load(back.data(), 2, f.c_str(), &o, nullptr, 0, nullptr), DST_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(dst_last_error(), "options->prefix")) << dst_last_error();
+    EXPECT_TRUE(snapshot(back) == snap);
+    const std::string g = path("converted.safetensors");
+    EXPECT_EQ(dst_checkpoint_convert(f.c_str(), DST_LAYOUT_DEEPSPEED, nullptr, g.c_str(), DST_LAYOUT_DEEPSPEED,
+                                     "x\xc3", nullptr, 0),
+              DST_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(dst_last_error(), "out_prefix")) << dst_last_error();
+    EXPECT_EQ(dst_checkpoint_convert(f.c_str(), DST_LAYOUT_DEEPSPEED, "\x80", g.c_str(), DST_LAYOUT_DEEPSPEED,
+                                     nullptr, nullptr, 0),
+              DST_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(dst_last_error(), "in_prefix")) << dst_last_error();
+    EXPECT_FALSE(fs::exists(g));
+}
+
+// A caller built against the header before client_state_len was appended: its options struct ends after
+// client_state (allocated at exactly that size, so a sanitizer build catches any read past it). It is
+// accepted and its client state is a NUL-terminated string, as that header said.
+struct OptionsBeforeClientStateLen {
+    size_t struct_size;
+    dst_weight_layout layout;
+    const char *prefix;
+    int32_t include_grads;
+    int32_t save_dtype;
+    int32_t restore_rng;
+    const char *client_state;
+};
+static_assert(sizeof(OptionsBeforeClientStateLen) == offsetof(dst_checkpoint_options, client_state_len),
+              "fields are only appended");
+
+TEST_F(Checkpoint, OptionsOfAnOlderHeaderAreAccepted) {
+    Stack s = make_stack(2, DST_DTYPE_FP32, false, 1);
+    randomize(s, false, 7);
+    std::unique_ptr<OptionsBeforeClientStateLen, decltype(&std::free)> old(
+        static_cast<OptionsBeforeClientStateLen *>(std::malloc(sizeof(OptionsBeforeClientStateLen))), &std::free);
+    ASSERT_TRUE(old);
+    old->struct_size = sizeof(OptionsBeforeClientStateLen);
+    old->layout = DST_LAYOUT_DEEPSPEED;
+    old->prefix = "enc.";
+    old->include_grads = 0;
+    old->save_dtype = -1;
+    old->restore_rng = 1;
+    old->client_state = "step=12";
+    const auto *o = reinterpret_cast<const dst_checkpoint_options *>(old.get());
+    const std::string f = path("old.safetensors");
+    ASSERT_DST_OK(dst_checkpoint_save(s.data(), 2, f.c_str(), o));
+    EXPECT_EQ(st_read(f).meta("client_state"), "step=12");
+    EXPECT_EQ(st_read(f).meta("prefix"), "enc.");
+    Stack back = make_stack(2, DST_DTYPE_FP32, false, 9);
+    char buf[32];
+    size_t len = 0;
+    ASSERT_DST_OK(dst_checkpoint_load(back.data(), 2, f.c_str(), o, buf, sizeof buf, &len));
+    EXPECT_EQ(std::string(buf, len), "step=12");
+    EXPECT_TRUE(snapshot(back).regions == snapshot(s).regions);
+    // Sizes that split a field, or a newer header's larger struct, are refused.
+    dst_checkpoint_options n;
+    ASSERT_DST_OK(dst_checkpoint_options_default(&n));
+    n.struct_size = offsetof(dst_checkpoint_options, prefix) + 4;
+    EXPECT_EQ(dst_checkpoint_save(s.data(), 2, f.c_str(), &n), DST_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(dst_last_error(), "options->struct_size")) << dst_last_error();
+    n.struct_size = sizeof n + 8;
+    EXPECT_EQ(dst_checkpoint_save(s.data(), 2, f.c_str(), &n), DST_ERR_UNSUPPORTED);
+    EXPECT_TRUE(contains(dst_last_error(), "options->struct_size")) << dst_last_error();
+}
+
+// A call that blocks is reported by the test instead of hanging it: `call` runs on a thread; when it has
+// not returned after `seconds`, `release` runs (it must make the call return) and *blocked is set.
+dst_status call_with_deadline(const std::function<dst_status()> &call, const std::function<void()> &release,
+                              double seconds, bool *blocked, std::string *message) {
+    std::atomic<bool> done{false};
+    dst_status st = DST_OK;
+    std::thread t([&] {
+        st = call();
+        *message = dst_last_error();
+        done = true;
+    });
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!done && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    *blocked = !done;
+    while (!done) {
+        release();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    t.join();
+    return st;
+}
+
+// Item 5: load, describe and convert on a FIFO blocked forever in open(). They return DST_ERR_IO at once.
+TEST_F(Checkpoint, FifoIsRefusedWithoutBlocking) {
+    Stack s = make_stack(1, DST_DTYPE_FP32, false, 1);
+    const std::string fifo = path("pipe.safetensors"), out = path("out.safetensors");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+    // Opening the write end releases a reader blocked in open(); the writer closes at once (EOF).
+    auto release = [&] {
+        const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0) ::close(fd);
+    };
+    const Snapshot before = snapshot(s);
+    const std::vector<std::pair<const char *, std::function<dst_status()>>> calls = {
+        {"dst_checkpoint_load",
+         [&] { return dst_checkpoint_load(s.data(), 1, fifo.c_str(), nullptr, nullptr, 0, nullptr); }},
+        {"dst_checkpoint_describe", [&] { return dst_checkpoint_describe(fifo.c_str(), nullptr, 0, nullptr); }},
+        {"dst_checkpoint_convert",
+         [&] {
+             return dst_checkpoint_convert(fifo.c_str(), DST_LAYOUT_DEEPSPEED, nullptr, out.c_str(), DST_LAYOUT_HF_BERT,
+                                           nullptr, nullptr, 0);
+         }},
+    };
+    for (const auto &c : calls) {
+        SCOPED_TRACE(c.first);
+        bool blocked = false;
+        std::string msg;
+        const dst_status st = call_with_deadline(c.second, release, 5.0, &blocked, &msg);
+        EXPECT_FALSE(blocked) << c.first << " blocked on a FIFO until a writer appeared";
+        EXPECT_EQ(st, DST_ERR_IO) << msg;
+        EXPECT_TRUE(contains(msg, "not a regular file")) << msg;
+        EXPECT_TRUE(contains(msg, c.first)) << msg;
+    }
+    EXPECT_TRUE(snapshot(s) == before);
+    EXPECT_FALSE(fs::exists(out));
+}
+
+// Item 6: header validation was quadratic in the number of tensors (100,000 one-element tensors: 46 s
+// to describe). Describe, load and convert of such a header, and of names built to defeat the name
+// parser, each finish in well under a second.
+TEST_F(Checkpoint, HundredThousandTensorsAreFast) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    const double limit = 4.0;  // instrumented builds run the same O(n log n) work a few times slower
+#else
+    const double limit = 1.0;
+#endif
+    auto timed = [](const std::function<dst_status()> &f, dst_status *st) {
+        const auto t0 = std::chrono::steady_clock::now();
+        *st = f();
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    struct Case {
+        const char *what;
+        std::function<std::string(int)> name;
+    };
+    const Case cases[] = {
+        {"plain names", [](int i) { return "t" + std::to_string(i); }},
+        {"a different prefix each", [](int i) { return "p" + std::to_string(i) + ".layer.0.attn_qkvw"; }},
+        {"a grad prefix each", [](int i) { return "grad.q" + std::to_string(i) + ".layer.1.norm_b"; }},
+    };
+    Stack s = make_stack(1, DST_DTYPE_FP32, false, 1);
+    const std::string f = path("many.safetensors"), out = path("out.safetensors");
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.what);
+        std::string json = "{";
+        const int n = 100000;
+        for (int i = 0; i < n; ++i) {
+            json += (i ? ",\"" : "\"") + c.name(i) + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" +
+                    std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+        }
+        json += "}";
+        spit(f, raw_file(json, std::string(4 * n, '\0')));
+        dst_status st;
+        std::vector<char> text(1 << 12);
+        size_t len = 0;
+        double t = timed([&] { return dst_checkpoint_describe(f.c_str(), text.data(), text.size(), &len); }, &st);
+        std::printf("  %s: describe %.3f s\n", c.what, t);
+        EXPECT_EQ(st, DST_OK) << dst_last_error();
+        EXPECT_TRUE(contains(text.data(), "tensors: 100000\n")) << text.data();
+        EXPECT_LT(t, limit) << "describe took " << t << " s";
+        t = timed([&] { return dst_checkpoint_load(s.data(), 1, f.c_str(), nullptr, nullptr, 0, nullptr); }, &st);
+        EXPECT_EQ(st, DST_ERR_FORMAT) << dst_last_error();  // no layer tensors
+        EXPECT_LT(t, limit) << "load took " << t << " s";
+        t = timed(
+            [&] {
+                return dst_checkpoint_convert(f.c_str(), DST_LAYOUT_DEEPSPEED, "", out.c_str(), DST_LAYOUT_HF_BERT,
+                                              nullptr, nullptr, 0);
+            },
+            &st);
+        EXPECT_EQ(st, DST_ERR_FORMAT) << dst_last_error();
+        EXPECT_LT(t, limit) << "convert took " << t << " s";
+        std::printf("  100,000 tensors, %s: describe, load, convert within %.2f s each\n", c.what, limit);
+    }
+    // One name of 1 MiB made of "layer.7.": every dotted component looks like the start of a layer.
+    std::string name;
+    while (name.size() < (1u << 20)) name += "layer.7.";
+    name += "attn_qkvw";
+    spit(f, raw_file("{\"" + name + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                     std::string(4, '\0')));
+    dst_status st;
+    std::vector<char> text(1 << 12);
+    const double t = timed([&] { return dst_checkpoint_describe(f.c_str(), text.data(), text.size(), nullptr); }, &st);
+    EXPECT_EQ(st, DST_OK) << dst_last_error();
+    EXPECT_LT(t, limit) << "describe of one long name took " << t << " s";
+}
+
+// Item 8: a save killed by SIGKILL left its temporary file beside the target forever. A later save of the
+// same target removes it once no writer holds it; the temporary files of live saves, of other targets
+// and the user's own files are left alone.
+TEST_F(Checkpoint, StaleTemporaryFileOfAKilledSaveIsRemoved) {
+    Stack big = make_stack(1, DST_DTYPE_FP32, false, 1, 256, 4, 1024);  // ~12 MB: the write takes a while
+    const std::string f = path("ckpt.safetensors");
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        for (;;) (void)dst_checkpoint_save(big.data(), 1, f.c_str(), nullptr);
+    }
+    bool seen = false;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!seen && std::chrono::steady_clock::now() < until) {
+        for (const std::string &n : listing(dir_)) seen = seen || n != "ckpt.safetensors";
+        if (!seen) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    ::kill(pid, SIGKILL);
+    int wst = 0;
+    ASSERT_EQ(::waitpid(pid, &wst, 0), pid);
+    ASSERT_TRUE(seen) << "never saw the temporary file of the child's save";
+    // The child may have moved on to its next save; whichever temporary file it left is the stale one.
+    std::vector<std::string> left;
+    for (const std::string &n : listing(dir_))
+        if (n != "ckpt.safetensors") left.push_back(n);
+    if (left.empty()) GTEST_SKIP() << "the child was killed between two saves; no temporary file was left";
+    ASSERT_EQ(left.size(), 1u) << "one save in flight leaves one temporary file";
+    const std::string stale = left[0];
+    EXPECT_EQ(stale.rfind("ckpt.safetensors.", 0), 0u) << stale << ": named after its target";
+
+    // Files a later save must leave alone: the user's, another target's stale file, and a live writer's.
+    spit(path("ckpt.safetensors.tmp.backup"), "mine");
+    spit(path("ckpt.safetensors.notes"), "mine too");
+    const std::string other_stale = "other.safetensors" + stale.substr(std::strlen("ckpt.safetensors"));
+    spit(path(other_stale), "stale of another target");
+    std::string live = stale;
+    live.back() = live.back() == 'A' ? 'B' : 'A';
+    spit(path(live), "a live save");
+    const int live_fd = ::open(path(live).c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(live_fd, 0);
+    ASSERT_EQ(::flock(live_fd, LOCK_EX), 0) << "the live writer holds its lock";
+    // Old enough that no save can be between creating and locking them.
+    const struct timespec old_times[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
+    for (const std::string &n : {stale, live, std::string("ckpt.safetensors.tmp.backup"), other_stale})
+        ASSERT_EQ(::utimensat(AT_FDCWD, path(n).c_str(), old_times, 0), 0);
+
+    Stack s = make_stack(1, DST_DTYPE_FP32, false, 2);
+    ASSERT_DST_OK(dst_checkpoint_save(s.data(), 1, f.c_str(), nullptr));
+    std::vector<std::string> want = {"ckpt.safetensors", "ckpt.safetensors.notes", "ckpt.safetensors.tmp.backup",
+                                     live, other_stale};
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(listing(dir_), want) << "the stale temporary file of the killed save is still there";
+    EXPECT_EQ(slurp(path("ckpt.safetensors.tmp.backup")), "mine");
+    ::close(live_fd);
+    Stack back = make_stack(1, DST_DTYPE_FP32, false, 3);
+    ASSERT_DST_OK(dst_checkpoint_load(back.data(), 1, f.c_str(), nullptr, nullptr, 0, nullptr));
+    EXPECT_TRUE(snapshot(back).regions == snapshot(s).regions);
 }
 
 #ifdef DST_CONVERT_EXE

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -374,8 +376,10 @@ std::vector<BadField> bad_fields() {
         {"gelu -1", "gelu", [](dst_layer_config &c) { c.gelu = static_cast<dst_gelu>(-1); }},
         {"struct_size 0", "struct_size", [](dst_layer_config &c) { c.struct_size = 0; }},
         {"struct_size 8", "struct_size", [](dst_layer_config &c) { c.struct_size = 8; }},
-        {"struct_size without causal", "struct_size",
-         [](dst_layer_config &c) { c.struct_size = offsetof(dst_layer_config, causal); }},
+        {"struct_size splitting causal", "struct_size",
+         [](dst_layer_config &c) { c.struct_size = offsetof(dst_layer_config, causal) + 2; }},
+        {"struct_size splitting seed", "struct_size",
+         [](dst_layer_config &c) { c.struct_size = offsetof(dst_layer_config, seed) + 4; }},
         {"max_batch_tokens 0", "max_batch_tokens", [](dst_layer_config &c) { c.max_batch_tokens = 0; }},
         {"max_batch_tokens -1", "max_batch_tokens", [](dst_layer_config &c) { c.max_batch_tokens = -1; }},
         {"max_seq_len 0", "max_seq_len", [](dst_layer_config &c) { c.max_seq_len = 0; }},
@@ -574,6 +578,84 @@ TEST(Layer, ConfigRoundTrip) {
     DST_ASSERT_OK(dst_layer_set_training(l2.get(), 5));
     DST_ASSERT_OK(dst_layer_get_config(l2.get(), &got));
     EXPECT_NE(got.training, 0);
+}
+
+// A caller built against an older header: its dst_layer_config ended after max_seq_len (as if gelu,
+// causal and allow_tf32 had been appended since). The struct is allocated at exactly its size, so a
+// sanitizer build catches any read or write past it; the missing fields take their defaults.
+namespace {
+struct OlderLayerConfig {
+    size_t struct_size;
+    int32_t hidden_size, heads, intermediate_size;
+    float attn_dropout_ratio, hidden_dropout_ratio;
+    int32_t num_hidden_layers;
+    float initializer_range, layer_norm_eps;
+    uint64_t seed;
+    int32_t pre_layer_norm, normalize_invertible, gelu_checkpoint, attn_dropout_checkpoint, adjust_init_range,
+        stochastic_mode, training;
+    dst_dtype dtype;
+    int64_t max_batch_tokens;
+    int32_t max_seq_len;
+};
+static_assert(sizeof(OlderLayerConfig) < sizeof(dst_layer_config), "an older header's struct is smaller");
+static_assert(offsetof(OlderLayerConfig, max_seq_len) == offsetof(dst_layer_config, max_seq_len),
+              "fields are only appended");
+}  // namespace
+
+TEST(Config, CallerBuiltAgainstAnOlderHeader) {
+    std::unique_ptr<OlderLayerConfig, decltype(&std::free)> old(
+        static_cast<OlderLayerConfig *>(std::malloc(sizeof(OlderLayerConfig))), &std::free);
+    ASSERT_TRUE(old);
+    dst_layer_config full = small_config(24, 3, 40, DST_DTYPE_FP32);
+    std::memcpy(old.get(), &full, sizeof(OlderLayerConfig));
+    old->struct_size = sizeof(OlderLayerConfig);
+    const dst_layer_config *as_new = reinterpret_cast<const dst_layer_config *>(old.get());
+    DST_ASSERT_OK(dst_layer_config_validate(as_new, DST_BACKEND_CPU));
+    size_t bytes_old = 0, bytes_new = 0;
+    DST_ASSERT_OK(dst_layer_config_saved_bytes(as_new, 2, 8, &bytes_old));
+    DST_ASSERT_OK(dst_layer_config_saved_bytes(&full, 2, 8, &bytes_new));
+    EXPECT_EQ(bytes_old, bytes_new);
+    Ctx ctx = make_ctx();
+    dst_layer *l = nullptr;
+    DST_ASSERT_OK(dst_layer_create(ctx.get(), as_new, &l));
+    Layer layer(l);
+    // The layer has the caller's fields and the defaults of the fields its header lacked.
+    dst_layer_config got;
+    got.struct_size = sizeof got;
+    DST_ASSERT_OK(dst_layer_get_config(layer.get(), &got));
+    EXPECT_EQ(got.hidden_size, 24);
+    EXPECT_EQ(got.heads, 3);
+    EXPECT_EQ(got.intermediate_size, 40);
+    EXPECT_EQ(got.max_seq_len, full.max_seq_len);
+    EXPECT_EQ(got.gelu, DST_GELU_ERF);
+    EXPECT_EQ(got.causal, 0);
+    EXPECT_EQ(got.allow_tf32, 0);
+    // The older caller reads its configuration back: exactly its fields, nothing past them.
+    std::memset(old.get(), 0, sizeof(OlderLayerConfig));
+    old->struct_size = sizeof(OlderLayerConfig);
+    DST_ASSERT_OK(dst_layer_get_config(layer.get(), reinterpret_cast<dst_layer_config *>(old.get())));
+    EXPECT_EQ(old->struct_size, sizeof(OlderLayerConfig));
+    EXPECT_EQ(old->hidden_size, 24);
+    EXPECT_EQ(old->max_seq_len, full.max_seq_len);
+    // It runs.
+    const int64_t B = 2, S = 4, H = 24;
+    HostTensor x = HostTensor::from_doubles(DST_DTYPE_FP32, {B, S, H}, Rng(1).normals(B * S * H));
+    HostTensor y(DST_DTYPE_FP32, {B, S, H});
+    dst_tensor xv = x.view(), yv = y.view();
+    DST_EXPECT_OK(dst_layer_forward(layer.get(), nullptr, &xv, nullptr, &yv));
+    // Every prefix that ends after a field is such an older layout; a size inside a field is not, and a
+    // larger size comes from a newer header.
+    dst_layer_config c = small_config();
+    for (size_t size : {offsetof(dst_layer_config, intermediate_size), offsetof(dst_layer_config, seed),
+                        offsetof(dst_layer_config, causal), sizeof(dst_layer_config)}) {
+        c.struct_size = size;
+        DST_EXPECT_OK(dst_layer_config_validate(&c, DST_BACKEND_CPU));
+    }
+    c.struct_size = sizeof(dst_layer_config) + 8;
+    EXPECT_FAILS(DST_ERR_UNSUPPORTED, "struct_size", dst_layer_config_validate(&c, DST_BACKEND_CPU));
+    dst_layer_config back;
+    back.struct_size = sizeof(dst_layer_config) + 8;
+    EXPECT_FAILS(DST_ERR_UNSUPPORTED, "struct_size", dst_layer_get_config(layer.get(), &back));
 }
 
 TEST(Layer, GetConfigStructSizeTooSmall) {

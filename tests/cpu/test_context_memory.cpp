@@ -16,12 +16,35 @@ namespace {
 
 bool mentions(const char *needle) { return std::string(dst_last_error()).find(needle) != std::string::npos; }
 
+// The count is checked against what the build has and against what a context can be created on: a
+// build without CUDA counts 0; with n devices, device n - 1 opens and device n is refused.
 TEST(ContextApi, CudaDeviceCount) {
     EXPECT_EQ(dst_cuda_device_count(nullptr), DST_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(mentions("count"));
     int n = -1;
     ASSERT_EQ(dst_cuda_device_count(&n), DST_OK);
-    EXPECT_GE(n, 0);
+#if !DST_TEST_BUILD_HAS_CUDA
+    EXPECT_EQ(n, 0) << "this build has no CUDA backend";
+#endif
+    dst_context *c = nullptr;
+    if (n == 0) {
+        EXPECT_EQ(dst_context_create(DST_BACKEND_CUDA, 0, &c), DST_ERR_UNSUPPORTED) << dst_last_error();
+        EXPECT_EQ(c, nullptr);
+        // AUTO falls back to the CPU backend.
+        ASSERT_EQ(dst_context_create(DST_BACKEND_AUTO, 0, &c), DST_OK) << dst_last_error();
+        dst_backend b = DST_BACKEND_AUTO;
+        EXPECT_EQ(dst_context_get_backend(c, &b), DST_OK);
+        EXPECT_EQ(b, DST_BACKEND_CPU);
+        dst_context_destroy(c);
+    } else {
+        ASSERT_GT(n, 0);
+        ASSERT_EQ(dst_context_create(DST_BACKEND_CUDA, n - 1, &c), DST_OK) << dst_last_error();
+        dst_context_destroy(c);
+        c = nullptr;
+        EXPECT_EQ(dst_context_create(DST_BACKEND_CUDA, n, &c), DST_ERR_INVALID_ARGUMENT);
+        EXPECT_TRUE(mentions("device"));
+        EXPECT_EQ(c, nullptr);
+    }
 }
 
 TEST(ContextApi, StreamsOnTheCpuBackend) {

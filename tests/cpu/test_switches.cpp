@@ -2,6 +2,7 @@
 // the dropout random-number stream.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -139,6 +140,41 @@ INSTANTIATE_TEST_SUITE_P(Switches, SwitchEquivalence, ::testing::ValuesIn(sw_gri
                          });
 
 // ---- saved bytes ------------------------------------------------------------------------------------
+// What a training forward keeps, counted from the layer contract (DESIGN.md §2 and the table of
+// docs/memory.md), not from the library's buffer plan: N = B·S tokens, e = dtype size, s = statistics
+// size (4, or 8 for fp64), every tensor starting on a 256-byte boundary. Attention keeps its row
+// log-sum-exp [B, heads, S] and never the S×S probabilities, with or without attn_dropout_checkpoint.
+size_t contract_saved_bytes(const dst_layer_config &cfg, int64_t B, int64_t S) {
+    const size_t N = static_cast<size_t>(B * S), H = static_cast<size_t>(cfg.hidden_size);
+    const size_t I = cfg.intermediate_size ? static_cast<size_t>(cfg.intermediate_size) : 4 * H;
+    const size_t heads = static_cast<size_t>(cfg.heads);
+    const size_t e = dst_dtype_size(cfg.dtype), s = cfg.dtype == DST_DTYPE_FP64 ? 8 : 4;
+    const bool pre = cfg.pre_layer_norm != 0, inv = cfg.normalize_invertible != 0, gck = cfg.gelu_checkpoint != 0;
+    size_t total = 0;
+    auto keep = [&](bool kept, size_t bytes) {
+        if (kept) total += (bytes + 255) / 256 * 256;
+    };
+    keep(!(pre && inv), N * H * e);       // layer input x (Post-LN: the QKV GEMM's input, always)
+    keep(pre, N * H * e);                 // LN1 output h
+    keep(pre && !inv, N * s);             // LN1 mean
+    keep(pre, N * s);                     // LN1 1/σ
+    keep(true, N * 3 * H * e);            // qkv
+    keep(true, N * H * e);                // attention context
+    keep(true, static_cast<size_t>(B) * heads * static_cast<size_t>(S) * s);  // row log-sum-exp
+    keep(!inv, N * H * e);                // r = x + dropout(attn)
+    keep(true, N * H * e);                // LN2 output h2
+    keep(!inv, N * s);                    // LN2 mean
+    keep(true, N * s);                    // LN2 1/σ
+    keep(true, N * I * e);                // pre-GELU u
+    keep(!gck, N * I * e);                // GELU output g
+    keep(!pre && !inv, N * H * e);        // z = h2 + dropout(FFN), the final LN's input
+    keep(!pre && inv, N * H * e);         // output y, the final LN's output
+    keep(!pre && !inv, N * s);            // final LN mean
+    keep(!pre, N * s);                    // final LN 1/σ
+    keep(true, N * std::max<size_t>(4, e));  // the attention mask copy
+    return total;
+}
+
 size_t saved_after_forward(const dst_layer_config &cfg, int64_t B, int64_t S) {
     Ctx ctx = make_ctx();
     Layer layer = make_layer(ctx.get(), cfg);
@@ -151,6 +187,8 @@ size_t saved_after_forward(const dst_layer_config &cfg, int64_t B, int64_t S) {
     EXPECT_EQ(dst_layer_forward(layer.get(), saved.get(), &xv, nullptr, &yv), DST_OK) << dst_last_error();
     size_t bytes = 0;
     EXPECT_EQ(dst_saved_bytes(saved.get(), &bytes), DST_OK);
+    EXPECT_EQ(bytes, contract_saved_bytes(cfg, B, S))
+        << "dst_saved_bytes disagrees with the tensors the layer contract keeps for these switches";
     size_t predicted = 0;
     EXPECT_EQ(dst_layer_config_saved_bytes(&cfg, B, S, &predicted), DST_OK) << dst_last_error();
     EXPECT_EQ(bytes, predicted) << "dst_layer_config_saved_bytes disagrees with dst_saved_bytes";

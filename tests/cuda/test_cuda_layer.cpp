@@ -5,7 +5,8 @@
 // values the GPU layer holds (inputs, mask and parameters rounded to the GPU dtype), so the relative
 // L2 error per tensor (output, dX, 12 gradients) measures the GPU computation alone: FP64 ≤ 1e-12
 // (summation order only), FP32 ≤ 1e-5 (TF32 off), FP16 ≤ 1e-3, BF16 ≤ 1e-2 (DESIGN.md §5; for
-// FP16/BF16 at most twice the CPU backend's own error in that dtype where that is larger, see below). With
+// FP16/BF16 at most twice the CPU backend's own error in that dtype where that is larger, capped at fixed
+// ceilings of 2.5e-3 and 2e-2, see below). With
 // dropout on, the same (seed, offset) must give the CPU's masks, or these bounds fail by orders of
 // magnitude. Outputs are poisoned (NaN) before each call. Further: determinism, device memory
 // actually saved by the switches, and errors that leave the layer usable. Tests skip without a GPU.
@@ -213,15 +214,22 @@ TEST_P(CudaLayer, MatchesCpuFp64) {
     // in 16 bits, and on some tensors (the deepest gradients: norm_w/norm_b, dX) that alone comes to
     // the DESIGN.md bound (the CPU backend in the same dtype measured up to 1.0e-3 in fp16 here). As
     // HABITS.md #5 has it for GEMM chains, the GPU must then be no worse than twice the same-dtype
-    // CPU reference: bound = max(DESIGN bound, 2 × CPU-in-dtype error), per tensor.
+    // CPU reference: bound = max(DESIGN bound, 2 × CPU-in-dtype error), per tensor, but never above a
+    // fixed ceiling. The ceilings: the CPU backend in the same dtype, measured against FP64 on every case
+    // of this grid (inputs of make_inputs, worst tensor of each case), reached at most 1.0e-3 in fp16
+    // (pre_sw0_drop_nomask, B3 S13 H48; BERT-Base/Large shapes 7.3e-4 / 8.3e-4) and 8.1e-3 in bf16
+    // (pre_sw1_drop_additive, B3 S13 H48; BERT-Base/Large 5.8e-3 / 6.7e-3). Twice those, rounded up:
+    // 2.5e-3 and 2e-2. A GPU error above them is more than 16-bit storage rounding, whatever the CPU's
+    // error was in that case.
     const bool reduced = c.dt == DST_DTYPE_FP16 || c.dt == DST_DTYPE_BF16;
     if (reduced) run_layer(cctx.get(), false, c, c.dt, in, &same);
     const double tol = design_tolerance(c.dt);
+    const double ceiling = c.dt == DST_DTYPE_FP16 ? 2.5e-3 : 2e-2;
     double worst = 0, worst_bound = tol;
     auto check = [&](const char *name, const std::vector<double> &a, const std::vector<double> &b,
                      const std::vector<double> *cpu_same) {
         const double e = rel_l2(a, b);
-        const double bound = cpu_same ? std::max(tol, 2.0 * rel_l2(*cpu_same, b)) : tol;
+        const double bound = cpu_same ? std::min(ceiling, std::max(tol, 2.0 * rel_l2(*cpu_same, b))) : tol;
         EXPECT_LE(e, bound) << name << " of " << case_name(c);  // NaN fails too
         if (e / bound > worst / worst_bound) {
             worst = e;
@@ -258,6 +266,19 @@ std::vector<Case> grid() {
 
 INSTANTIATE_TEST_SUITE_P(Grid, CudaLayer, ::testing::ValuesIn(grid()),
                          [](const ::testing::TestParamInfo<Case> &i) { return case_name(i.param); });
+
+// The library's device count equals the CUDA runtime's (0 when the runtime finds no driver or no
+// device); runs with and without a GPU.
+TEST(CudaLayerDevices, CountMatchesTheRuntime) {
+    int runtime = 0;
+    if (cudaGetDeviceCount(&runtime) != cudaSuccess) {
+        runtime = 0;
+        (void)cudaGetLastError();
+    }
+    int n = -1;
+    ASSERT_EQ(dst_cuda_device_count(&n), DST_OK) << dst_last_error();
+    EXPECT_EQ(n, runtime);
+}
 
 // Two runs with the same seed and offset are bit-identical (output, dX and the gradient arena).
 TEST(CudaLayerDeterminism, TwoRunsBitIdentical) {

@@ -8,8 +8,17 @@
 // Any crash, sanitizer report or leak is a bug; every status is fine. A failed load must leave the
 // layers unchanged, which the target checks too (it aborts otherwise).
 //
-// Seeds (tests/fuzz/corpus/) are checkpoints of these layers; regenerate them with
+// The corpus lives in the repository (tests/fuzz/corpus/): checkpoints of these layers (one with a binary
+// client state, stored base64-encoded) and small hand-made headers at the edges the reader checks (many
+// tensors, deep nesting, duplicate keys, long layer-like names, overlapping offsets). Regenerate the seeds
+// with
 //   DST_FUZZ_WRITE_SEEDS=tests/fuzz/corpus ./fuzz_safetensors
+// CI runs the target for a bounded time (tests/fuzz/CMakeLists.txt) from that corpus and keeps what it
+// finds in the build folder; `ninja fuzz_corpus_merge` minimises those finds into tests/fuzz/corpus/ to be
+// committed. The training engine's JSON configurations are not part of the library yet: when they are,
+// they get a target and a corpus of their own beside this one.
+//
+// Any input that once crashed or hung the reader belongs in the corpus too.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -72,7 +81,36 @@ void write_seeds(const char *dir) {
     o.layout = DST_LAYOUT_HF_BERT;
     o.prefix = "bert.encoder.";
     check(dst_checkpoint_save(g_layers, 1, (d + "/hf_one_layer.safetensors").c_str(), &o), "save hf");
-    std::printf("fuzz_safetensors: wrote 3 seeds into %s\n", dir);
+    o.layout = DST_LAYOUT_DEEPSPEED;
+    o.prefix = nullptr;
+    const char state[] = "\xff\x00step=\x80";
+    o.client_state = state;
+    o.client_state_len = sizeof state - 1;
+    check(dst_checkpoint_save(g_layers, 2, (d + "/ds_binary_state.safetensors").c_str(), &o), "save binary state");
+
+    // Hand-made headers: [u64 length][JSON][data].
+    auto raw = [&](const char *name, const std::string &json, size_t data_bytes) {
+        std::string bytes(8, '\0');
+        for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((uint64_t(json.size()) >> (8 * i)) & 0xff);
+        bytes += json;
+        bytes.append(data_bytes, '\0');
+        FILE *f = std::fopen((d + "/" + name).c_str(), "wb");
+        if (!f || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) std::abort();
+        std::fclose(f);
+    };
+    const std::string t = "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":";
+    std::string many = "{";
+    for (int i = 0; i < 64; ++i)
+        many += (i ? ",\"" : "\"") + std::string(i % 2 ? "p" : "grad.q") + std::to_string(i) + ".layer." +
+                std::to_string(i % 3) + ".norm_b\":" + t + "[" + std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+    raw("many_tensors.safetensors", many + "}", 4 * 64);
+    raw("deep_json.safetensors", "{\"x\":{\"a\":[[[[[[[1]]]]]]]},\"__metadata__\":{\"k\":\"v\"}}", 0);
+    raw("duplicate_key.safetensors", "{\"x\":" + t + "[0,4]},\"x\":" + t + "[4,8]}}", 8);
+    raw("overlap.safetensors", "{\"a\":" + t + "[0,4]},\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[2,6]}}", 8);
+    std::string name;
+    while (name.size() < 512) name += "layer.7.";
+    raw("long_name.safetensors", "{\"" + name + "attn_qkvw\":" + t + "[0,4]},\"__metadata__\":{\"client_state_base64\":\"/w==\"}}", 4);
+    std::printf("fuzz_safetensors: wrote 9 seeds into %s\n", dir);
 }
 
 }  // namespace

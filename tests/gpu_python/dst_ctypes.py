@@ -42,7 +42,8 @@ class LayerConfig(ctypes.Structure):
 
 class CheckpointOptions(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("layout", c_int), ("prefix", c_char_p), ("include_grads", c_int32),
-                ("save_dtype", c_int32), ("restore_rng", c_int32), ("client_state", c_char_p)]
+                ("save_dtype", c_int32), ("restore_rng", c_int32), ("client_state", c_char_p),
+                ("client_state_len", c_size_t)]
 
 
 class ParamInfo(ctypes.Structure):

@@ -888,27 +888,34 @@ def _handles(layers: Union[Layer, Iterable[Layer]]) -> list:
 
 def save_checkpoint(layers: Union[Layer, Iterable[Layer]], path: Union[str, os.PathLike], *,
                     layout: str = "deepspeed", prefix: Optional[str] = None, include_grads: bool = False,
-                    save_dtype: Any = None, client_state: Optional[str] = None) -> None:
+                    save_dtype: Any = None, client_state: Union[str, bytes, None] = None) -> None:
     """Writes the parameters (and with ``include_grads`` the gradients) of a stack of layers to a
     safetensors file, atomically (``dst_checkpoint_save``). Layer i is stored as ``<prefix>layer.<i>.``;
     ``layout`` is "deepspeed" (attn_qkvw …) or "hf_bert" (Post-LN only); ``save_dtype`` converts
-    (default: each layer's dtype); ``client_state`` is a string stored with the weights."""
+    (default: each layer's dtype); ``client_state`` (str, stored as UTF-8, or any bytes) is kept with the
+    weights exactly."""
     handles = _handles(layers)
     opts = _native.dst_checkpoint_options()
     opts.layout = _layout(layout)
     opts.prefix = prefix
     opts.include_grads = int(bool(include_grads))
     opts.save_dtype = -1 if save_dtype is None else dtype_code(save_dtype)
-    opts.client_state = client_state
+    if client_state is not None:
+        if isinstance(client_state, str):
+            client_state = client_state.encode("utf-8")
+        if not isinstance(client_state, (bytes, bytearray, memoryview)):
+            raise TypeError(f"client_state is a {type(client_state).__name__}, expected str or bytes")
+        opts.set_client_state(bytes(client_state))
     _native.dst_checkpoint_save(handles, os.fspath(path), opts)
 
 
 def load_checkpoint(layers: Union[Layer, Iterable[Layer]], path: Union[str, os.PathLike], *,
                     layout: str = "deepspeed", prefix: Optional[str] = None, include_grads: bool = False,
-                    restore_rng: bool = True) -> Optional[str]:
+                    restore_rng: bool = True) -> Union[str, bytes, None]:
     """Reads parameters (and with ``include_grads`` gradients) into a stack of layers
     (``dst_checkpoint_load``); every tensor is checked before any layer changes. With ``restore_rng`` the
-    first layer's context gets the stored RNG state. Returns the stored client state, or None."""
+    first layer's context gets the stored RNG state. Returns the stored client state (a str when it is
+    UTF-8 text, else its bytes), or None."""
     handles = _handles(layers)
     opts = _native.dst_checkpoint_options()
     opts.layout = _layout(layout)
@@ -917,11 +924,17 @@ def load_checkpoint(layers: Union[Layer, Iterable[Layer]], path: Union[str, os.P
     opts.restore_rng = int(bool(restore_rng))
     cap = 1 << 16
     while True:
-        text, full_len = _native.dst_checkpoint_load(handles, os.fspath(path), opts, cap)
+        data, full_len = _native.dst_checkpoint_load(handles, os.fspath(path), opts, cap)
         if int(full_len) < cap:
             break
         cap = int(full_len) + 1  # truncated: read again with room for all of it
-    return text if int(full_len) > 0 else None
+    if int(full_len) == 0:
+        return None
+    data = bytes(data[:int(full_len)])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
 
 
 def convert(in_path: Union[str, os.PathLike], out_path: Union[str, os.PathLike], *,

@@ -41,6 +41,20 @@ def test_save_load_round_trip_with_client_state(ctx, rng, tmp_path):
     assert np.allclose(t32.param("attn_ow", "fp64"), vals[1]["attn_ow"], rtol=1e-6, atol=1e-7)
 
 
+def test_binary_client_state_round_trips(ctx, rng, tmp_path):
+    # Bytes that are not UTF-8, NULs included, once made the save fail with an internal JSON error.
+    path = tmp_path / "bin.safetensors"
+    layer = dst.Layer(ctx, small_config())
+    state = b"\xff\xfe\x00step=\x80\x00"
+    dst.save_checkpoint(layer, path, client_state=state)
+    assert "client_state_base64" in header_of(path)["__metadata__"]
+    assert dst.load_checkpoint(dst.Layer(ctx, small_config()), path) == state
+    dst.save_checkpoint(layer, path, client_state="caf\u00e9")
+    assert dst.load_checkpoint(dst.Layer(ctx, small_config()), path) == "caf\u00e9"
+    with pytest.raises(TypeError):
+        dst.save_checkpoint(layer, path, client_state=3)
+
+
 def test_long_client_state_and_grads(ctx, rng, tmp_path):
     path = tmp_path / "g.safetensors"
     layer = dst.Layer(ctx, small_config())

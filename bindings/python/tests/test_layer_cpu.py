@@ -347,6 +347,10 @@ def test_context_properties():
         assert c.num_threads >= 1
         with pytest.raises(dst.InvalidArgumentError):
             c.num_threads = -1
+        # Once accepted, and the next call died with SIGSEGV inside OpenMP.
+        with pytest.raises(dst.InvalidArgumentError, match="threads"):
+            c.num_threads = 1 << 20
+        assert c.num_threads >= 1
         c.synchronize()
         assert c.workspace_bytes == 0
         ws = dst.aligned_empty(1 << 20)

@@ -4,6 +4,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <new>
 
@@ -18,6 +20,12 @@ constexpr std::align_val_t kAlign{256};
 dst_status CpuBackend::alloc(size_t bytes, void **ptr) {
     *ptr = nullptr;
     if (bytes == 0) return DST_OK;
+    // No object can be larger than PTRDIFF_MAX; the aligned allocation would round larger sizes up
+    // past SIZE_MAX and succeed with a tiny block.
+    if (bytes > static_cast<size_t>(PTRDIFF_MAX))
+        return set_error(DST_ERR_OUT_OF_MEMORY,
+                         "cpu backend: cannot allocate %zu bytes of host memory (more than any object can hold)",
+                         bytes);
     try {
         *ptr = ::operator new(bytes, kAlign);
     } catch (const std::bad_alloc &) {
@@ -42,7 +50,10 @@ dst_status CpuBackend::copy(void *dst, const void *src, size_t bytes, CopyKind k
     return DST_OK;
 }
 
-int CpuBackend::num_threads() const { return threads_ > 0 ? threads_ : omp_get_max_threads(); }
+// The default follows OpenMP (OMP_NUM_THREADS), capped like an explicit count.
+int CpuBackend::num_threads() const {
+    return threads_ > 0 ? threads_ : std::min(omp_get_max_threads(), DST_MAX_NUM_THREADS);
+}
 
 dst_status make_cpu_backend(Backend **out) {
     *out = new (std::nothrow) CpuBackend();

@@ -5,6 +5,7 @@ pub const DST_VERSION_MINOR: u32 = 1;
 pub const DST_VERSION_PATCH: u32 = 0;
 pub const DST_VERSION_NUMBER: u32 = 100;
 pub const DST_MAX_DIMS: u32 = 4;
+pub const DST_MAX_NUM_THREADS: u32 = 1024;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
@@ -196,7 +197,8 @@ extern "C" {
     #[doc = ""]
     #[doc = " Each training forward of a layer in this context takes the next three offsets (one per dropout"]
     #[doc = " site) and records them, so that backward regenerates the masks; the same (seed, offset) gives"]
-    #[doc = " bit-identical masks on every backend."]
+    #[doc = " bit-identical masks on every backend. The offset never wraps: once fewer than three offsets are left"]
+    #[doc = " below 2^64 − 1, training forwards fail with ::DST_ERR_STATE until a new state is set."]
     #[doc = " @param ctx The context."]
     #[doc = " @param seed Philox key."]
     #[doc = " @param offset First counter offset the next training forward uses."]
@@ -300,8 +302,9 @@ extern "C" {
     #[doc = " @brief Allocates memory in the context's memory space (device memory for CUDA)."]
     #[doc = " @param ctx The context."]
     #[doc = " @param bytes Size; 0 gives NULL."]
-    #[doc = " @param[out] ptr Receives the memory, 256-byte aligned."]
-    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_OUT_OF_MEMORY."]
+    #[doc = " @param[out] ptr Receives the memory, 256-byte aligned; NULL on failure."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_OUT_OF_MEMORY, also for any size above"]
+    #[doc = "         PTRDIFF_MAX (no allocation can hold it)."]
     #[doc = " Ownership: the caller frees it with dst_free() on the same context. Thread safety: as for the context."]
     #[doc = " @since v0.1"]
     pub fn dst_malloc(
@@ -340,8 +343,10 @@ extern "C" {
     #[doc = " Results do not depend on the count (every reduction has a fixed order). The GEMMs run on the BLAS"]
     #[doc = " library's own threads, which OpenBLAS takes from `OPENBLAS_NUM_THREADS` for the whole process."]
     #[doc = " @param ctx The context."]
-    #[doc = " @param threads 1 or more; 0 restores the default (OpenMP's, normally the number of cores)."]
-    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context or a negative count."]
+    #[doc = " @param threads 1 to ::DST_MAX_NUM_THREADS; 0 restores the default (OpenMP's, normally the number of"]
+    #[doc = "                cores, capped at ::DST_MAX_NUM_THREADS)."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context, a negative count or a count above"]
+    #[doc = "         ::DST_MAX_NUM_THREADS (the count in effect is then unchanged)."]
     #[doc = " Thread safety: as for the context. @since v0.1"]
     pub fn dst_context_set_num_threads(
         ctx: *mut dst_context,
@@ -379,7 +384,12 @@ pub struct dst_gelu(pub ::std::os::raw::c_uint);
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct dst_layer_config {
-    #[doc = "< sizeof(dst_layer_config) of the caller's header; set by default()."]
+    #[doc = "< sizeof(dst_layer_config) of the caller's header; set by default(). Fields are"]
+    #[doc = "only ever appended, so a caller built against an older header passes its"]
+    #[doc = "smaller size: any size that ends after one of the fields is accepted, and"]
+    #[doc = "the fields past it take their defaults. Other sizes are"]
+    #[doc = "::DST_ERR_INVALID_ARGUMENT; a larger size (a newer header) is"]
+    #[doc = "::DST_ERR_UNSUPPORTED."]
     pub struct_size: usize,
     #[doc = "< H, the model width. Default 1024."]
     pub hidden_size: i32,
@@ -428,6 +438,10 @@ pub struct dst_layer_config {
 }
 extern "C" {
     #[doc = " @brief Fills a configuration with the defaults listed on each field."]
+    #[doc = ""]
+    #[doc = " Writes sizeof(dst_layer_config) of the library's own header: a program built against an older,"]
+    #[doc = " smaller struct that must run with newer libraries fills its fields itself (the library accepts its"]
+    #[doc = " smaller struct_size, see dst_layer_config::struct_size)."]
     #[doc = " @param[out] config The struct to fill; `struct_size` is set to sizeof(dst_layer_config)."]
     #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
     #[doc = " Thread safety: any thread. @since v0.1"]
@@ -583,8 +597,10 @@ extern "C" {
     #[doc = " @brief Copies the layer's configuration (with `intermediate_size` resolved)."]
     #[doc = " @param layer The layer."]
     #[doc = " @param[out] config Receives the configuration; its `struct_size` must be set by the caller"]
-    #[doc = "             (dst_layer_config_default() does) and only that many bytes are written."]
-    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT (NULL, or a struct_size that is too small)."]
+    #[doc = "             (dst_layer_config_default() does) and only that many bytes are written (an older header's"]
+    #[doc = "             smaller struct receives the fields it has)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, or a struct_size that is no layout of the struct);"]
+    #[doc = "         ::DST_ERR_UNSUPPORTED (a struct_size larger than this library's). Nothing is written on failure."]
     #[doc = " Thread safety: as for the layer. @since v0.1"]
     pub fn dst_layer_get_config(
         layer: *const dst_layer,
@@ -677,7 +693,10 @@ extern "C" {
     #[doc = " @param bytes Size of `data` in bytes."]
     #[doc = " @param copy_current Non-zero: the current parameter values are copied into `data` first."]
     #[doc = "                     Zero: `data` is taken as it is (it must hold valid parameters)."]
-    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer or misalignment (nothing changes)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer, misalignment, or memory whose first"]
+    #[doc = "         dst_layer_arena_bytes() bytes overlap the layer's current parameter or gradient arena (binding"]
+    #[doc = "         the caller-owned parameter arena that is bound already is allowed and changes nothing); on"]
+    #[doc = "         failure nothing changes."]
     #[doc = " Ownership: the caller keeps ownership and must keep `data` alive while the layer uses it; the"]
     #[doc = " layer's own arena is freed. Thread safety: as for the layer. @since v0.1"]
     pub fn dst_layer_bind_param_arena(
@@ -692,7 +711,8 @@ extern "C" {
     #[doc = " @param layer The layer."]
     #[doc = " @param data Caller memory as for dst_layer_bind_param_arena()."]
     #[doc = " @param bytes Size of `data` in bytes."]
-    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer or misalignment (nothing changes)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, a short buffer, misalignment, or an overlap with the"]
+    #[doc = "         layer's current arenas as for dst_layer_bind_param_arena(); on failure nothing changes."]
     #[doc = " Ownership: as for dst_layer_bind_param_arena(); the contents are taken as they are."]
     #[doc = " Thread safety: as for the layer. @since v0.1"]
     pub fn dst_layer_bind_grad_arena(
@@ -844,7 +864,8 @@ extern "C" {
     #[doc = " @param mask The attention mask, or NULL for none."]
     #[doc = " @param output [B, S, H] in the layer dtype; may not overlap `input`."]
     #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mask kind/shape/values);"]
-    #[doc = "         ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation"]
+    #[doc = "         ::DST_ERR_CAPACITY; ::DST_ERR_STATE (training, and the context's RNG offset is exhausted: see"]
+    #[doc = "         dst_context_set_rng_state()); ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation"]
     #[doc = "         happens before the first write, so on failure `output` and `saved` are unchanged — except"]
     #[doc = "         after ::DST_ERR_BACKEND, a device or library failure in the middle of the computation."]
     #[doc = " Ownership: all tensors stay the caller's; `input` and `mask` are copied as needed, so they may be"]
@@ -962,7 +983,9 @@ pub struct dst_weight_layout(pub ::std::os::raw::c_uint);
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct dst_checkpoint_options {
-    #[doc = "< sizeof(dst_checkpoint_options); set by default()."]
+    #[doc = "< sizeof(dst_checkpoint_options) of the caller's header; set by default(). A"]
+    #[doc = "caller built against an older header passes its smaller size (see"]
+    #[doc = "dst_layer_config::struct_size)."]
     pub struct_size: usize,
     #[doc = "< Naming scheme. Default ::DST_LAYOUT_DEEPSPEED."]
     pub layout: dst_weight_layout,
@@ -977,12 +1000,21 @@ pub struct dst_checkpoint_options {
     pub save_dtype: i32,
     #[doc = "< Load: set the first layer's context RNG state from the file. Default 1."]
     pub restore_rng: i32,
-    #[doc = "< Save: an opaque NUL-terminated string stored with the weights (epoch, step…);"]
-    #[doc = "NULL for none. Default NULL."]
+    #[doc = "< Save: opaque bytes stored with the weights (epoch, step…), `client_state_len`"]
+    #[doc = "of them, or a NUL-terminated string when `client_state_len` is 0; NULL for"]
+    #[doc = "none. Any bytes are kept exactly: UTF-8 text without NUL is stored as the"]
+    #[doc = "text (`client_state` metadata), anything else base64-encoded"]
+    #[doc = "(`client_state_base64`). Default NULL."]
     pub client_state: *const ::std::os::raw::c_char,
+    #[doc = "< Save: number of bytes at `client_state`; 0 means a NUL-terminated string."]
+    #[doc = "Default 0. @since v0.1 (appended; a caller built against a header without"]
+    #[doc = "it passes the smaller struct_size, and its client state is a string)."]
+    pub client_state_len: usize,
 }
 extern "C" {
     #[doc = " @brief Fills checkpoint options with the defaults listed on each field."]
+    #[doc = ""]
+    #[doc = " Writes sizeof(dst_checkpoint_options) of the library's own header (see dst_layer_config_default())."]
     #[doc = " @param[out] options The struct to fill."]
     #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
     #[doc = " Thread safety: any thread. @since v0.1"]
@@ -996,9 +1028,14 @@ extern "C" {
     #[doc = " @param layers Array of `num_layers` layers; layer i is stored as `layer.<i>`."]
     #[doc = " @param num_layers Number of layers, ≥ 1."]
     #[doc = " @param path Destination file."]
+    #[doc = " The temporary file is named `<path>.dst-tmp.XXXXXX` and locked (flock) while it is written. A save"]
+    #[doc = " killed before its rename leaves it behind; a later save of the same `path` removes such files when no"]
+    #[doc = " writer holds their lock and they were last changed more than a minute ago. Other files are never"]
+    #[doc = " touched."]
     #[doc = " @param options Options, or NULL for the defaults."]
-    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, bad options, a Pre-LN layer with the Hugging Face"]
-    #[doc = "         layout); ::DST_ERR_IO with the system's reason (the old file is left as it was)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, bad options, a prefix that is not UTF-8, a NULL"]
+    #[doc = "         client_state with a non-zero client_state_len, a Pre-LN layer with the Hugging Face layout);"]
+    #[doc = "         ::DST_ERR_IO with the system's reason (the old file is left as it was)."]
     #[doc = " Ownership: nothing is retained. Thread safety: as for the layers. @since v0.1"]
     pub fn dst_checkpoint_save(
         layers: *const *mut dst_layer,
@@ -1017,12 +1054,15 @@ extern "C" {
     #[doc = " @param num_layers Number of layers, ≥ 1."]
     #[doc = " @param path Source file."]
     #[doc = " @param options Options, or NULL for the defaults."]
-    #[doc = " @param client_state Buffer for the stored client state (NUL-terminated, truncated to fit), or NULL."]
+    #[doc = " @param client_state Buffer for the stored client state, or NULL: its bytes (which may include NUL),"]
+    #[doc = "        truncated to `client_state_size` − 1, then a NUL."]
     #[doc = " @param client_state_size Size of that buffer in bytes."]
-    #[doc = " @param[out] client_state_len Receives the full length of the stored client state (0 when none), or NULL."]
-    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT; ::DST_ERR_IO (cannot open or read); ::DST_ERR_FORMAT"]
-    #[doc = "         (malformed file, or a tensor missing or of the wrong shape — the message names it). On failure"]
-    #[doc = "         no layer and no RNG state is changed."]
+    #[doc = " @param[out] client_state_len Receives the full length in bytes of the stored client state (0 when none),"]
+    #[doc = "        or NULL."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (also a prefix that is not UTF-8); ::DST_ERR_IO (cannot open"]
+    #[doc = "         or read, or `path` is not a regular file: a FIFO or device is refused without blocking);"]
+    #[doc = "         ::DST_ERR_FORMAT (malformed file, or a tensor missing or of the wrong shape — the message names"]
+    #[doc = "         it). On failure no layer and no RNG state is changed."]
     #[doc = " Ownership: nothing is retained. Thread safety: as for the layers. @since v0.1"]
     pub fn dst_checkpoint_load(
         layers: *const *mut dst_layer,
@@ -1048,8 +1088,9 @@ extern "C" {
     #[doc = " @param out_prefix Prefix for the written layer names, or NULL to keep the source's."]
     #[doc = " @param summary Buffer for a human-readable summary of what was read and written, or NULL."]
     #[doc = " @param summary_size Size of that buffer (the summary is truncated to fit)."]
-    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT; ::DST_ERR_IO; ::DST_ERR_FORMAT (malformed file, an"]
-    #[doc = "         incomplete layer — the message names the tensor)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (also a prefix that is not UTF-8); ::DST_ERR_IO (also a"]
+    #[doc = "         source that is not a regular file); ::DST_ERR_FORMAT (malformed file, an incomplete layer — the"]
+    #[doc = "         message names the tensor)."]
     #[doc = " Ownership: nothing is retained. Thread safety: any thread. @since v0.1"]
     pub fn dst_checkpoint_convert(
         in_path: *const ::std::os::raw::c_char,
@@ -1075,8 +1116,10 @@ extern "C" {
     #[doc = " @param summary_size Size of that buffer in bytes."]
     #[doc = " @param[out] summary_len Receives the full length of the text, or NULL (call again with a larger"]
     #[doc = "        buffer when it is not below summary_size)."]
-    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (path NULL or empty); ::DST_ERR_IO (cannot open or read);"]
-    #[doc = "         ::DST_ERR_FORMAT (malformed file). On failure the buffer and *summary_len are unchanged."]
+    #[doc = " Validation takes O(n log n) time in the number of tensors n (100,000 tensors: well under a second)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (path NULL or empty); ::DST_ERR_IO (cannot open or read, or"]
+    #[doc = "         not a regular file); ::DST_ERR_FORMAT (malformed file). On failure the buffer and *summary_len are"]
+    #[doc = "         unchanged."]
     #[doc = " Ownership: nothing is retained. Thread safety: any thread. @since v0.1"]
     pub fn dst_checkpoint_describe(
         path: *const ::std::os::raw::c_char,

@@ -27,8 +27,9 @@ pub struct CheckpointOptions {
     pub save_dtype: Option<DType>,
     /// Load: set the first layer's context RNG state from the file. Default true.
     pub restore_rng: bool,
-    /// Save: an opaque string stored with the weights (epoch, step…). Default `None`.
-    pub client_state: Option<String>,
+    /// Save: opaque bytes stored with the weights (epoch, step…), kept exactly (UTF-8 text without
+    /// NUL is stored as text, anything else base64-encoded). Default `None`.
+    pub client_state: Option<Vec<u8>>,
 }
 
 impl Default for CheckpointOptions {
@@ -58,7 +59,6 @@ impl Default for CheckpointOptions {
 struct RawOptions {
     raw: sys::dst_checkpoint_options,
     _prefix: Option<CString>,
-    _client_state: Option<CString>,
 }
 
 impl CheckpointOptions {
@@ -74,21 +74,20 @@ impl CheckpointOptions {
             .as_deref()
             .map(|p| cstring(p, "checkpoint prefix"))
             .transpose()?;
-        let client_state = self
-            .client_state
-            .as_deref()
-            .map(|c| cstring(c, "checkpoint client_state"))
-            .transpose()?;
         raw.layout = self.layout.to_raw();
         raw.prefix = prefix.as_ref().map_or(ptr::null(), |c| c.as_ptr());
         raw.include_grads = self.include_grads as i32;
         raw.save_dtype = self.save_dtype.map_or(-1, |d| d.to_raw().0 as i32);
         raw.restore_rng = self.restore_rng as i32;
-        raw.client_state = client_state.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        // Bytes with a length (client_state_len), so any bytes, NUL included, are kept; they live in
+        // `self`, which outlives the raw options.
+        if let Some(c) = &self.client_state {
+            raw.client_state = if c.is_empty() { b"\0".as_ptr() } else { c.as_ptr() }.cast();
+            raw.client_state_len = c.len();
+        }
         Ok(RawOptions {
             raw,
             _prefix: prefix,
-            _client_state: client_state,
         })
     }
 }
@@ -129,13 +128,13 @@ pub fn save_checkpoint(
 }
 
 /// Reads the parameters (and, with `include_grads`, the gradients) of a stack of layers from a
-/// safetensors file (`dst_checkpoint_load`), and returns the client state stored with them, if any.
-/// Nothing changes on failure.
+/// safetensors file (`dst_checkpoint_load`), and returns the client state stored with them (its exact
+/// bytes), if any. Nothing changes on failure.
 pub fn load_checkpoint(
     layers: &mut [&mut Layer],
     path: impl AsRef<Path>,
     options: &CheckpointOptions,
-) -> Result<Option<String>> {
+) -> Result<Option<Vec<u8>>> {
     let n = layer_count(layers.len())?;
     let path = cpath(path.as_ref())?;
     let opts = options.to_raw()?;
@@ -157,7 +156,8 @@ pub fn load_checkpoint(
             )
         })?;
         if len < buf.len() {
-            return Ok(if len == 0 { None } else { Some(text_of(&buf)) });
+            buf.truncate(len);
+            return Ok(if len == 0 { None } else { Some(buf) });
         }
         // The client state was truncated: load again (the same data) with room for all of it.
         buf = vec![0u8; len + 1];

@@ -442,7 +442,7 @@ fn checkpoint_round_trip() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("layer.safetensors");
     let opts = CheckpointOptions {
-        client_state: Some("step=12".to_owned()),
+        client_state: Some(b"step=12".to_vec()),
         ..CheckpointOptions::default()
     };
     save_checkpoint(&[&a], &path, &opts).unwrap();
@@ -451,7 +451,16 @@ fn checkpoint_round_trip() {
         b.get_param::<f32>("attn_qkvw").unwrap()
     );
     let state = load_checkpoint(&mut [&mut b], &path, &CheckpointOptions::default()).unwrap();
-    assert_eq!(state.as_deref(), Some("step=12"));
+    assert_eq!(state.as_deref(), Some(&b"step=12"[..]));
+    // Any bytes round-trip exactly (stored base64-encoded when they are not UTF-8 text).
+    let binary = vec![0xffu8, 0, b'x', 0x80, 0];
+    let opts_bin = CheckpointOptions {
+        client_state: Some(binary.clone()),
+        ..CheckpointOptions::default()
+    };
+    save_checkpoint(&[&a], &path, &opts_bin).unwrap();
+    let state = load_checkpoint(&mut [&mut b], &path, &CheckpointOptions::default()).unwrap();
+    assert_eq!(state, Some(binary));
     assert_eq!(
         a.get_param::<f32>("attn_qkvw").unwrap(),
         b.get_param::<f32>("attn_qkvw").unwrap()
@@ -493,7 +502,7 @@ fn checkpoint_convert_to_hugging_face_and_back() {
     );
     let state = "s".repeat(40000); // longer than describe's first buffer
     let long = CheckpointOptions {
-        client_state: Some(state.clone()),
+        client_state: Some(state.clone().into_bytes()),
         ..CheckpointOptions::default()
     };
     save_checkpoint(&[&a], &ds, &long).unwrap();

@@ -94,6 +94,18 @@ public final class Checkpoint {
      * @throws DstException {@link Status#IO} or {@link Status#FORMAT}, naming the missing or bad tensor
      */
     public static String load(Path path, CheckpointOptions options, Layer... layers) {
+        byte[] state = loadBytes(path, options, layers);
+        return state == null ? null : new String(state, StandardCharsets.UTF_8);
+    }
+
+    /**
+     * As {@link #load}, but returns the stored client state as its exact bytes.
+     *
+     * @param options the options, or null for the defaults
+     * @return the client state's bytes, or null when there is none
+     * @throws DstException {@link Status#IO} or {@link Status#FORMAT}, naming the missing or bad tensor
+     */
+    public static byte[] loadBytes(Path path, CheckpointOptions options, Layer... layers) {
         dst_checkpoint_options raw = (options == null ? new CheckpointOptions() : options).toNative();
         try {
             byte[][] buf = {new byte[4096]};
@@ -102,7 +114,7 @@ public final class Checkpoint {
                 withLayers(layers, array -> dstransformer_native.dst_checkpoint_load(array, layers.length,
                         path.toString(), raw, buf[0], len));
                 if (len[0] < buf[0].length) {
-                    return len[0] == 0 ? null : text(buf[0]);
+                    return len[0] == 0 ? null : java.util.Arrays.copyOf(buf[0], (int) len[0]);
                 }
                 // Truncated: load again (the same data) with room for the whole client state.
                 if (len[0] >= Integer.MAX_VALUE) {

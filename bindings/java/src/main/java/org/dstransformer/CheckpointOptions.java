@@ -1,5 +1,6 @@
 package org.dstransformer;
 
+import java.nio.charset.StandardCharsets;
 import java.util.Objects;
 
 import org.dstransformer.internal.dst_checkpoint_options;
@@ -14,7 +15,7 @@ public final class CheckpointOptions {
     private boolean includeGrads;
     private DType saveDtype;
     private boolean restoreRng;
-    private String clientState;
+    private byte[] clientState;
 
     /** Options holding the library's defaults ({@code dst_checkpoint_options_default}). */
     public CheckpointOptions() {
@@ -31,7 +32,7 @@ public final class CheckpointOptions {
                 }
             }
             restoreRng = raw.getRestore_rng() != 0;
-            clientState = raw.getClient_state();
+            clientState = null;  // the default: none
         } finally {
             raw.delete();
         }
@@ -45,7 +46,7 @@ public final class CheckpointOptions {
         raw.setInclude_grads(includeGrads ? 1 : 0);
         raw.setSave_dtype(saveDtype == null ? -1 : saveDtype.raw().swigValue());
         raw.setRestore_rng(restoreRng ? 1 : 0);
-        raw.setClient_state(clientState);
+        raw.set_client_state_bytes(clientState);
         return raw;
     }
 
@@ -107,14 +108,28 @@ public final class CheckpointOptions {
         return this;
     }
 
-    /** Save: an opaque string stored with the weights (epoch, step…); null for none. Default null. */
+    /** Save: the client state as text (its bytes decoded as UTF-8); null for none. Default null. */
     public String getClientState() {
-        return clientState;
+        return clientState == null ? null : new String(clientState, StandardCharsets.UTF_8);
     }
 
-    /** Sets the client state to save (null for none); returns this. */
+    /** Sets the client state to save as text, stored as its UTF-8 bytes (null for none); returns this. */
     public CheckpointOptions setClientState(String clientState) {
-        this.clientState = clientState;
+        this.clientState = clientState == null ? null : clientState.getBytes(StandardCharsets.UTF_8);
+        return this;
+    }
+
+    /** Save: the client state's bytes, or null for none. Default null. */
+    public byte[] getClientStateBytes() {
+        return clientState == null ? null : clientState.clone();
+    }
+
+    /**
+     * Sets the client state to save as any bytes, kept exactly (text that is not UTF-8, NUL bytes and
+     * binary data included); null for none. Returns this.
+     */
+    public CheckpointOptions setClientStateBytes(byte[] clientState) {
+        this.clientState = clientState == null ? null : clientState.clone();
         return this;
     }
 }

@@ -425,6 +425,13 @@ class ApiTest {
             assertFalse(java.util.Arrays.equals(a.getParam("attn_qkvw"), b.getParam("attn_qkvw")));
             assertEquals("step=12", Checkpoint.load(path, null, b));
             assertArrayEquals(a.getParam("attn_qkvw"), b.getParam("attn_qkvw"), 0f);
+            // Any bytes round-trip exactly; text outside the Basic Multilingual Plane too.
+            byte[] binary = {(byte) 0xff, 0, 'x', (byte) 0x80, 0};
+            Checkpoint.save(path, new CheckpointOptions().setClientStateBytes(binary), a);
+            assertArrayEquals(binary, Checkpoint.loadBytes(path, null, b));
+            String emoji = "epoch=3 \uD83D\uDE00";
+            Checkpoint.save(path, new CheckpointOptions().setClientState(emoji), a);
+            assertEquals(emoji, Checkpoint.load(path, null, b));
             Checkpoint.save(path, new CheckpointOptions().setPrefix("bert.encoder."), a);
             assertNull(Checkpoint.load(path, new CheckpointOptions().setPrefix("bert.encoder."), b));
             DstException e = assertThrows(DstException.class,
