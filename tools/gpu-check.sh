@@ -73,7 +73,7 @@ if [ "$mode" = full ]; then
         # Shared-memory races in the tiled kernels (attention, reductions).
         step racecheck "$out/racecheck.log" "$sanitizer" --tool racecheck --report-api-errors no \
             --error-exitcode 1 "$bin" \
-            --gtest_filter='Ops/CudaOps.*/attention_*_fp32_b3_s100_*:Ops/CudaOps.*/attention_*_fp64_b2_s7_*:Ops/CudaOps.*/layernorm_*_fp32_n7_*:Ops/CudaOps.*/linear_bwd_weight_fp32_n129_*'
+            --gtest_filter='Ops/CudaOps.*/attention_*_fp32_b3_s100_*:Ops/CudaOps.*/attention_*_fp16_b3_s65_*:Ops/CudaOps.*/attention_*_bf16_b2_s7_*:Ops/CudaOps.*/attention_*_fp64_b2_s7_*:Ops/CudaOps.*/layernorm_*_fp32_n7_*:Ops/CudaOps.*/linear_bwd_weight_fp32_n129_*'
     else
         summary+=("sanitizer    SKIP  (compute-sanitizer or test_cuda_ops not found)")
     fi

@@ -329,7 +329,13 @@ TEST(CudaLayerMemory, SwitchesLowerMeasuredDeviceMemory) {
         std::printf("switches %d: measured %.2f MB, counted %.2f MB per sample\n", combos[k],
                     measured[k] / 1e6 / s.B, counted / 1e6 / s.B);
     }
-    for (int k = 1; k < 4; ++k) EXPECT_LT(measured[k], measured[0]) << "switch combination " << combos[k];
+    // combos[1] is attn_dropout_checkpoint: attention is fused, nothing S×S is kept with or without
+    // it, so it keeps exactly as much; the other two keep less.
+    EXPECT_NEAR(double(measured[1]), double(measured[0]), double(2u << 20)) << "attn_dropout_checkpoint";
+    for (int k = 2; k < 4; ++k) EXPECT_LT(measured[k], measured[0]) << "switch combination " << combos[k];
+    // Linear in S: 32 KiB per token plus statistics, ≤ 16.5 MiB per sample at S = 512 (the target of
+    // the fused attention; 0.1.0 kept 24 MiB with its S×S probabilities).
+    EXPECT_LE(double(measured[0]) / s.B, 16.5 * 1048576.0);
 }
 
 // Errors on the GPU return a status and leave the layer usable.
