@@ -6,7 +6,7 @@
 //   for f in kernels/attention_flash*.cu kernels/dev/attention_lab.cu; do
 //     nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Xcompiler -fopenmp -c $f -o /tmp/$(basename $f).o & done; wait
 //   nvcc -Xcompiler -fopenmp /tmp/*.cu.o -lcublas -o /tmp/attention_lab
-// run:  attention_lab [check] [time] [fp16|bf16]
+// run:  attention_lab [check] [time] [fp16|bf16] | attention_lab profile (one call each, for ncu)
 //
 // Versions (each kernel family; tile shape (BM, BN, warps, min blocks per SM); "prod" is what
 // kernels/attention_flash_*.cu instantiate; timings in bench/RESULTS.md, "attention lab"):
@@ -547,12 +547,20 @@ void time_production(Bench &bn, const char *label) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    bool do_check = false, do_time = false, bf16_only = false, fp16_only = false;
+    bool do_check = false, do_time = false, bf16_only = false, fp16_only = false, profile = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "check")) do_check = true;
         if (!std::strcmp(argv[i], "time")) do_time = true;
         if (!std::strcmp(argv[i], "bf16")) bf16_only = true;
         if (!std::strcmp(argv[i], "fp16")) fp16_only = true;
+        if (!std::strcmp(argv[i], "profile")) profile = true;
+    }
+    if (profile) {  // one production forward and backward at 8×2048 (for ncu --launch-count)
+        Bench bn(Case{8, 2048, 16, 64, 0, false, 0.1, true, false});
+        CK(flash_attention_fwd(0, false, bn.a, bn.dv.qkv, bn.dv.ctx, bn.dv.lse));
+        CK(flash_attention_bwd(0, false, bn.a, bn.dv.qkv, bn.dv.ctx, bn.dv.dctx, bn.dv.lse, bn.dv.dqkv, bn.dv.ws));
+        CK(cudaDeviceSynchronize());
+        return 0;
     }
     if (!do_check && !do_time) do_check = do_time = true;
     cudaDeviceProp prop;

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -336,6 +337,68 @@ TEST(CudaLayerMemory, SwitchesLowerMeasuredDeviceMemory) {
     // Linear in S: 32 KiB per token plus statistics, ≤ 16.5 MiB per sample at S = 512 (the target of
     // the fused attention; 0.1.0 kept 24 MiB with its S×S probabilities).
     EXPECT_LE(double(measured[0]) / s.B, 16.5 * 1048576.0);
+}
+
+// Every kernel, copy and library call of a layer call is queued on the context's stream: work
+// anywhere else would race with what the caller queues next. With a non-blocking caller stream,
+// the output is poisoned on that stream, the call is made, and a copy queued right behind it on the
+// same stream (then only that stream synchronised) must see the final output: the bytes a copy
+// after a device-wide synchronisation sees. Inference and training, additive and key-length masks.
+TEST(CudaLayerStreams, CallsAreOrderedOnTheCallersStream) {
+    SKIP_WITHOUT_GPU();
+    const Shape s{16, 128, 1024, 16, 4096};
+    const int64_t n = int64_t(s.B) * s.S * s.H;
+    const size_t bytes = size_t(n) * 2;
+    for (dst_mask_kind mk : {DST_MASK_ADDITIVE, DST_MASK_KEY_LENGTHS})
+        for (int training : {0, 1}) {
+            SCOPED_TRACE(std::string(mk == DST_MASK_ADDITIVE ? "additive" : "lengths") +
+                         (training ? " training" : " inference"));
+            const Case c{true, 0, true, mk, DST_DTYPE_FP16, s};
+            Ctx ctx = make_cuda_ctx();
+            cudaStream_t st = nullptr;
+            ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+            DST_ASSERT_OK(dst_context_set_stream(ctx.get(), st));
+            {
+                Layer layer = make_layer(ctx.get(), config_of(c, DST_DTYPE_FP16));
+                DST_ASSERT_OK(dst_layer_set_training(layer.get(), training));
+                HostTensor x = HostTensor::from_doubles(DST_DTYPE_FP16, {s.B, s.S, s.H}, Rng(3).normals(n));
+                HostTensor madd(DST_DTYPE_FP16, {s.B, s.S}), lens(DST_DTYPE_INT32, {s.B});
+                for (int b = 0; b < s.B; ++b) {
+                    const int len = s.S - (b % 3) * 17;
+                    reinterpret_cast<int32_t *>(lens.data())[b] = len;
+                    for (int j = 0; j < s.S; ++j) madd.set(int64_t(b) * s.S + j, j < len ? 0.0 : -10000.0);
+                }
+                DevTensor dx(ctx.get(), x), dy(ctx.get(), x), dg(ctx.get(), x), dxg(ctx.get(), x);
+                DevTensor dm(ctx.get(), mk == DST_MASK_ADDITIVE ? madd : lens);
+                dst_mask m = mask_none();
+                m.kind = mk;
+                m.tensor = *dm.view();
+                void *host = nullptr;
+                ASSERT_EQ(cudaMallocHost(&host, bytes), cudaSuccess);
+                // The bytes a copy queued on `st` right after the call sees, and the final bytes.
+                auto early_equals_final = [&](void *dev) {
+                    EXPECT_EQ(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, st), cudaSuccess);
+                    EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+                    const std::vector<unsigned char> early(static_cast<unsigned char *>(host),
+                                                           static_cast<unsigned char *>(host) + bytes);
+                    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                    EXPECT_EQ(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+                    return std::memcmp(early.data(), host, bytes) == 0;
+                };
+                for (int rep = 0; rep < 3; ++rep) {
+                    ASSERT_EQ(cudaMemsetAsync(dy.view()->data, 0xff, bytes, st), cudaSuccess);
+                    DST_ASSERT_OK(dst_layer_forward(layer.get(), nullptr, dx.view(), &m, dy.view()));
+                    EXPECT_TRUE(early_equals_final(dy.view()->data)) << "forward, repetition " << rep;
+                    if (!training) continue;
+                    ASSERT_EQ(cudaMemsetAsync(dxg.view()->data, 0xff, bytes, st), cudaSuccess);
+                    DST_ASSERT_OK(dst_layer_backward(layer.get(), nullptr, dg.view(), dxg.view(), DST_GRAD_WRITE));
+                    EXPECT_TRUE(early_equals_final(dxg.view()->data)) << "backward, repetition " << rep;
+                }
+                ASSERT_EQ(cudaFreeHost(host), cudaSuccess);
+            }
+            DST_EXPECT_OK(dst_context_set_stream(ctx.get(), nullptr));
+            ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
+        }
 }
 
 // Errors on the GPU return a status and leave the layer usable.

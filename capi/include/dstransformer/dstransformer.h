@@ -289,6 +289,8 @@ DST_API dst_status dst_context_synchronize(dst_context *ctx);
  *
  * By default a context owns its workspace and grows it on demand. With caller memory, a call that
  * needs more than `bytes` fails with ::DST_ERR_CAPACITY (see dst_layer_config_workspace_bytes()).
+ * The backend's scratch is carved from this workspace too, so caller memory bounds all of a layer
+ * call's temporary device memory.
  * @param ctx The context.
  * @param data Memory in the context's memory space, 256-byte aligned; NULL returns to an owned workspace.
  * @param bytes Size of `data`.
@@ -413,9 +415,12 @@ typedef struct dst_layer_config {
     int32_t pre_layer_norm;      /**< 1: Pre-LN, 0: Post-LN. Default 1. */
     int32_t normalize_invertible;    /**< LayerNorm backward from its output; drops LN inputs. Default 0. */
     int32_t gelu_checkpoint;         /**< Keep only the pre-GELU value; recompute GELU. Default 0. */
-    int32_t attn_dropout_checkpoint; /**< Keep no S×S probabilities; recompute scores. Default 0. */
+    int32_t attn_dropout_checkpoint; /**< Accepted for DeepSpeed configs; has no effect: attention is fused and
+                                          never keeps anything S×S (docs/memory.md). Default 0. */
     int32_t adjust_init_range;   /**< Scale the output-projection init by 1/sqrt(2·layers). Default 1. */
-    int32_t stochastic_mode;     /**< Allow non-deterministic fast paths. Default 0. */
+    int32_t stochastic_mode;     /**< Allow non-deterministic fast paths (CUDA: attention dQ by float atomics,
+                                      one backward pass fewer; results then differ in the last bits from run
+                                      to run). Default 0: every backward is bit-reproducible. */
     int32_t training;            /**< Initial mode: 1 training (dropout, saved state), 0 inference. Default 1. */
     dst_dtype dtype;             /**< Storage type of parameters and activations. Default FP32. */
     int64_t max_batch_tokens;    /**< Largest B·S of any call. Default 8192. */
@@ -460,6 +465,11 @@ DST_API dst_status dst_layer_config_saved_bytes(const dst_layer_config *config, 
                                                 int64_t seq, size_t *bytes);
 /**
  * @brief Bytes of workspace a call with this configuration needs (the largest of forward and backward).
+ *
+ * The count covers all temporary device memory of a layer call: the layer's own buffers and the
+ * backend's scratch (on CUDA: the cuBLASLt workspace, the additive mask converted to fp32, the
+ * attention backward's row sums and, with stochastic_mode, its fp32 dQ accumulator). It is the CUDA
+ * backend's need, the larger one; a CPU layer uses less of it.
  * @param config The configuration.
  * @param batch B of the call, ≥ 1.
  * @param seq S of the call, ≥ 1.
