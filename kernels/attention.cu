@@ -482,77 +482,69 @@ KArgs<compute_t<T>> make_args(const AttentionArgs &l) {
 
 // Raises the kernel's dynamic shared-memory limit when it needs more than the default 48 KB.
 template <typename K>
-dst_status prepare_smem(K kernel, size_t bytes) {
-    if (bytes <= 48 * 1024) return DST_OK;
+cudaError_t prepare_smem(K kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
     int dev = 0, optin = 0;
-    DST_CUDA_CHECK(cudaGetDevice(&dev));
-    DST_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (bytes > static_cast<size_t>(optin))
-        return set_error(DST_ERR_UNSUPPORTED,
-                         "cuda backend: attention needs %zu bytes of shared memory per block, the GPU "
-                         "allows %d",
-                         bytes, optin);
-    DST_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    DST_KERNEL_CHECK(cudaGetDevice(&dev));
+    DST_KERNEL_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (bytes > static_cast<size_t>(optin)) return cudaErrorInvalidConfiguration;  // more than the GPU allows
+    DST_KERNEL_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(bytes)));
-    return DST_OK;
+    return cudaSuccess;
 }
 
 // Calls f(std::integral_constant<int, DMAX>) with head_dim rounded up to 32, 64 or 128.
 template <typename F>
-dst_status dispatch_head_dim(int64_t d, F &&f) {
+cudaError_t dispatch_head_dim(int64_t d, F &&f) {
     if (d >= 1 && d <= 32) return f(std::integral_constant<int, 32>{});
     if (d > 32 && d <= 64) return f(std::integral_constant<int, 64>{});
     if (d > 64 && d <= kAttentionMaxHeadDim) return f(std::integral_constant<int, 128>{});
-    return set_error(DST_ERR_UNSUPPORTED, "cuda backend: attention supports head_dim 1..%lld, got %lld",
-                     static_cast<long long>(kAttentionMaxHeadDim), static_cast<long long>(d));
+    return cudaErrorInvalidValue;  // dst_layer_config_validate refuses such layers first
 }
 
-dst_status check_grid(const AttentionArgs &l, int block) {
+cudaError_t check_grid(const AttentionArgs &l, int block) {
     const int64_t bh = l.batch * l.heads, tiles = (l.seq + block - 1) / block;
-    if (bh > 0x7fffffffLL || tiles > 65535)
-        return set_error(DST_ERR_UNSUPPORTED,
-                         "cuda backend: attention grid too large (batch·heads %lld, %lld row tiles)",
-                         static_cast<long long>(bh), static_cast<long long>(tiles));
-    return DST_OK;
+    if (bh > 0x7fffffffLL || tiles > 65535) return cudaErrorInvalidConfiguration;  // grid too large
+    return cudaSuccess;
 }
 
 }  // namespace
 
 // ================================ launchers ======================================================
 
-dst_status attention_key_bias(cudaStream_t stream, dst_dtype dt, dst_dtype mask_dtype, const void *mask,
+cudaError_t attention_key_bias(cudaStream_t stream, dst_dtype dt, dst_dtype mask_dtype, const void *mask,
                               void *out, int64_t count) {
-    if (count <= 0) return DST_OK;
-    return dispatch_dtype(dt, "attention mask", [&](auto tag) {
+    if (count <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
         using C = compute_t<decltype(tag)>;
-        return dispatch_dtype(mask_dtype, "attention mask dtype", [&](auto mtag) {
+        return dispatch_dtype(mask_dtype, [&](auto mtag) {
             using M = decltype(mtag);
             key_bias_kernel<M, C><<<grid_blocks(count, 256), 256, 0, stream>>>(
                 static_cast<const M *>(mask), static_cast<C *>(out), count);
-            DST_CUDA_LAUNCH_CHECK();
-            return DST_OK;
+            DST_KERNEL_CHECK(cudaGetLastError());
+            return cudaSuccess;
         });
     });
 }
 
-dst_status attention_fwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs &l, const void *qkv, void *ctx,
+cudaError_t attention_fwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs &l, const void *qkv, void *ctx,
                          void *lse) {
-    if (l.batch <= 0 || l.seq <= 0 || l.heads <= 0) return DST_OK;
-    return dispatch_dtype(dt, "attention_fwd", [&](auto tag) {
+    if (l.batch <= 0 || l.seq <= 0 || l.heads <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
         return dispatch_head_dim(l.head_dim, [&](auto dmax) {
             constexpr int DMAX = decltype(dmax)::value;
             using Tr = AttnTraits<C, DMAX>;
-            DST_TRY(check_grid(l, Tr::kBlockFwd));
+            DST_KERNEL_CHECK(check_grid(l, Tr::kBlockFwd));
             const auto kernel = attention_fwd_kernel<T, DMAX>;
-            DST_TRY(prepare_smem(kernel, Tr::fwd_smem()));
+            DST_KERNEL_CHECK(prepare_smem(kernel, Tr::fwd_smem()));
             const dim3 grid(static_cast<unsigned>(l.batch * l.heads),
                             static_cast<unsigned>((l.seq + Tr::kBlockFwd - 1) / Tr::kBlockFwd));
             kernel<<<grid, Tr::kThreads, Tr::fwd_smem(), stream>>>(
                 make_args<T>(l), static_cast<const T *>(qkv), static_cast<T *>(ctx), static_cast<C *>(lse));
-            DST_CUDA_LAUNCH_CHECK();
-            return DST_OK;
+            DST_KERNEL_CHECK(cudaGetLastError());
+            return cudaSuccess;
         });
     });
 }
@@ -561,40 +553,40 @@ size_t attention_bwd_workspace(dst_dtype dt, const AttentionArgs &l) {
     return static_cast<size_t>(l.batch * l.heads * l.seq) * compute_size(dt);
 }
 
-dst_status attention_bwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs &l, const void *qkv,
+cudaError_t attention_bwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs &l, const void *qkv,
                          const void *ctx, const void *dctx, const void *lse, void *dqkv, void *workspace) {
-    if (l.batch <= 0 || l.seq <= 0 || l.heads <= 0) return DST_OK;
-    if (!lse) return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: attention_bwd needs the row log-sum-exp");
-    return dispatch_dtype(dt, "attention_bwd", [&](auto tag) {
+    if (l.batch <= 0 || l.seq <= 0 || l.heads <= 0) return cudaSuccess;
+    if (!lse) return cudaErrorInvalidValue;
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
         return dispatch_head_dim(l.head_dim, [&](auto dmax) {
             constexpr int DMAX = decltype(dmax)::value;
             using Tr = AttnTraits<C, DMAX>;
-            DST_TRY(check_grid(l, Tr::kBlockBwd));
+            DST_KERNEL_CHECK(check_grid(l, Tr::kBlockBwd));
             const KArgs<C> a = make_args<T>(l);
             C *dvec = static_cast<C *>(workspace);
             attention_rowdot_kernel<T><<<grid_blocks(l.batch * l.seq * l.heads, 256), 256, 0, stream>>>(
                 a, static_cast<const T *>(dctx), static_cast<const T *>(ctx), dvec, l.batch);
-            DST_CUDA_LAUNCH_CHECK();
+            DST_KERNEL_CHECK(cudaGetLastError());
 
             const dim3 grid(static_cast<unsigned>(l.batch * l.heads),
                             static_cast<unsigned>((l.seq + Tr::kBlockBwd - 1) / Tr::kBlockBwd));
             const auto dkdv = attention_bwd_dkdv_kernel<T, DMAX>;
-            DST_TRY(prepare_smem(dkdv, Tr::bwd_smem()));
+            DST_KERNEL_CHECK(prepare_smem(dkdv, Tr::bwd_smem()));
             dkdv<<<grid, Tr::kThreads, Tr::bwd_smem(), stream>>>(a, static_cast<const T *>(qkv),
                                                                  static_cast<const T *>(dctx),
                                                                  static_cast<const C *>(lse), dvec,
                                                                  static_cast<T *>(dqkv));
-            DST_CUDA_LAUNCH_CHECK();
+            DST_KERNEL_CHECK(cudaGetLastError());
             const auto dq = attention_bwd_dq_kernel<T, DMAX>;
-            DST_TRY(prepare_smem(dq, Tr::bwd_smem()));
+            DST_KERNEL_CHECK(prepare_smem(dq, Tr::bwd_smem()));
             dq<<<grid, Tr::kThreads, Tr::bwd_smem(), stream>>>(a, static_cast<const T *>(qkv),
                                                                static_cast<const T *>(dctx),
                                                                static_cast<const C *>(lse), dvec,
                                                                static_cast<T *>(dqkv));
-            DST_CUDA_LAUNCH_CHECK();
-            return DST_OK;
+            DST_KERNEL_CHECK(cudaGetLastError());
+            return cudaSuccess;
         });
     });
 }

@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dstransformer/dstransformer.h"  // defines: dst_status, dst_dtype
+#include "dstransformer/dstransformer.h"  // defines: dst_dtype
 #include "kernels/attention_args.h"       // defines: AttentionArgs
 
 namespace dst {
@@ -22,20 +22,20 @@ constexpr int64_t kAttentionMaxHeadDim = 128;
 
 // Converts an additive mask [count] of mask_dtype (FP32, FP16, BF16, FP64) to the compute type of
 // dt (float or double) in `out`.
-dst_status attention_key_bias(cudaStream_t stream, dst_dtype dt, dst_dtype mask_dtype, const void *mask,
+cudaError_t attention_key_bias(cudaStream_t stream, dst_dtype dt, dst_dtype mask_dtype, const void *mask,
                               void *out, int64_t count);
 
 // ctx [B,S,H] = dropout(softmax(scale·QKᵀ + mask))·V; lse (compute type [B, heads, S], nullable)
 // receives the row log-sum-exp, −inf for fully masked rows (whose ctx is 0). a.key_bias is in the
 // compute type of dt.
-dst_status attention_fwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs &a, const void *qkv, void *ctx,
+cudaError_t attention_fwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs &a, const void *qkv, void *ctx,
                          void *lse);
 
 // Workspace bytes attention_bwd needs (the row sums D_i = dctx_i·ctx_i).
 size_t attention_bwd_workspace(dst_dtype dt, const AttentionArgs &a);
 
 // dqkv [B,S,3H] from dctx, P recomputed from lse.
-dst_status attention_bwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs &a, const void *qkv,
+cudaError_t attention_bwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs &a, const void *qkv,
                          const void *ctx, const void *dctx, const void *lse, void *dqkv, void *workspace);
 
 }  // namespace cuda

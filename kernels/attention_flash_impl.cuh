@@ -370,6 +370,50 @@ DST_FDEV void store2(T *row, int c, int d, float v0, float v1) {
     }
 }
 
+// One (batch, head) and query tile of a forward or dQ block: where its rows are, and which key
+// tiles it visits (up to the key length, and the diagonal when causal).
+template <typename T>
+struct QueryBlock {
+    int b, h, q0, kv_len, n_blocks;
+    int64_t ld;           // qkv row stride (3H)
+    const T *gq, *gk, *gv;
+    uint64_t row_base;    // (b·heads + h)·S: dropout element rows
+    DST_FDEV QueryBlock(const Params &p, int BM, int BN) {
+        const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
+        b = bh / p.heads;
+        h = bh % p.heads;
+        q0 = m_block * BM;
+        ld = 3 * int64_t(p.hidden);
+        gq = static_cast<const T *>(p.qkv) + int64_t(b) * p.seq * ld + int64_t(h) * p.head_dim;
+        gk = gq + p.hidden;
+        gv = gq + 2 * p.hidden;
+        kv_len = key_limit(p, b);
+        const int n_end = p.causal ? min(kv_len, q0 + BM) : kv_len;
+        n_blocks = (n_end + BN - 1) / BN;
+        row_base = uint64_t(bh) * uint64_t(p.seq);
+    }
+};
+
+// Key tile nb (K then V, BN rows each) into stage st of a two-stage [K | V] buffer.
+template <typename T, int BN, int D, int NT>
+DST_FDEV void stage_kv(T *sKV0, int st, int nb, const QueryBlock<T> &qb, const Params &p) {
+    T *kv = sKV0 + st * 2 * BN * (D + 8);
+    load_tile<T, BN, D, NT>(kv, qb.gk, qb.ld, nb * BN, p.seq, p.head_dim, p.vec16);
+    load_tile<T, BN, D, NT>(kv + BN * (D + 8), qb.gv, qb.ld, nb * BN, p.seq, p.head_dim, p.vec16);
+}
+
+// The additive mask (log2 domain) of this lane's key columns k0 + 8·nt + 2t (+1).
+template <int NT>
+DST_FDEV void key_bias2(const Params &p, int b, int k0, float (&bias2)[NT][2]) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const int j = k0 + nt * 8 + 2 * t;
+        bias2[nt][0] = bias2_at(p, b, j);
+        bias2[nt][1] = bias2_at(p, b, j + 1);
+    }
+}
+
 // ================================ forward ========================================================
 
 // BM queries per block (NW warps of 16·MT rows), BN keys per tile, head dim padded to D.
@@ -387,26 +431,14 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sQ = reinterpret_cast<T *>(smem_raw), *sKV0 = sQ + BM * LDS;  // two stages of [K | V]
 
-    const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
-    const int b = bh / p.heads, h = bh % p.heads, S = p.seq, d = p.head_dim;
-    const int q0 = m_block * BM;
-    const int64_t ld = 3 * int64_t(p.hidden);
-    const T *gq = static_cast<const T *>(p.qkv) + int64_t(b) * S * ld + int64_t(h) * d;
-    const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
-    const int kv_len = key_limit(p, b);
-    const int n_end = p.causal ? min(kv_len, q0 + BM) : kv_len;
-    const int n_blocks = (n_end + BN - 1) / BN;
+    const QueryBlock<T> qb(p, BM, BN);
+    const int b = qb.b, h = qb.h, S = p.seq, d = p.head_dim, q0 = qb.q0, kv_len = qb.kv_len, n_blocks = qb.n_blocks;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int wrow = warp * MT * 16;
-    const uint64_t row_base = uint64_t(bh) * uint64_t(S);
+    const uint64_t row_base = qb.row_base;
 
-    auto stage = [&](int nb, int st) {
-        T *kv = sKV0 + st * 2 * BN * LDS;
-        load_tile<T, BN, D, Tr::kThreads>(kv, gk, ld, nb * BN, S, d, p.vec16);
-        load_tile<T, BN, D, Tr::kThreads>(kv + BN * LDS, gv, ld, nb * BN, S, d, p.vec16);
-    };
-    load_tile<T, BM, D, Tr::kThreads>(sQ, gq, ld, q0, S, d, p.vec16);
-    if (n_blocks > 0) stage(0, 0);
+    load_tile<T, BM, D, Tr::kThreads>(sQ, qb.gq, qb.ld, q0, S, d, p.vec16);
+    if (n_blocks > 0) stage_kv<T, BN, D, Tr::kThreads>(sKV0, 0, 0, qb, p);
     cp_async_commit();
 
     float o[MT][DT][4];
@@ -419,7 +451,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
         const int k0 = nb * BN, st = nb & 1;
         cp_async_wait<0>();
         __syncthreads();  // this tile visible; every warp is done with the other stage
-        if (nb + 1 < n_blocks) stage(nb + 1, st ^ 1);
+        if (nb + 1 < n_blocks) stage_kv<T, BN, D, Tr::kThreads>(sKV0, st ^ 1, nb + 1, qb, p);
         cp_async_commit();
         const T *sK = sKV0 + st * 2 * BN * LDS, *sV = sK + BN * LDS;
 
@@ -430,12 +462,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
         // Scores in the log2 domain, masked where needed (uniform per tile).
         const bool edge = k0 + BN > kv_len || (p.causal && k0 + BN - 1 > q0 + wrow);
         float bias2[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            const int j = k0 + nt * 8 + 2 * t;
-            bias2[nt][0] = bias2_at(p, b, j);
-            bias2[nt][1] = bias2_at(p, b, j + 1);
-        }
+        key_bias2<NT>(p, b, k0, bias2);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -717,28 +744,17 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_dq_kernel(const Params 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sQ = reinterpret_cast<T *>(smem_raw), *sdO = sQ + BM * LDS, *sKV0 = sdO + BM * LDS;  // 2 × [K | V]
 
-    const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
-    const int b = bh / p.heads, h = bh % p.heads, S = p.seq, d = p.head_dim;
-    const int q0 = m_block * BM;
-    const int64_t ld = 3 * int64_t(p.hidden);
-    const T *gq = static_cast<const T *>(p.qkv) + int64_t(b) * S * ld + int64_t(h) * d;
-    const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
+    const QueryBlock<T> qb(p, BM, BN);
+    const int b = qb.b, h = qb.h, S = p.seq, d = p.head_dim, q0 = qb.q0, kv_len = qb.kv_len, n_blocks = qb.n_blocks;
+    const int64_t ld = qb.ld;
     const T *gdo = static_cast<const T *>(p.dctx) + int64_t(b) * S * p.hidden + int64_t(h) * d;
-    const int kv_len = key_limit(p, b);
-    const int n_end = p.causal ? min(kv_len, q0 + BM) : kv_len;
-    const int n_blocks = (n_end + BN - 1) / BN;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int wrow = warp * MT * 16;
-    const uint64_t row_base = uint64_t(bh) * uint64_t(S);
+    const uint64_t row_base = qb.row_base;
 
-    auto stage = [&](int nb, int st) {
-        T *kv = sKV0 + st * 2 * BN * LDS;
-        load_tile<T, BN, D, Tr::kThreads>(kv, gk, ld, nb * BN, S, d, p.vec16);
-        load_tile<T, BN, D, Tr::kThreads>(kv + BN * LDS, gv, ld, nb * BN, S, d, p.vec16);
-    };
-    load_tile<T, BM, D, Tr::kThreads>(sQ, gq, ld, q0, S, d, p.vec16);
+    load_tile<T, BM, D, Tr::kThreads>(sQ, qb.gq, ld, q0, S, d, p.vec16);
     load_tile<T, BM, D, Tr::kThreads>(sdO, gdo, p.hidden, q0, S, d, p.vec16);
-    if (n_blocks > 0) stage(0, 0);
+    if (n_blocks > 0) stage_kv<T, BN, D, Tr::kThreads>(sKV0, 0, 0, qb, p);
     cp_async_commit();
 
     float l2[MT][2], dsm[MT][2];
@@ -758,7 +774,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_dq_kernel(const Params 
         const int st = nb & 1, k0 = nb * BN;
         cp_async_wait<0>();
         __syncthreads();
-        if (nb + 1 < n_blocks) stage(nb + 1, st ^ 1);
+        if (nb + 1 < n_blocks) stage_kv<T, BN, D, Tr::kThreads>(sKV0, st ^ 1, nb + 1, qb, p);
         cp_async_commit();
         const T *sK = sKV0 + st * 2 * BN * LDS, *sV = sK + BN * LDS;
 
@@ -769,12 +785,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_dq_kernel(const Params 
         mma_abt<T, MT, NT, D, LDS>(dp, sdO, wrow, sV, 0);  // dP̃ = dctx·Vᵀ
         const bool edge = k0 + BN > kv_len || (p.causal && k0 + BN - 1 > q0 + wrow);
         float bias2[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            const int j = k0 + nt * 8 + 2 * t;
-            bias2[nt][0] = bias2_at(p, b, j);
-            bias2[nt][1] = bias2_at(p, b, j + 1);
-        }
+        key_bias2<NT>(p, b, k0, bias2);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             uint32_t keep = 0;

@@ -71,12 +71,12 @@ size_t column_sum_workspace(dst_dtype dt, int64_t n, int64_t m) {
     return static_cast<size_t>(chunk_count(n) * m) * compute_size(dt);
 }
 
-dst_status column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *db, int64_t n, int64_t m,
+cudaError_t column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *db, int64_t n, int64_t m,
                       bool accumulate, void *workspace) {
-    if (m <= 0) return DST_OK;
+    if (m <= 0) return cudaSuccess;
     const int64_t chunks = chunk_count(n);
     const int64_t rows_per_chunk = chunks > 0 ? (n + chunks - 1) / chunks : 0;
-    return dispatch_dtype(dt, "column_sum", [&](auto tag) {
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
         C *partial = static_cast<C *>(workspace);
@@ -85,24 +85,24 @@ dst_status column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *d
                             static_cast<unsigned>(chunks));
             column_partial_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(
                 static_cast<const T *>(dy), partial, n, m, rows_per_chunk);
-            DST_CUDA_LAUNCH_CHECK();
+            DST_KERNEL_CHECK(cudaGetLastError());
         }
         column_finalize_kernel<T><<<grid_blocks(m, 256), 256, 0, stream>>>(partial, static_cast<T *>(db),
                                                                            m, chunks, accumulate);
-        DST_CUDA_LAUNCH_CHECK();
-        return DST_OK;
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
     });
 }
 
-dst_status bias_broadcast(cudaStream_t stream, dst_dtype dt, const void *b, void *y, int64_t n,
+cudaError_t bias_broadcast(cudaStream_t stream, dst_dtype dt, const void *b, void *y, int64_t n,
                           int64_t m) {
-    if (n <= 0 || m <= 0) return DST_OK;
-    return dispatch_dtype(dt, "bias_broadcast", [&](auto tag) {
+    if (n <= 0 || m <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         bias_broadcast_kernel<T><<<grid_blocks(n * m, 256), 256, 0, stream>>>(
             static_cast<const T *>(b), static_cast<T *>(y), n, m);
-        DST_CUDA_LAUNCH_CHECK();
-        return DST_OK;
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
     });
 }
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dstransformer/dstransformer.h"  // defines: dst_status, dst_dtype
+#include "dstransformer/dstransformer.h"  // defines: dst_dtype
 
 namespace dst {
 namespace cuda {
@@ -19,10 +19,10 @@ size_t column_sum_workspace(dst_dtype dt, int64_t n, int64_t m);
 // db[j] = Σ_i dy[i, j] (accumulate: db += …), dy [n, m] row-major. Two passes with a fixed order
 // (per-chunk partial sums into `workspace`, then one ordered sum per column): no atomics, so the
 // result is bit-identical from run to run. n == 0 writes zeros (or leaves db when accumulating).
-dst_status column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *db, int64_t n, int64_t m,
+cudaError_t column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *db, int64_t n, int64_t m,
                       bool accumulate, void *workspace);
 // y[i, j] = b[j] for i < n, j < m.
-dst_status bias_broadcast(cudaStream_t stream, dst_dtype dt, const void *b, void *y, int64_t n,
+cudaError_t bias_broadcast(cudaStream_t stream, dst_dtype dt, const void *b, void *y, int64_t n,
                           int64_t m);
 
 }  // namespace cuda

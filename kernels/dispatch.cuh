@@ -1,21 +1,17 @@
-// Shared by every CUDA kernel family and by the CUDA backend's glue:
-//  1. Check macros. DST_CHECK_GEN(expr, ok, to_string, to_status) evaluates a library call once and,
-//     when the result is not `ok`, records "<statement> failed: <reason> (file:line, function)" with
-//     dst::set_error and returns the mapped dst_status from the enclosing function. DST_CUDA_CHECK is
-//     its CUDA runtime form, DST_CUDA_LAUNCH_CHECK() checks the kernel launch just issued. Nothing in
-//     the backend exits, aborts or prints. (The cuBLASLt form lives in cuda_backend.cpp, the only
-//     user of cuBLASLt.)
+// Shared by the CUDA kernel families (kernels/ includes nothing of src/: launchers report with a
+// cudaError_t, which the backend turns into a status and a message naming the launcher):
+//  1. DST_KERNEL_CHECK(expr): returns the cudaError_t of a failed runtime call from the enclosing
+//     launcher. Launchers end with `return cudaGetLastError();` (the launch's own error).
 //  2. Dtype dispatch (device compilation only): the storage types float, __half, __nv_bfloat16 and
-//     double; their compute type compute_t<T> (double for double, float otherwise: the backend.h
-//     rule); to_compute()/to_storage<T>() conversions (round to nearest even); math overloads on the
-//     compute type (no fast-math intrinsics: results must track the CPU reference); and
-//     dispatch_dtype(dt, op, f), which calls f(T{}) with the storage type of a runtime dst_dtype:
+//     double; their compute type compute_t<T> (double for double, float otherwise); to_compute()/
+//     to_storage<T>() conversions (round to nearest even); math overloads on the compute type (no
+//     fast-math intrinsics: results must track the CPU reference); and dispatch_dtype(dt, f), which
+//     calls f(T{}) with the storage type of a runtime dst_dtype (cudaErrorInvalidValue for others):
 //
-//         return dispatch_dtype(dt, "gelu_fwd", [&](auto tag) {
+//         return dispatch_dtype(dt, [&](auto tag) {
 //             using T = decltype(tag);
 //             my_kernel<T><<<grid, block, 0, stream>>>(...);
-//             DST_CUDA_LAUNCH_CHECK();
-//             return DST_OK;
+//             return cudaGetLastError();
 //         });
 #ifndef DST_KERNELS_DISPATCH_CUH
 #define DST_KERNELS_DISPATCH_CUH
@@ -24,35 +20,16 @@
 
 #include <cstdint>
 
-#include "core/error.h"                   // defines: dst::set_error
-#include "dstransformer/dstransformer.h"  // defines: dst_status, dst_dtype
+#include "dstransformer/dstransformer.h"  // defines: dst_dtype
 
-// ---- check macros ------------------------------------------------------------------------------
-
-#define DST_CHECK_GEN(expr, ok, to_string, to_status)                                            \
-    do {                                                                                         \
-        const auto dst_check_r_ = (expr);                                                        \
-        if (dst_check_r_ != (ok)) {                                                              \
-            return ::dst::set_error(to_status(dst_check_r_), "%s failed: %s (%s:%d, %s)", #expr, \
-                                    to_string(dst_check_r_), __FILE__, __LINE__, __func__);      \
-        }                                                                                        \
+#define DST_KERNEL_CHECK(expr)                         \
+    do {                                               \
+        const cudaError_t dst_kernel_e_ = (expr);      \
+        if (dst_kernel_e_ != cudaSuccess) return dst_kernel_e_; \
     } while (0)
-
-#define DST_CUDA_CHECK(expr) \
-    DST_CHECK_GEN(expr, cudaSuccess, cudaGetErrorString, ::dst::cuda::cuda_error_status)
-
-// Reports a failed launch (bad configuration, too much shared memory, no kernel image for the GPU).
-#define DST_CUDA_LAUNCH_CHECK() DST_CUDA_CHECK(cudaGetLastError())
 
 namespace dst {
 namespace cuda {
-
-// Maps a CUDA runtime error onto a status and clears the thread's last-error slot, so that a failed
-// allocation is not reported again by the next launch check.
-inline dst_status cuda_error_status(cudaError_t e) {
-    (void)cudaGetLastError();
-    return e == cudaErrorMemoryAllocation ? DST_ERR_OUT_OF_MEMORY : DST_ERR_BACKEND;
-}
 
 // Bytes of the compute type of a storage dtype (stats, softmax, reductions).
 inline size_t compute_size(dst_dtype dt) { return dt == DST_DTYPE_FP64 ? 8 : 4; }
@@ -152,9 +129,9 @@ __device__ C block_sum(C v, C *scratch) {
 
 #undef DST_DEV
 
-// Calls f(T{}) with the storage type of dt and returns its status.
+// Calls f(T{}) with the storage type of dt and returns its error.
 template <typename F>
-dst_status dispatch_dtype(dst_dtype dt, const char *op, F &&f) {
+cudaError_t dispatch_dtype(dst_dtype dt, F &&f) {
     switch (dt) {
         case DST_DTYPE_FP32: return f(float{});
         case DST_DTYPE_FP16: return f(__half{});
@@ -162,8 +139,7 @@ dst_status dispatch_dtype(dst_dtype dt, const char *op, F &&f) {
         case DST_DTYPE_FP64: return f(double{});
         default: break;
     }
-    return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: %s: unsupported dtype %d", op,
-                     static_cast<int>(dt));
+    return cudaErrorInvalidValue;
 }
 
 }  // namespace cuda

@@ -95,77 +95,77 @@ __global__ void any_zero_kernel(const T *x, int64_t count, int *any_zero) {
 
 // ================================ launchers ======================================================
 
-dst_status gelu_fwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *u, void *g,
+cudaError_t gelu_fwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *u, void *g,
                     int64_t count) {
-    if (count <= 0) return DST_OK;
-    return dispatch_dtype(dt, "gelu_fwd", [&](auto tag) {
+    if (count <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         gelu_fwd_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(
             static_cast<const T *>(u), static_cast<T *>(g), count, form);
-        DST_CUDA_LAUNCH_CHECK();
-        return DST_OK;
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
     });
 }
 
-dst_status gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
+cudaError_t gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
                     void *du, int64_t count) {
-    if (count <= 0) return DST_OK;
-    return dispatch_dtype(dt, "gelu_bwd", [&](auto tag) {
+    if (count <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         gelu_bwd_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(
             static_cast<const T *>(dg), static_cast<const T *>(u), static_cast<T *>(du), count, form);
-        DST_CUDA_LAUNCH_CHECK();
-        return DST_OK;
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
     });
 }
 
 namespace {
-dst_status launch_dropout(cudaStream_t stream, dst_dtype dt, const char *op, const void *a,
-                          const void *residual, void *y, int64_t count, const DropoutSite &site) {
-    if (count <= 0) return DST_OK;
+cudaError_t launch_dropout(cudaStream_t stream, dst_dtype dt, const void *a, const void *residual, void *y,
+                           int64_t count, const DropoutSite &site) {
+    if (count <= 0) return cudaSuccess;
     const int64_t groups = (count + 3) / 4;
-    return dispatch_dtype(dt, op, [&](auto tag) {
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
         dropout_kernel<T><<<grid_blocks(groups, kThreads), kThreads, 0, stream>>>(
             static_cast<const T *>(a), static_cast<const T *>(residual), static_cast<T *>(y), count,
             site.seed, site.offset, site.threshold, static_cast<C>(site.scale));
-        DST_CUDA_LAUNCH_CHECK();
-        return DST_OK;
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
     });
 }
 }  // namespace
 
-dst_status dropout_residual_fwd(cudaStream_t stream, dst_dtype dt, const void *a, const void *residual,
+cudaError_t dropout_residual_fwd(cudaStream_t stream, dst_dtype dt, const void *a, const void *residual,
                                 void *y, int64_t count, const DropoutSite &site) {
-    return launch_dropout(stream, dt, "dropout_residual_fwd", a, residual, y, count, site);
+    return launch_dropout(stream, dt, a, residual, y, count, site);
 }
 
-dst_status dropout_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, void *dx, int64_t count,
+cudaError_t dropout_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, void *dx, int64_t count,
                        const DropoutSite &site) {
-    return launch_dropout(stream, dt, "dropout_bwd", dy, nullptr, dx, count, site);
+    return launch_dropout(stream, dt, dy, nullptr, dx, count, site);
 }
 
-dst_status add(cudaStream_t stream, dst_dtype dt, const void *a, const void *b, void *y, int64_t count) {
-    if (count <= 0) return DST_OK;
-    return dispatch_dtype(dt, "add", [&](auto tag) {
+cudaError_t add(cudaStream_t stream, dst_dtype dt, const void *a, const void *b, void *y, int64_t count) {
+    if (count <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         add_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(
             static_cast<const T *>(a), static_cast<const T *>(b), static_cast<T *>(y), count);
-        DST_CUDA_LAUNCH_CHECK();
-        return DST_OK;
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
     });
 }
 
-dst_status any_zero(cudaStream_t stream, dst_dtype dt, const void *x, int64_t count, int *flag) {
-    DST_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
-    if (count <= 0) return DST_OK;
-    return dispatch_dtype(dt, "all_nonzero", [&](auto tag) {
+cudaError_t any_zero(cudaStream_t stream, dst_dtype dt, const void *x, int64_t count, int *flag) {
+    DST_KERNEL_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
+    if (count <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         any_zero_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(
             static_cast<const T *>(x), count, flag);
-        DST_CUDA_LAUNCH_CHECK();
-        return DST_OK;
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
     });
 }
 

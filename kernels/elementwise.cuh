@@ -8,29 +8,29 @@
 
 #include <cstdint>
 
-#include "backend/backend.h"              // defines: DropoutSite
-#include "dstransformer/dstransformer.h"  // defines: dst_status, dst_dtype, dst_gelu
+#include "kernels/philox.h"                // defines: DropoutSite
+#include "dstransformer/dstransformer.h"  // defines: dst_dtype, dst_gelu
 
 namespace dst {
 namespace cuda {
 
 // g = GELU(u) over count elements (g may alias u).
-dst_status gelu_fwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *u, void *g,
+cudaError_t gelu_fwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *u, void *g,
                     int64_t count);
 // du = dg · GELU'(u) (du may alias dg).
-dst_status gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
+cudaError_t gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
                     void *du, int64_t count);
 // y = residual + dropout(a); element e kept iff philox_dropout_keep(seed, offset, e, threshold).
-dst_status dropout_residual_fwd(cudaStream_t stream, dst_dtype dt, const void *a, const void *residual,
+cudaError_t dropout_residual_fwd(cudaStream_t stream, dst_dtype dt, const void *a, const void *residual,
                                 void *y, int64_t count, const DropoutSite &site);
 // dx = dy · keep · scale (a copy when the site is inactive).
-dst_status dropout_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, void *dx, int64_t count,
+cudaError_t dropout_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, void *dx, int64_t count,
                        const DropoutSite &site);
 // y = a + b.
-dst_status add(cudaStream_t stream, dst_dtype dt, const void *a, const void *b, void *y, int64_t count);
+cudaError_t add(cudaStream_t stream, dst_dtype dt, const void *a, const void *b, void *y, int64_t count);
 // Sets the device int *flag to 1 when some element of x is zero (±0), else 0 (asynchronous; the
 // all_nonzero op reads it back).
-dst_status any_zero(cudaStream_t stream, dst_dtype dt, const void *x, int64_t count, int *flag);
+cudaError_t any_zero(cudaStream_t stream, dst_dtype dt, const void *x, int64_t count, int *flag);
 
 }  // namespace cuda
 }  // namespace dst

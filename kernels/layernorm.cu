@@ -147,18 +147,18 @@ __global__ void layernorm_param_finalize_kernel(const compute_t<T> *__restrict__
 
 // ================================ launchers ======================================================
 
-dst_status layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *x, const void *gamma,
+cudaError_t layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *x, const void *gamma,
                          const void *beta, void *y, void *mean, void *rstd, int64_t n, int64_t h,
                          double eps) {
-    if (n <= 0 || h <= 0) return DST_OK;
-    return dispatch_dtype(dt, "layernorm_fwd", [&](auto tag) {
+    if (n <= 0 || h <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
         layernorm_fwd_kernel<T><<<static_cast<unsigned>(n), row_threads(h), 0, stream>>>(
             static_cast<const T *>(x), static_cast<const T *>(gamma), static_cast<const T *>(beta),
             static_cast<T *>(y), static_cast<C *>(mean), static_cast<C *>(rstd), h, static_cast<C>(eps));
-        DST_CUDA_LAUNCH_CHECK();
-        return DST_OK;
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
     });
 }
 
@@ -166,14 +166,14 @@ size_t layernorm_bwd_workspace(dst_dtype dt, int64_t n, int64_t h) {
     return static_cast<size_t>(2 * chunk_count(n) * h) * compute_size(dt);
 }
 
-dst_status layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *xy,
+cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *xy,
                          bool invertible, const void *gamma, const void *beta, const void *mean,
                          const void *rstd, const void *dresid, void *dx, void *dgamma, void *dbeta,
                          int64_t n, int64_t h, bool accumulate, void *workspace) {
-    if (h <= 0) return DST_OK;
+    if (h <= 0) return cudaSuccess;
     const int64_t chunks = chunk_count(n);
     const int64_t rows_per_chunk = chunks > 0 ? (n + chunks - 1) / chunks : 0;
-    return dispatch_dtype(dt, "layernorm_bwd", [&](auto tag) {
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
         const T *dy_t = static_cast<const T *>(dy), *xy_t = static_cast<const T *>(xy);
@@ -187,19 +187,19 @@ dst_status layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, cons
                                 static_cast<unsigned>(chunks));
                 layernorm_param_partial_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(
                     dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, partial, n, h, chunks, rows_per_chunk);
-                DST_CUDA_LAUNCH_CHECK();
+                DST_KERNEL_CHECK(cudaGetLastError());
             }
             layernorm_param_finalize_kernel<T><<<grid_blocks(h, 256), 256, 0, stream>>>(
                 partial, static_cast<T *>(dgamma), static_cast<T *>(dbeta), h, chunks, accumulate);
-            DST_CUDA_LAUNCH_CHECK();
+            DST_KERNEL_CHECK(cudaGetLastError());
         }
         if (n > 0 && dx) {
             layernorm_bwd_dx_kernel<T><<<static_cast<unsigned>(n), row_threads(h), 0, stream>>>(
                 dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, static_cast<const T *>(dresid),
                 static_cast<T *>(dx), h);
-            DST_CUDA_LAUNCH_CHECK();
+            DST_KERNEL_CHECK(cudaGetLastError());
         }
-        return DST_OK;
+        return cudaSuccess;
     });
 }
 

@@ -10,13 +10,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dstransformer/dstransformer.h"  // defines: dst_status, dst_dtype
+#include "dstransformer/dstransformer.h"  // defines: dst_dtype
 
 namespace dst {
 namespace cuda {
 
 // y = γ·(x−mean)·rstd + β; mean/rstd (each may be nullptr) receive the row statistics.
-dst_status layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *x, const void *gamma,
+cudaError_t layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *x, const void *gamma,
                          const void *beta, void *y, void *mean, void *rstd, int64_t n, int64_t h,
                          double eps);
 
@@ -28,7 +28,7 @@ size_t layernorm_bwd_workspace(dst_dtype dt, int64_t n, int64_t h);
 // (accumulate: +=); dgamma/dbeta/dresid may be nullptr; dx may alias dy or dresid (dγ/dβ are
 // computed first). Deterministic: per-chunk partial sums in
 // `workspace`, then a fixed-order pass; no atomics.
-dst_status layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *xy,
+cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *xy,
                          bool invertible, const void *gamma, const void *beta, const void *mean,
                          const void *rstd, const void *dresid, void *dx, void *dgamma, void *dbeta,
                          int64_t n, int64_t h, bool accumulate, void *workspace);

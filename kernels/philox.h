@@ -67,6 +67,16 @@ DST_HD bool philox_dropout_keep(uint64_t seed, uint64_t offset, uint64_t e, uint
     return w >= threshold;
 }
 
+// One dropout site: keep element e iff philox_dropout_keep(seed, offset, e, threshold);
+// kept elements are scaled by `scale` = 1/(1-p). threshold == 0 means no dropout (identity).
+struct DropoutSite {
+    uint64_t seed = 0;
+    uint64_t offset = 0;
+    uint32_t threshold = 0;
+    double scale = 1.0;
+    bool active() const { return threshold != 0; }
+};
+
 // Integer threshold for drop probability p in [0, 1): a word u is kept iff u / 2^32 >= p,
 // i.e. u >= ceil(p * 2^32). Computed on the host in double so every backend uses the same value.
 inline uint32_t dropout_threshold(double p) {

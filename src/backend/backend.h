@@ -33,18 +33,9 @@
 #include <cstdint>
 
 #include "dstransformer/dstransformer.h"  // defines: dst_status, dst_dtype, dst_gelu, dst_mask_kind
+#include "kernels/philox.h"                // defines: DropoutSite
 
 namespace dst {
-
-// One dropout site: keep element e iff philox_dropout_keep(seed, offset, e, threshold);
-// kept elements are scaled by `scale` = 1/(1-p). threshold == 0 means no dropout (identity).
-struct DropoutSite {
-    uint64_t seed = 0;
-    uint64_t offset = 0;
-    uint32_t threshold = 0;
-    double scale = 1.0;
-    bool active() const { return threshold != 0; }
-};
 
 // Attention over a fused QKV activation.
 // qkv: [B, S, 3H]; columns [0,H) are Q, [H,2H) K, [2H,3H) V; head h uses columns h·d … h·d+d−1 of

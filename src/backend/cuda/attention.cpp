@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "kernels/attention.cuh"
 #include "kernels/attention_flash.cuh"
@@ -77,7 +78,7 @@ size_t CudaBackend::attention_scratch(dst_dtype dt, const AttentionParams &p, bo
 
 dst_status CudaBackend::set_key_bias(dst_dtype dt, const AttentionParams &p, void *scratch, cuda::AttentionArgs *a) {
     if (key_bias_bytes(dt, p) > 0) {
-        DST_TRY(cuda::attention_key_bias(stream_, dt, p.mask_dtype, p.mask, scratch, p.batch * p.seq));
+        DST_CUDA_CHECK(cuda::attention_key_bias(stream_, dt, p.mask_dtype, p.mask, scratch, p.batch * p.seq));
         a->key_bias = scratch;
     } else if (p.mask_kind == DST_MASK_ADDITIVE) {
         a->key_bias = p.mask;
@@ -95,7 +96,10 @@ dst_status CudaBackend::attention_fwd(dst_dtype dt, const AttentionParams &p, co
     DST_TRY(workspace(bias_bytes, &ws));
     cuda::AttentionArgs a = attention_args(p, !stochastic_);
     DST_TRY(set_key_bias(dt, p, ws, &a));
-    if (!flash_dtype(dt)) return cuda::attention_fwd(stream_, dt, a, qkv, ctx, lse);
+    if (!flash_dtype(dt)) {
+        DST_CUDA_CHECK(cuda::attention_fwd(stream_, dt, a, qkv, ctx, lse));
+        return DST_OK;
+    }
     DST_TRY(check_flash(a));
     DST_CUDA_CHECK(cuda::flash_attention_fwd(stream_, dt == DST_DTYPE_BF16, a, qkv, ctx, static_cast<float *>(lse)));
     return DST_OK;
@@ -112,7 +116,10 @@ dst_status CudaBackend::attention_bwd(dst_dtype dt, const AttentionParams &p, co
     DST_TRY(workspace(attention_scratch(dt, p, stochastic_), reinterpret_cast<void **>(&ws)));
     cuda::AttentionArgs a = attention_args(p, !stochastic_);
     DST_TRY(set_key_bias(dt, p, ws, &a));
-    if (!flash_dtype(dt)) return cuda::attention_bwd(stream_, dt, a, qkv, ctx, dctx, lse, dqkv, ws + bias_bytes);
+    if (!flash_dtype(dt)) {
+        DST_CUDA_CHECK(cuda::attention_bwd(stream_, dt, a, qkv, ctx, dctx, lse, dqkv, ws + bias_bytes));
+        return DST_OK;
+    }
     DST_TRY(check_flash(a));
     DST_CUDA_CHECK(cuda::flash_attention_bwd(stream_, dt == DST_DTYPE_BF16, a, qkv, ctx, dctx,
                                              static_cast<const float *>(lse), dqkv, ws + bias_bytes));

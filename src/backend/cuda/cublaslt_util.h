@@ -1,5 +1,4 @@
-// cuBLASLt helpers shared by the CUDA backend's GEMM files (cuda_backend.cpp, attention_path.cpp):
-// the status mapping and check macro, pointer alignment for the heuristic, and an owner of the
+// cuBLASLt helpers of the CUDA backend's GEMMs (cuda_backend.cpp): the status mapping and check macro, pointer alignment for the heuristic, and an owner of the
 // descriptors of one matmul call.
 #ifndef DST_BACKEND_CUDA_CUBLASLT_UTIL_H
 #define DST_BACKEND_CUDA_CUBLASLT_UTIL_H
@@ -8,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/dispatch.cuh"  // defines: DST_CHECK_GEN
+#include "backend/cuda/cuda_check.h"  // defines: DST_CHECK_GEN
 
 namespace dst {
 

@@ -14,6 +14,7 @@
 // Every reduction kernel is ordered.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cublaslt_util.h"
+#include "backend/cuda/cuda_check.h"
 
 #include <cstdint>
 #include <cstring>
@@ -354,13 +355,13 @@ dst_status CudaBackend::linear_fwd(dst_dtype dt, const void *x, const void *w, c
     if (n <= 0 || m <= 0) return DST_OK;
     void *target = (gelu && pre_act) ? pre_act : y;
     const bool epilogue_bias = b && dt != DST_DTYPE_FP64 && pointer_alignment(b) >= 16;
-    if (b && !epilogue_bias) DST_TRY(cuda::bias_broadcast(stream_, dt, b, target, n, m));
+    if (b && !epilogue_bias) DST_CUDA_CHECK(cuda::bias_broadcast(stream_, dt, b, target, n, m));
     // D[m,n] = (W as k×m)ᵀ · (x as k×n)
     Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, w, k, 0, x, k, 0, target, m, 0};
     g.accumulate = b && !epilogue_bias;
     g.bias = epilogue_bias ? b : nullptr;
     DST_TRY(gemm(dt, g));
-    if (gelu) DST_TRY(cuda::gelu_fwd(stream_, dt, *gelu, target, y, n * m));
+    if (gelu) DST_CUDA_CHECK(cuda::gelu_fwd(stream_, dt, *gelu, target, y, n * m));
     return DST_OK;
 }
 
@@ -398,7 +399,7 @@ dst_status CudaBackend::linear_bwd_weight(dst_dtype dt, const void *dy, const vo
     if (db) {
         void *ws = nullptr;
         DST_TRY(workspace(cuda::column_sum_workspace(dt, n, m), &ws));
-        DST_TRY(cuda::column_sum(stream_, dt, dy, db, n, m, accumulate, ws));
+        DST_CUDA_CHECK(cuda::column_sum(stream_, dt, dy, db, n, m, accumulate, ws));
     }
     return DST_OK;
 }
@@ -408,7 +409,8 @@ dst_status CudaBackend::linear_bwd_weight(dst_dtype dt, const void *dy, const vo
 dst_status CudaBackend::layernorm_fwd(dst_dtype dt, const void *x, const void *gamma, const void *beta,
                                       void *y, void *mean, void *rstd, int64_t n, int64_t h, double eps) {
     DST_TRY(activate());
-    return cuda::layernorm_fwd(stream_, dt, x, gamma, beta, y, mean, rstd, n, h, eps);
+    DST_CUDA_CHECK(cuda::layernorm_fwd(stream_, dt, x, gamma, beta, y, mean, rstd, n, h, eps));
+    return DST_OK;
 }
 
 dst_status CudaBackend::layernorm_bwd(dst_dtype dt, const void *dy, const void *xy, bool invertible,
@@ -418,13 +420,14 @@ dst_status CudaBackend::layernorm_bwd(dst_dtype dt, const void *dy, const void *
     DST_TRY(activate());
     void *ws = nullptr;
     if (dgamma || dbeta) DST_TRY(workspace(cuda::layernorm_bwd_workspace(dt, n, h), &ws));
-    return cuda::layernorm_bwd(stream_, dt, dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx, dgamma,
-                               dbeta, n, h, accumulate, ws);
+    DST_CUDA_CHECK(cuda::layernorm_bwd(stream_, dt, dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx, dgamma,
+                               dbeta, n, h, accumulate, ws));
+    return DST_OK;
 }
 
 dst_status CudaBackend::all_nonzero(dst_dtype dt, const void *x, int64_t count, bool *all_nonzero) {
     DST_TRY(activate());
-    DST_TRY(cuda::any_zero(stream_, dt, x, count, flag_));
+    DST_CUDA_CHECK(cuda::any_zero(stream_, dt, x, count, flag_));
     int any_zero = 0;
     DST_CUDA_CHECK(cudaMemcpyAsync(&any_zero, flag_, sizeof any_zero, cudaMemcpyDeviceToHost, stream_));
     DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -436,30 +439,35 @@ dst_status CudaBackend::all_nonzero(dst_dtype dt, const void *x, int64_t count, 
 
 dst_status CudaBackend::gelu_fwd(dst_dtype dt, dst_gelu form, const void *u, void *g, int64_t count) {
     DST_TRY(activate());
-    return cuda::gelu_fwd(stream_, dt, form, u, g, count);
+    DST_CUDA_CHECK(cuda::gelu_fwd(stream_, dt, form, u, g, count));
+    return DST_OK;
 }
 
 dst_status CudaBackend::gelu_bwd(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du,
                                  int64_t count) {
     DST_TRY(activate());
-    return cuda::gelu_bwd(stream_, dt, form, dg, u, du, count);
+    DST_CUDA_CHECK(cuda::gelu_bwd(stream_, dt, form, dg, u, du, count));
+    return DST_OK;
 }
 
 dst_status CudaBackend::dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
                                              int64_t count, const DropoutSite &site) {
     DST_TRY(activate());
-    return cuda::dropout_residual_fwd(stream_, dt, a, residual, y, count, site);
+    DST_CUDA_CHECK(cuda::dropout_residual_fwd(stream_, dt, a, residual, y, count, site));
+    return DST_OK;
 }
 
 dst_status CudaBackend::dropout_bwd(dst_dtype dt, const void *dy, void *dx, int64_t count,
                                     const DropoutSite &site) {
     DST_TRY(activate());
-    return cuda::dropout_bwd(stream_, dt, dy, dx, count, site);
+    DST_CUDA_CHECK(cuda::dropout_bwd(stream_, dt, dy, dx, count, site));
+    return DST_OK;
 }
 
 dst_status CudaBackend::add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) {
     DST_TRY(activate());
-    return cuda::add(stream_, dt, a, b, y, count);
+    DST_CUDA_CHECK(cuda::add(stream_, dt, a, b, y, count));
+    return DST_OK;
 }
 
 }  // namespace dst
