@@ -260,7 +260,14 @@ DST_API dst_status dst_cuda_device_count(int *count);
  * @brief Sets the stream on which a CUDA context runs all its work.
  * @param ctx The context.
  * @param stream A `cudaStream_t` of the context's device, passed as a pointer; NULL restores the
- *               context's own stream. For a CPU context only NULL is accepted.
+ *               context's own stream (a non-blocking stream: it does not wait for the legacy default
+ *               stream). To run on the legacy default stream (handle 0 in CUDA and in PyTorch's
+ *               `torch.cuda.current_stream().cuda_stream` by default) pass `cudaStreamLegacy`,
+ *               `(void *)1`; `cudaStreamPerThread`, `(void *)2`, is accepted too. For a CPU context
+ *               only NULL is accepted.
+ *
+ * Every kernel, copy and library call of the context's later calls is queued on this stream, so
+ * work the caller queues on it afterwards sees their results (tested with a non-blocking stream).
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for a NULL context or a stream on a CPU context.
  * Ownership: the caller keeps the stream and must keep it alive while the context uses it.
  * Thread safety: as for the context. @since v0.1
