@@ -263,8 +263,8 @@ DST_API dst_status dst_cuda_device_count(int *count);
  *               context's own stream (a non-blocking stream: it does not wait for the legacy default
  *               stream). To run on the legacy default stream (handle 0 in CUDA and in PyTorch's
  *               `torch.cuda.current_stream().cuda_stream` by default) pass `cudaStreamLegacy`,
- *               `(void *)1`; `cudaStreamPerThread`, `(void *)2`, is accepted too. For a CPU context
- *               only NULL is accepted.
+ *               `(void *)1` (what the Python binding passes for handle 0). For a CPU context only
+ *               NULL is accepted.
  *
  * Every kernel, copy and library call of the context's later calls is queued on this stream, so
  * work the caller queues on it afterwards sees their results (tested with a non-blocking stream).
