@@ -230,7 +230,14 @@ extern "C" {
     #[doc = " @brief Sets the stream on which a CUDA context runs all its work."]
     #[doc = " @param ctx The context."]
     #[doc = " @param stream A `cudaStream_t` of the context's device, passed as a pointer; NULL restores the"]
-    #[doc = "               context's own stream. For a CPU context only NULL is accepted."]
+    #[doc = "               context's own stream (a non-blocking stream: it does not wait for the legacy default"]
+    #[doc = "               stream). To run on the legacy default stream (handle 0 in CUDA and in PyTorch's"]
+    #[doc = "               `torch.cuda.current_stream().cuda_stream` by default) pass `cudaStreamLegacy`,"]
+    #[doc = "               `(void *)1` (what the Python binding passes for handle 0). For a CPU context only"]
+    #[doc = "               NULL is accepted."]
+    #[doc = ""]
+    #[doc = " Every kernel, copy and library call of the context's later calls is queued on this stream, so"]
+    #[doc = " work the caller queues on it afterwards sees their results (tested with a non-blocking stream)."]
     #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for a NULL context or a stream on a CPU context."]
     #[doc = " Ownership: the caller keeps the stream and must keep it alive while the context uses it."]
     #[doc = " Thread safety: as for the context. @since v0.1"]
@@ -262,6 +269,8 @@ extern "C" {
     #[doc = ""]
     #[doc = " By default a context owns its workspace and grows it on demand. With caller memory, a call that"]
     #[doc = " needs more than `bytes` fails with ::DST_ERR_CAPACITY (see dst_layer_config_workspace_bytes())."]
+    #[doc = " The backend's scratch is carved from this workspace too, so caller memory bounds all of a layer"]
+    #[doc = " call's temporary device memory."]
     #[doc = " @param ctx The context."]
     #[doc = " @param data Memory in the context's memory space, 256-byte aligned; NULL returns to an owned workspace."]
     #[doc = " @param bytes Size of `data`."]
@@ -415,11 +424,14 @@ pub struct dst_layer_config {
     pub normalize_invertible: i32,
     #[doc = "< Keep only the pre-GELU value; recompute GELU. Default 0."]
     pub gelu_checkpoint: i32,
-    #[doc = "< Keep no S×S probabilities; recompute scores. Default 0."]
+    #[doc = "< Accepted for DeepSpeed configs; has no effect: attention is fused and"]
+    #[doc = "never keeps anything S×S (docs/memory.md). Default 0."]
     pub attn_dropout_checkpoint: i32,
     #[doc = "< Scale the output-projection init by 1/sqrt(2·layers). Default 1."]
     pub adjust_init_range: i32,
-    #[doc = "< Allow non-deterministic fast paths. Default 0."]
+    #[doc = "< Allow non-deterministic fast paths (CUDA: attention dQ by float atomics,"]
+    #[doc = "one backward pass fewer; results then differ in the last bits from run"]
+    #[doc = "to run). Default 0: every backward is bit-reproducible."]
     pub stochastic_mode: i32,
     #[doc = "< Initial mode: 1 training (dropout, saved state), 0 inference. Default 1."]
     pub training: i32,
@@ -476,6 +488,11 @@ extern "C" {
 }
 extern "C" {
     #[doc = " @brief Bytes of workspace a call with this configuration needs (the largest of forward and backward)."]
+    #[doc = ""]
+    #[doc = " The count covers all temporary device memory of a layer call: the layer's own buffers and the"]
+    #[doc = " backend's scratch (on CUDA: the cuBLASLt workspace, the additive mask converted to fp32, the"]
+    #[doc = " attention backward's row sums and, with stochastic_mode, its fp32 dQ accumulator). It is the CUDA"]
+    #[doc = " backend's need, the larger one; a CPU layer uses less of it."]
     #[doc = " @param config The configuration."]
     #[doc = " @param batch B of the call, ≥ 1."]
     #[doc = " @param seq S of the call, ≥ 1."]
