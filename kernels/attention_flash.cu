@@ -14,6 +14,9 @@ namespace {
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// Blocks of 256 threads for a grid-stride loop over n items (at most 65536).
+unsigned grid_256(int64_t n) { return static_cast<unsigned>(n / 256 + 1 < 65536 ? n / 256 + 1 : 65536); }
+
 // Blocks of the largest launch (tiles of 32 rows at the least) must fit a 1-D grid.
 int64_t max_blocks(const AttentionArgs &a) { return (a.seq + 31) / 32 * a.batch * a.heads; }
 
@@ -31,7 +34,7 @@ bool flash_attention_supported(const AttentionArgs &a, const char **why) {
 
 size_t flash_attention_bwd_workspace(const AttentionArgs &a) {
     const size_t rows = size_t(a.batch) * size_t(a.heads) * size_t(a.seq);
-    const size_t dsum = (rows * sizeof(float) + 255) / 256 * 256;
+    const size_t dsum = (rows * sizeof(float) + 255) / 256 * 256;  // then, stochastic: the dQ accumulator
     return a.deterministic ? dsum : dsum + rows * size_t(flash::padded_head_dim(a.head_dim)) * sizeof(float);
 }
 
@@ -57,12 +60,15 @@ cudaError_t flash_attention_bwd(cudaStream_t stream, bool bf16, const AttentionA
     p.lse = const_cast<float *>(lse);  // read only in backward
     p.dqkv = dqkv;
     p.dsum = static_cast<float *>(workspace);
+    if (!a.deterministic) {  // after the row sums: the deterministic workspace is exactly them
+        AttentionArgs det = a;
+        det.deterministic = true;
+        p.dq_accum = p.dsum + flash_attention_bwd_workspace(det) / sizeof(float);
+    }
     const size_t rows = size_t(a.batch) * size_t(a.heads) * size_t(a.seq);
-    if (!a.deterministic) p.dq_accum = p.dsum + (rows * sizeof(float) + 255) / 256 * 256 / sizeof(float);
     p.vec16 = p.vec16 && aligned16(qkv) && aligned16(dctx);
 
-    const int64_t total = int64_t(rows);
-    const unsigned grid = static_cast<unsigned>(total / 256 + 1 < 65536 ? total / 256 + 1 : 65536);
+    const unsigned grid = grid_256(int64_t(rows));
     if (bf16) flash::flash_rowdot_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(p);
     else flash::flash_rowdot_kernel<__half><<<grid, 256, 0, stream>>>(p);
     cudaError_t e = cudaGetLastError();
@@ -72,9 +78,7 @@ cudaError_t flash_attention_bwd(cudaStream_t stream, bool bf16, const AttentionA
     if (a.deterministic) return flash::bwd_dq(p, bf16, D, stream);
     return flash::dispatch(bf16, D, [&](auto tag, auto dim) {
         using T = decltype(tag);
-        const int64_t n = total * a.head_dim;
-        const unsigned g = static_cast<unsigned>(n / 256 + 1 < 65536 ? n / 256 + 1 : 65536);
-        flash::flash_dq_convert_kernel<T, decltype(dim)::value><<<g, 256, 0, stream>>>(p);
+        flash::flash_dq_convert_kernel<T, decltype(dim)::value><<<grid_256(int64_t(rows) * a.head_dim), 256, 0, stream>>>(p);
         return cudaGetLastError();
     });
 }

@@ -370,6 +370,14 @@ DST_FDEV void store2(T *row, int c, int d, float v0, float v1) {
     }
 }
 
+// Softmax backward of one score element (both backward kernels): P = exp2(x − lse2), P̃ = P·keep·σ,
+// dS = P·(dP̃·keep·σ − D), from the log2-domain score x, the row's lse2 and D, and dP̃ = dctx·v.
+DST_FDEV float softmax_grad(const Params &p, float x, float lse2, float dp, bool kept, float D, float *ptilde) {
+    const float pr = exp2f(x - lse2);
+    *ptilde = kept ? pr * p.drop_scale : 0.0f;
+    return pr * ((kept ? dp * p.drop_scale : 0.0f) - D);
+}
+
 // One (batch, head) and query tile of a forward or dQ block: where its rows are, and which key
 // tiles it visits (up to the key length, and the diagonal when causal).
 template <typename T>
@@ -681,11 +689,8 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_dkdv_kernel(const Param
                     const int j = k0 + wrow + mt * 16 + g + 8 * r, il = nt * 8 + 2 * t + c;
                     const float x = edge ? score2(p, s[mt][nt][e], kb2[mt][r], i0 + il, j, kv_len)
                                          : fmaf(s[mt][nt][e], p.scale_log2, kb2[mt][r]);
-                    const float pr = exp2f(x - sL[il]);
                     const bool kept = (keep >> (4 * (nt % kKeepNT) + e)) & 1u;
-                    const float dpk = kept ? dp[mt][nt][e] * p.drop_scale : 0.0f;
-                    s[mt][nt][e] = kept ? pr * p.drop_scale : 0.0f;  // P̃ᵀ
-                    dp[mt][nt][e] = pr * (dpk - sD[il]);             // dSᵀ
+                    dp[mt][nt][e] = softmax_grad(p, x, sL[il], dp[mt][nt][e], kept, sD[il], &s[mt][nt][e]);  // dSᵀ, P̃ᵀ
                 }
             }
         }
@@ -798,9 +803,9 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_dq_kernel(const Params 
                     const int i = q0 + wrow + mt * 16 + g + 8 * r, j = k0 + nt * 8 + 2 * t + c;
                     const float x = edge ? score2(p, s[mt][nt][e], bias2[nt][c], i, j, kv_len)
                                          : fmaf(s[mt][nt][e], p.scale_log2, bias2[nt][c]);
-                    const float pr = exp2f(x - l2[mt][r]);
-                    const float dpk = ((keep >> (4 * (nt % kKeepNT) + e)) & 1u) ? dp[mt][nt][e] * p.drop_scale : 0.0f;
-                    dp[mt][nt][e] = pr * (dpk - dsm[mt][r]);  // dS
+                    const bool kept = (keep >> (4 * (nt % kKeepNT) + e)) & 1u;
+                    float ptilde;  // P̃ is not needed here
+                    dp[mt][nt][e] = softmax_grad(p, x, l2[mt][r], dp[mt][nt][e], kept, dsm[mt][r], &ptilde);  // dS
                 }
             }
         }

@@ -63,26 +63,18 @@ uint32_t hash32(uint64_t x) {
 double urand(uint64_t seed, uint64_t i) { return (hash32(seed * 0x9E3779B97F4A7C15ULL + i) >> 8) / 8388608.0 - 1.0; }
 
 uint16_t to_bits(double v, bool bf16) {
-    if (bf16) {
-        __nv_bfloat16 h = __float2bfloat16_rn(static_cast<float>(v));
-        uint16_t b;
-        std::memcpy(&b, &h, 2);
-        return b;
-    }
-    __half h = __float2half_rn(static_cast<float>(v));
-    uint16_t b;
-    std::memcpy(&b, &h, 2);
-    return b;
+    if (bf16) return __nv_bfloat16_raw(__float2bfloat16_rn(static_cast<float>(v))).x;
+    return __half_raw(__float2half_rn(static_cast<float>(v))).x;
 }
 double from_bits(uint16_t b, bool bf16) {
     if (bf16) {
-        __nv_bfloat16 h;
-        std::memcpy(&h, &b, 2);
-        return __bfloat162float(h);
+        __nv_bfloat16_raw r;
+        r.x = b;
+        return __bfloat162float(__nv_bfloat16(r));
     }
-    __half h;
-    std::memcpy(&h, &b, 2);
-    return __half2float(h);
+    __half_raw r;
+    r.x = b;
+    return __half2float(__half(r));
 }
 
 struct Case {
@@ -487,7 +479,9 @@ template <typename T, int BM, int BN, int NW, int MB>
 void time_dkdv(Bench &bn, const char *v, bool atomic) {
     using Tr = flash::BwdKvTraits<T, 64, BM, BN, NW>;
     flash::Params p = bn.p;
-    float *acc = static_cast<float *>(bn.dv.ws) + (size_t(bn.c.B) * bn.c.heads * bn.c.S + 63) / 64 * 64;
+    AttentionArgs det = bn.a;
+    det.deterministic = true;  // the row sums; the dQ accumulator follows them
+    float *acc = static_cast<float *>(bn.dv.ws) + flash_attention_bwd_workspace(det) / sizeof(float);
     p.dq_accum = atomic ? acc : nullptr;
     CK((flash::launch_bwd_dkdv<T, 64, BM, BN, NW, MB>(p, 0)));
     const int occ = atomic ? occupancy(flash::flash_bwd_dkdv_kernel<T, 64, BM, BN, NW, MB, true>, Tr::kThreads, Tr::smem(true))
