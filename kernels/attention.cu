@@ -1,5 +1,6 @@
 // Fused attention, forward and backward, over qkv [B, S, 3H] (head h uses columns h·d … h·d+d−1 of
-// the Q, K and V blocks) — the generic SIMT path of FP32 and FP64 layers, any S, head_dim ≤ 128.
+// the Q, K and V blocks) — the generic SIMT path: FP32 and FP64 layers at any head_dim, and FP16 and
+// BF16 layers whose heads are wider than the tensor-core kernels run (head_dim > 128); any S.
 //
 // Work split. A block of 256 threads owns one (batch·head, tile of kBlock rows). Thread t is
 // (r, c) = (t / 16, t % 16); in a kBlock×kBlock score tile it owns rows r + 16·ii and keys
@@ -7,6 +8,13 @@
 // columns c + 16·e (e < DMAX/16). Tiles live in shared memory in the compute type with rows padded
 // by one element (no bank conflicts on column walks). DMAX ∈ {32, 64, 128} is the head_dim rounded
 // up; columns past head_dim are zero.
+//
+// Wide heads (head_dim > 128, DMAX = 128): the grid's z dimension splits the head's columns into
+// chunks of 128, and block z owns the output columns 128·z … 128·z + 127 (of ctx, dK/dV or dQ). The
+// score-side dot products (q·k, dctx·v) still run over the whole head: they walk the columns in
+// 128-wide chunks through the same shared tiles (wide_dots), in the same order in every block, so
+// every chunk's block sees bit-identical scores. The score work is repeated once per chunk; these
+// heads are rare (DeepSpeed's tests use 800) and correctness, not speed, is the aim.
 //
 // Forward (attention_fwd_kernel): online softmax over key tiles — running max m, running sum l of
 // exp(s − m) (before dropout), accumulator Σ dropout(exp(s − m))·v rescaled when m grows; at the
@@ -83,13 +91,17 @@ __device__ __forceinline__ void load_tile(compute_t<T> *tile, const T *src, int6
     }
 }
 
-// s[ii][jj] = A[r + 16ii] · B[c + 16jj] over the first d columns (tiles of row length LD).
-template <typename C, int R, int LD>
-__device__ __forceinline__ void dot_tile(const C *A, const C *B, int d, int r, int c, C (&s)[R][R]) {
+template <typename C, int R>
+__device__ __forceinline__ void zero_tile(C (&s)[R][R]) {
 #pragma unroll
     for (int ii = 0; ii < R; ++ii)
 #pragma unroll
         for (int jj = 0; jj < R; ++jj) s[ii][jj] = 0;
+}
+
+// s[ii][jj] += A[r + 16ii] · B[c + 16jj] over the first d columns (tiles of row length LD).
+template <typename C, int R, int LD>
+__device__ __forceinline__ void dot_tile_acc(const C *A, const C *B, int d, int r, int c, C (&s)[R][R]) {
 #pragma unroll 2
     for (int k = 0; k < d; ++k) {
         C a[R], b[R];
@@ -101,6 +113,44 @@ __device__ __forceinline__ void dot_tile(const C *A, const C *B, int d, int r, i
         for (int ii = 0; ii < R; ++ii)
 #pragma unroll
             for (int jj = 0; jj < R; ++jj) s[ii][jj] = dfma(a[ii], b[jj], s[ii][jj]);
+    }
+}
+
+// s[ii][jj] = A[r + 16ii] · B[c + 16jj] over the first d columns (tiles of row length LD).
+template <typename C, int R, int LD>
+__device__ __forceinline__ void dot_tile(const C *A, const C *B, int d, int r, int c, C (&s)[R][R]) {
+    zero_tile(s);
+    dot_tile_acc<C, R, LD>(A, B, d, r, c, s);
+}
+
+// Rows row0 … row0 + BL − 1 of a [S, ld] matrix, starting at the head's column 0.
+template <typename T>
+struct RowTile {
+    const T *src;
+    int64_t ld, row0;
+};
+
+// Wide heads: out[p] = A_p · B_pᵀ over all d head columns for NP pairs of row tiles, walking the
+// columns in DMAX-wide chunks through the shared tiles As[p], Bs[p] (their contents afterwards: the
+// last chunk). Starts with a barrier, so callers may still be reading those tiles.
+template <typename T, int DMAX, int BL, int R, int NP>
+__device__ __forceinline__ void wide_dots(compute_t<T> *const (&As)[NP], const RowTile<T> (&A)[NP],
+                                          compute_t<T> *const (&Bs)[NP], const RowTile<T> (&B)[NP],
+                                          int64_t S, int64_t d, int r, int c, compute_t<T> (&out)[NP][R][R]) {
+    using C = compute_t<T>;
+#pragma unroll
+    for (int p = 0; p < NP; ++p) zero_tile(out[p]);
+    for (int64_t k0 = 0; k0 < d; k0 += DMAX) {
+        const int64_t w = d - k0 < DMAX ? d - k0 : DMAX;
+        __syncthreads();
+#pragma unroll
+        for (int p = 0; p < NP; ++p) {
+            load_tile<T, DMAX, BL>(As[p], A[p].src + k0, A[p].ld, A[p].row0, S, w);
+            load_tile<T, DMAX, BL>(Bs[p], B[p].src + k0, B[p].ld, B[p].row0, S, w);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int p = 0; p < NP; ++p) dot_tile_acc<C, R, DMAX + 1>(As[p], Bs[p], static_cast<int>(w), r, c, out[p]);
     }
 }
 
@@ -156,8 +206,11 @@ __global__ void __launch_bounds__(256)
     const int64_t S = a.seq, H = a.hidden, d = a.head_dim, ld3 = 3 * H;
     const int64_t i0 = int64_t(blockIdx.y) * BL;
     const T *qb = qkv + b * S * ld3 + h * d;
+    const bool wide = d > DMAX;
+    const int64_t col0 = int64_t(blockIdx.z) * DMAX;                 // this block's ctx columns
+    const int64_t ncol = d - col0 < DMAX ? d - col0 : int64_t(DMAX);  // … of which valid
 
-    load_tile<T, DMAX, BL>(Qs, qb, ld3, i0, S, d);
+    if (!wide) load_tile<T, DMAX, BL>(Qs, qb, ld3, i0, S, d);
     const int64_t kv_limit = key_limit(a, b);
     const int64_t kv_end = a.causal ? (kv_limit < i0 + BL ? kv_limit : i0 + BL) : kv_limit;
 
@@ -171,11 +224,21 @@ __global__ void __launch_bounds__(256)
     }
 
     for (int64_t j0 = 0; j0 < kv_end; j0 += BL) {
-        __syncthreads();  // previous tile's P·V is done with KVs and Ps
-        load_tile<T, DMAX, BL>(KVs, qb + H, ld3, j0, S, d);
-        __syncthreads();
         C s[R][R];
-        dot_tile<C, R, LD>(Qs, KVs, static_cast<int>(d), r, c, s);
+        if (wide) {  // barriers inside: the previous tile's P·V is done with KVs and Ps
+            C out[1][R][R];
+            wide_dots<T, DMAX, BL, R, 1>({Qs}, {RowTile<T>{qb, ld3, i0}}, {KVs}, {RowTile<T>{qb + H, ld3, j0}}, S,
+                                         d, r, c, out);
+#pragma unroll
+            for (int ii = 0; ii < R; ++ii)
+#pragma unroll
+                for (int jj = 0; jj < R; ++jj) s[ii][jj] = out[0][ii][jj];
+        } else {
+            __syncthreads();  // previous tile's P·V is done with KVs and Ps
+            load_tile<T, DMAX, BL>(KVs, qb + H, ld3, j0, S, d);
+            __syncthreads();
+            dot_tile<C, R, LD>(Qs, KVs, static_cast<int>(d), r, c, s);
+        }
 #pragma unroll
         for (int ii = 0; ii < R; ++ii) {
             const int64_t i = i0 + r + 16 * ii;
@@ -203,7 +266,7 @@ __global__ void __launch_bounds__(256)
             for (int e = 0; e < NC; ++e) acc[ii][e] *= alpha;
         }
         __syncthreads();  // K no longer needed, P visible
-        load_tile<T, DMAX, BL>(KVs, qb + 2 * H, ld3, j0, S, d);
+        load_tile<T, DMAX, BL>(KVs, qb + 2 * H + col0, ld3, j0, S, ncol);
         __syncthreads();
         const int jn = static_cast<int>(kv_end - j0 < BL ? kv_end - j0 : BL);
         for (int jl = 0; jl < jn; ++jl) {
@@ -224,13 +287,13 @@ __global__ void __launch_bounds__(256)
         const int64_t i = i0 + r + 16 * ii;
         if (i >= S) continue;
         const C inv = l[ii] > C(0) ? C(1) / l[ii] : C(0);
-        T *out = ctx + (b * S + i) * H + h * d;
+        T *out = ctx + (b * S + i) * H + h * d + col0;
 #pragma unroll
         for (int e = 0; e < NC; ++e) {
             const int col = c + 16 * e;
-            if (col < d) out[col] = to_storage<T>(acc[ii][e] * inv);
+            if (col < ncol) out[col] = to_storage<T>(acc[ii][e] * inv);
         }
-        if (lse && c == 0) lse[bh * S + i] = l[ii] > C(0) ? m[ii] + dlog(l[ii]) : neg_inf<C>();
+        if (lse && c == 0 && blockIdx.z == 0) lse[bh * S + i] = l[ii] > C(0) ? m[ii] + dlog(l[ii]) : neg_inf<C>();
     }
 }
 
@@ -324,6 +387,9 @@ __global__ void __launch_bounds__(256)
     const T *qb = qkv + b * S * ld3 + h * d;
     const T *ob = dctx + b * S * H + h * d;
     const int64_t kv_limit = key_limit(a, b);
+    const bool wide = d > DMAX;
+    const int64_t col0 = int64_t(blockIdx.z) * DMAX;                 // this block's dK/dV columns
+    const int64_t ncol = d - col0 < DMAX ? d - col0 : int64_t(DMAX);  // … of which valid
 
     C dk[R][NC], dv[R][NC];
 #pragma unroll
@@ -332,17 +398,33 @@ __global__ void __launch_bounds__(256)
         for (int e = 0; e < NC; ++e) dk[kk][e] = dv[kk][e] = 0;
 
     if (j0 < kv_limit) {  // keys past the length get zero gradients
-        load_tile<T, DMAX, BL>(Ks, qb + H, ld3, j0, S, d);
-        load_tile<T, DMAX, BL>(Vs, qb + 2 * H, ld3, j0, S, d);
+        if (!wide) {
+            load_tile<T, DMAX, BL>(Ks, qb + H, ld3, j0, S, d);
+            load_tile<T, DMAX, BL>(Vs, qb + 2 * H, ld3, j0, S, d);
+        }
         for (int64_t i0 = a.causal ? j0 : 0; i0 < S; i0 += BL) {
-            __syncthreads();  // previous accumulation is done with Qs, dOs, Ps, dSs
-            load_tile<T, DMAX, BL>(Qs, qb, ld3, i0, S, d);
-            load_tile<T, DMAX, BL>(dOs, ob, H, i0, S, d);
-            __syncthreads();
             C lse_r[R], d_r[R], s[R][R], dp[R][R];
+            if (wide) {  // barriers inside: the previous accumulation is done with Qs, dOs, Ps, dSs
+                C out[2][R][R];
+                wide_dots<T, DMAX, BL, R, 2>({Qs, dOs}, {RowTile<T>{qb, ld3, i0}, RowTile<T>{ob, H, i0}}, {Ks, Vs},
+                                             {RowTile<T>{qb + H, ld3, j0}, RowTile<T>{qb + 2 * H, ld3, j0}}, S, d,
+                                             r, c, out);
+#pragma unroll
+                for (int ii = 0; ii < R; ++ii)
+#pragma unroll
+                    for (int jj = 0; jj < R; ++jj) s[ii][jj] = out[0][ii][jj], dp[ii][jj] = out[1][ii][jj];
+                __syncthreads();  // the dots are done with Qs and dOs: load this block's columns
+                load_tile<T, DMAX, BL>(Qs, qb + col0, ld3, i0, S, ncol);
+                load_tile<T, DMAX, BL>(dOs, ob + col0, H, i0, S, ncol);
+            } else {
+                __syncthreads();  // previous accumulation is done with Qs, dOs, Ps, dSs
+                load_tile<T, DMAX, BL>(Qs, qb, ld3, i0, S, d);
+                load_tile<T, DMAX, BL>(dOs, ob, H, i0, S, d);
+                __syncthreads();
+                dot_tile<C, R, LD>(Qs, Ks, static_cast<int>(d), r, c, s);
+                dot_tile<C, R, LD>(dOs, Vs, static_cast<int>(d), r, c, dp);
+            }
             load_row_stats(a, lse, dvec, bh, i0, r, lse_r, d_r);
-            dot_tile<C, R, LD>(Qs, Ks, static_cast<int>(d), r, c, s);
-            dot_tile<C, R, LD>(dOs, Vs, static_cast<int>(d), r, c, dp);
             grad_tile<T, R, LDP>(a, bh, b, i0, j0, r, c, kv_limit, s, dp, lse_r, d_r, Ps, dSs);
             __syncthreads();
             const int in = static_cast<int>(S - i0 < BL ? S - i0 : BL);
@@ -370,11 +452,11 @@ __global__ void __launch_bounds__(256)
     for (int kk = 0; kk < R; ++kk) {
         const int64_t j = j0 + r + 16 * kk;
         if (j >= S) continue;
-        T *out = dqkv + (b * S + j) * ld3 + h * d;
+        T *out = dqkv + (b * S + j) * ld3 + h * d + col0;
 #pragma unroll
         for (int e = 0; e < NC; ++e) {
             const int col = c + 16 * e;
-            if (col < d) {
+            if (col < ncol) {
                 out[H + col] = to_storage<T>(dk[kk][e] * a.scale);
                 out[2 * H + col] = to_storage<T>(dv[kk][e]);
             }
@@ -404,9 +486,15 @@ __global__ void __launch_bounds__(256)
     const T *qb = qkv + b * S * ld3 + h * d;
     const int64_t kv_limit = key_limit(a, b);
     const int64_t kv_end = a.causal ? (kv_limit < i0 + BL ? kv_limit : i0 + BL) : kv_limit;
+    const T *ob = dctx + b * S * H + h * d;
+    const bool wide = d > DMAX;
+    const int64_t col0 = int64_t(blockIdx.z) * DMAX;                 // this block's dQ columns
+    const int64_t ncol = d - col0 < DMAX ? d - col0 : int64_t(DMAX);  // … of which valid
 
-    load_tile<T, DMAX, BL>(Qs, qb, ld3, i0, S, d);
-    load_tile<T, DMAX, BL>(dOs, dctx + b * S * H + h * d, H, i0, S, d);
+    if (!wide) {
+        load_tile<T, DMAX, BL>(Qs, qb, ld3, i0, S, d);
+        load_tile<T, DMAX, BL>(dOs, ob, H, i0, S, d);
+    }
     C lse_r[R], d_r[R];
     load_row_stats(a, lse, dvec, bh, i0, r, lse_r, d_r);
     C dq[R][NC];
@@ -416,13 +504,26 @@ __global__ void __launch_bounds__(256)
         for (int e = 0; e < NC; ++e) dq[ii][e] = 0;
 
     for (int64_t j0 = 0; j0 < kv_end; j0 += BL) {
-        __syncthreads();  // previous accumulation is done with Ks and dSs
-        load_tile<T, DMAX, BL>(Ks, qb + H, ld3, j0, S, d);
-        load_tile<T, DMAX, BL>(Vs, qb + 2 * H, ld3, j0, S, d);
-        __syncthreads();
         C s[R][R], dp[R][R];
-        dot_tile<C, R, LD>(Qs, Ks, static_cast<int>(d), r, c, s);
-        dot_tile<C, R, LD>(dOs, Vs, static_cast<int>(d), r, c, dp);
+        if (wide) {  // barriers inside: the previous accumulation is done with Ks and dSs
+            C out[2][R][R];
+            wide_dots<T, DMAX, BL, R, 2>({Qs, dOs}, {RowTile<T>{qb, ld3, i0}, RowTile<T>{ob, H, i0}}, {Ks, Vs},
+                                         {RowTile<T>{qb + H, ld3, j0}, RowTile<T>{qb + 2 * H, ld3, j0}}, S, d, r,
+                                         c, out);
+#pragma unroll
+            for (int ii = 0; ii < R; ++ii)
+#pragma unroll
+                for (int jj = 0; jj < R; ++jj) s[ii][jj] = out[0][ii][jj], dp[ii][jj] = out[1][ii][jj];
+            __syncthreads();  // the dots are done with Ks: load this block's columns of K
+            load_tile<T, DMAX, BL>(Ks, qb + H + col0, ld3, j0, S, ncol);
+        } else {
+            __syncthreads();  // previous accumulation is done with Ks and dSs
+            load_tile<T, DMAX, BL>(Ks, qb + H, ld3, j0, S, d);
+            load_tile<T, DMAX, BL>(Vs, qb + 2 * H, ld3, j0, S, d);
+            __syncthreads();
+            dot_tile<C, R, LD>(Qs, Ks, static_cast<int>(d), r, c, s);
+            dot_tile<C, R, LD>(dOs, Vs, static_cast<int>(d), r, c, dp);
+        }
         grad_tile<T, R, LDP>(a, bh, b, i0, j0, r, c, kv_limit, s, dp, lse_r, d_r, nullptr, dSs);
         __syncthreads();
         const int jn = static_cast<int>(kv_end - j0 < BL ? kv_end - j0 : BL);
@@ -443,11 +544,11 @@ __global__ void __launch_bounds__(256)
     for (int ii = 0; ii < R; ++ii) {
         const int64_t i = i0 + r + 16 * ii;
         if (i >= S) continue;
-        T *out = dqkv + (b * S + i) * ld3 + h * d;
+        T *out = dqkv + (b * S + i) * ld3 + h * d + col0;
 #pragma unroll
         for (int e = 0; e < NC; ++e) {
             const int col = c + 16 * e;
-            if (col < d) out[col] = to_storage<T>(dq[ii][e] * a.scale);
+            if (col < ncol) out[col] = to_storage<T>(dq[ii][e] * a.scale);
         }
     }
 }
@@ -493,18 +594,22 @@ cudaError_t prepare_smem(K kernel, size_t bytes) {
     return cudaSuccess;
 }
 
-// Calls f(std::integral_constant<int, DMAX>) with head_dim rounded up to 32, 64 or 128.
+// Calls f(std::integral_constant<int, DMAX>) with head_dim rounded up to 32, 64 or 128; wider heads
+// run in 128-column chunks (DMAX = 128).
 template <typename F>
 cudaError_t dispatch_head_dim(int64_t d, F &&f) {
     if (d >= 1 && d <= 32) return f(std::integral_constant<int, 32>{});
     if (d > 32 && d <= 64) return f(std::integral_constant<int, 64>{});
-    if (d > 64 && d <= kAttentionMaxHeadDim) return f(std::integral_constant<int, 128>{});
-    return cudaErrorInvalidValue;  // dst_layer_config_validate refuses such layers first
+    if (d > 64) return f(std::integral_constant<int, 128>{});
+    return cudaErrorInvalidValue;
 }
 
-cudaError_t check_grid(const AttentionArgs &l, int block) {
-    const int64_t bh = l.batch * l.heads, tiles = (l.seq + block - 1) / block;
-    if (bh > 0x7fffffffLL || tiles > 65535) return cudaErrorInvalidConfiguration;  // grid too large
+// Grid of a kernel with `block` rows per tile: (batch·heads, row tiles, column chunks of DMAX).
+cudaError_t make_grid(const AttentionArgs &l, int block, int dmax, dim3 *grid) {
+    const int64_t bh = l.batch * l.heads, tiles = (l.seq + block - 1) / block,
+                  chunks = (l.head_dim + dmax - 1) / dmax;
+    if (bh > 0x7fffffffLL || tiles > 65535 || chunks > 65535) return cudaErrorInvalidConfiguration;
+    *grid = dim3(static_cast<unsigned>(bh), static_cast<unsigned>(tiles), static_cast<unsigned>(chunks));
     return cudaSuccess;
 }
 
@@ -536,11 +641,10 @@ cudaError_t attention_fwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs
         return dispatch_head_dim(l.head_dim, [&](auto dmax) {
             constexpr int DMAX = decltype(dmax)::value;
             using Tr = AttnTraits<C, DMAX>;
-            DST_KERNEL_CHECK(check_grid(l, Tr::kBlockFwd));
+            dim3 grid;
+            DST_KERNEL_CHECK(make_grid(l, Tr::kBlockFwd, DMAX, &grid));
             const auto kernel = attention_fwd_kernel<T, DMAX>;
             DST_KERNEL_CHECK(prepare_smem(kernel, Tr::fwd_smem()));
-            const dim3 grid(static_cast<unsigned>(l.batch * l.heads),
-                            static_cast<unsigned>((l.seq + Tr::kBlockFwd - 1) / Tr::kBlockFwd));
             kernel<<<grid, Tr::kThreads, Tr::fwd_smem(), stream>>>(
                 make_args<T>(l), static_cast<const T *>(qkv), static_cast<T *>(ctx), static_cast<C *>(lse));
             DST_KERNEL_CHECK(cudaGetLastError());
@@ -563,15 +667,14 @@ cudaError_t attention_bwd(cudaStream_t stream, dst_dtype dt, const AttentionArgs
         return dispatch_head_dim(l.head_dim, [&](auto dmax) {
             constexpr int DMAX = decltype(dmax)::value;
             using Tr = AttnTraits<C, DMAX>;
-            DST_KERNEL_CHECK(check_grid(l, Tr::kBlockBwd));
+            dim3 grid;
+            DST_KERNEL_CHECK(make_grid(l, Tr::kBlockBwd, DMAX, &grid));
             const KArgs<C> a = make_args<T>(l);
             C *dvec = static_cast<C *>(workspace);
             attention_rowdot_kernel<T><<<grid_blocks(l.batch * l.seq * l.heads, 256), 256, 0, stream>>>(
                 a, static_cast<const T *>(dctx), static_cast<const T *>(ctx), dvec, l.batch);
             DST_KERNEL_CHECK(cudaGetLastError());
 
-            const dim3 grid(static_cast<unsigned>(l.batch * l.heads),
-                            static_cast<unsigned>((l.seq + Tr::kBlockBwd - 1) / Tr::kBlockBwd));
             const auto dkdv = attention_bwd_dkdv_kernel<T, DMAX>;
             DST_KERNEL_CHECK(prepare_smem(dkdv, Tr::bwd_smem()));
             dkdv<<<grid, Tr::kThreads, Tr::bwd_smem(), stream>>>(a, static_cast<const T *>(qkv),

@@ -1,9 +1,11 @@
-// Generic (SIMT) fused attention of the CUDA backend, for FP32 and FP64 layers (FP16 and BF16 take
-// the tensor-core kernels of kernels/attention_flash.cuh). Forward is flash-style (online softmax,
-// nothing S×S in memory); backward recomputes P from the row log-sum-exp in two deterministic
-// kernels, one owning dK/dV per key tile and one owning dQ per query tile, so no atomics are needed.
-// Supported: any S ≥ 1, any number of heads, head_dim 1..kMaxHeadDim; softmax in the compute type
-// (double for FP64, float otherwise). Math and layouts: kernels/attention_args.h.
+// Generic (SIMT) fused attention of the CUDA backend, for FP32 and FP64 layers, and for FP16 and BF16
+// layers whose heads are wider than the tensor-core kernels of kernels/attention_flash.cuh run
+// (kFlashMaxHeadDim). Forward is flash-style (online softmax, nothing S×S in memory); backward
+// recomputes P from the row log-sum-exp in two deterministic kernels, one owning dK/dV per key tile
+// and one owning dQ per query tile, so no atomics are needed. Supported: any S ≥ 1, any number of
+// heads, any head_dim ≥ 1 (heads wider than 128 run in 128-column chunks, the score products
+// repeated per chunk); softmax in the compute type (double for FP64, float otherwise). Math and
+// layouts: kernels/attention_args.h.
 #ifndef DST_KERNELS_ATTENTION_CUH
 #define DST_KERNELS_ATTENTION_CUH
 
@@ -17,8 +19,6 @@
 
 namespace dst {
 namespace cuda {
-
-constexpr int64_t kAttentionMaxHeadDim = 128;
 
 // Converts an additive mask [count] of mask_dtype (FP32, FP16, BF16, FP64) to the compute type of
 // dt (float or double) in `out`.

@@ -126,13 +126,8 @@ dst_status config_load(const char *fn, const dst_layer_config *in, dst_backend b
                          (int)backend);
     if (backend == DST_BACKEND_CUDA) {
         // What the CUDA attention kernels run (kernels/attention_flash.cuh, kernels/attention.cuh):
-        // heads of at most 128, and one launch of at most 2^31 − 1 blocks (tiles of ≥ 32 queries
-        // per batch and head, bounded here by tokens × heads).
-        const int64_t head_dim = c.hidden_size / c.heads;
-        if (head_dim > 128)
-            return set_error(DST_ERR_UNSUPPORTED,
-                             "%s: the CUDA backend runs attention heads of at most 128 (hidden_size %d / heads %d = %lld)",
-                             fn, c.hidden_size, c.heads, (long long)head_dim);
+        // any head size (heads wider than 128 take the generic kernels), and one launch of at most
+        // 2^31 − 1 blocks (tiles of ≥ 32 queries per batch and head, bounded here by tokens × heads).
         if (c.max_batch_tokens * static_cast<int64_t>(c.heads) > 0x7fffffffLL)
             return set_error(DST_ERR_UNSUPPORTED,
                              "%s: the CUDA backend needs max_batch_tokens × heads ≤ 2^31 − 1 (%lld × %d)", fn,

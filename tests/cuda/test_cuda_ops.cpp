@@ -399,8 +399,9 @@ Arg mask_arg(const AttnShape &a, dst_dtype dt) {
 void add_attention_cases(std::vector<OpCase> &out) {
     // Awkward S (1, 7, 65, 100, 129, 1000, 4097: rows not 4-aligned and partial tiles), B 1 to 3,
     // odd head counts, every head dim the flash kernels are built for (32, 64, 96, 128), dims in
-    // between (5, 12, 24, 80: zero padding; 5 and 12 also element-wise loads), every mask kind,
-    // fully masked rows, causal, dropout on and off; BERT-Large heads at S = 128 and 512.
+    // between (5, 12, 24, 80: zero padding; 5 and 12 also element-wise loads), heads wider than
+    // 128 (200, 256, 800), every mask kind, fully masked rows, causal, dropout on and off;
+    // BERT-Large heads at S = 128 and 512.
     const AttnShape shapes[] = {
         {2, 1, 3, 5, DST_MASK_NONE, false, false, 0.0, true, false},
         {2, 7, 3, 5, DST_MASK_ADDITIVE, false, true, 0.0, true, false},
@@ -426,6 +427,10 @@ void add_attention_cases(std::vector<OpCase> &out) {
         {2, 64, 2, 12, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
         {1, 1000, 2, 64, DST_MASK_KEY_LENGTHS, false, true, 0.1, true, false},
         {1, 4097, 1, 64, DST_MASK_NONE, false, false, 0.1, true, false},
+        // Heads wider than 128 (generic kernels, 128-column chunks; 800 is DeepSpeed's test size).
+        {2, 65, 2, 200, DST_MASK_KEY_LENGTHS, false, true, 0.1, true, false},
+        {3, 33, 1, 800, DST_MASK_ADDITIVE, false, false, 0.1, true, true},
+        {1, 129, 2, 256, DST_MASK_NONE, false, false, 0.0, true, false},
     };
     for (dst_dtype dt : kDtypes)
         for (const AttnShape &a : shapes) {

@@ -1,5 +1,6 @@
 // Attention ops of the CUDA backend: FP16 and BF16 run the tensor-core flash kernels
-// (kernels/attention_flash.cuh), FP32 and FP64 the generic SIMT kernels (kernels/attention.cuh).
+// (kernels/attention_flash.cuh) for heads of up to kFlashMaxHeadDim, and the generic SIMT kernels
+// (kernels/attention.cuh) for wider heads; FP32 and FP64 always run the SIMT kernels.
 // Both take one description of the call, cuda::AttentionArgs, filled here once. Scratch (from the
 // region set_scratch gave): the additive mask converted to the compute type when it is in another
 // dtype, then the backward's row sums D (and, in stochastic mode, the fp32 dQ accumulator).
@@ -18,7 +19,10 @@ namespace {
 
 size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 
-bool flash_dtype(dst_dtype dt) { return dt == DST_DTYPE_FP16 || dt == DST_DTYPE_BF16; }
+// Whether the call runs the tensor-core kernels (else the generic ones).
+bool use_flash(dst_dtype dt, const AttentionParams &p) {
+    return (dt == DST_DTYPE_FP16 || dt == DST_DTYPE_BF16) && p.head_dim <= cuda::kFlashMaxHeadDim;
+}
 
 bool mask_in_compute_type(dst_dtype dt, dst_dtype mask_dtype) {
     return dt == DST_DTYPE_FP64 ? mask_dtype == DST_DTYPE_FP64 : mask_dtype == DST_DTYPE_FP32;
@@ -72,7 +76,7 @@ cuda::AttentionArgs CudaBackend::attention_args(const AttentionParams &p, bool d
 size_t CudaBackend::attention_scratch(dst_dtype dt, const AttentionParams &p, bool stochastic) {
     const cuda::AttentionArgs a = attention_args(p, !stochastic);
     const size_t bwd =
-        flash_dtype(dt) ? cuda::flash_attention_bwd_workspace(a) : cuda::attention_bwd_workspace(dt, a);
+        use_flash(dt, p) ? cuda::flash_attention_bwd_workspace(a) : cuda::attention_bwd_workspace(dt, a);
     return key_bias_bytes(dt, p) + align256(bwd);
 }
 
@@ -96,7 +100,7 @@ dst_status CudaBackend::attention_fwd(dst_dtype dt, const AttentionParams &p, co
     DST_TRY(workspace(bias_bytes, &ws));
     cuda::AttentionArgs a = attention_args(p, !stochastic_);
     DST_TRY(set_key_bias(dt, p, ws, &a));
-    if (!flash_dtype(dt)) {
+    if (!use_flash(dt, p)) {
         DST_CUDA_CHECK(cuda::attention_fwd(stream_, dt, a, qkv, ctx, lse));
         return DST_OK;
     }
@@ -116,7 +120,7 @@ dst_status CudaBackend::attention_bwd(dst_dtype dt, const AttentionParams &p, co
     DST_TRY(workspace(attention_scratch(dt, p, stochastic_), reinterpret_cast<void **>(&ws)));
     cuda::AttentionArgs a = attention_args(p, !stochastic_);
     DST_TRY(set_key_bias(dt, p, ws, &a));
-    if (!flash_dtype(dt)) {
+    if (!use_flash(dt, p)) {
         DST_CUDA_CHECK(cuda::attention_bwd(stream_, dt, a, qkv, ctx, dctx, lse, dqkv, ws + bias_bytes));
         return DST_OK;
     }
