@@ -15,7 +15,8 @@ may be omitted, an int32 [B] tensor of key lengths is accepted as a mask; each l
 (no global registry; ``copy.deepcopy`` gives an independent layer); the weights of layer ``layer_id`` are
 drawn from the library's Philox stream with seed ``config.seed + layer_id`` (DeepSpeed draws from torch's
 RNG; call :meth:`TransformerLayer.init_transformer_weights` for that); ``adjust_init_range`` applies on
-every rank.
+every rank; ``forward(..., grads=list)`` appends each call's gradients once, in a fixed order, when its
+backward runs (DeepSpeed leaves hooks registered on the parameters, see :data:`GRAD_HOOK_NAMES`).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ import torch
 from torch import nn
 
 from . import _native
-from ._config import LayerConfig
+from ._config import LayerConfig, dtype_code
 from ._core import PARAM_NAMES, Context, Layer, SavedActivations, cuda_device_count, native_mask
 
-__all__ = ["TransformerConfig", "TransformerLayer", "DeepSpeedTransformerConfig", "DeepSpeedTransformerLayer"]
+__all__ = ["TransformerConfig", "TransformerLayer", "DeepSpeedTransformerConfig", "DeepSpeedTransformerLayer",
+           "GRAD_HOOK_NAMES"]
 
 _TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
 _DST_OF_TORCH = {
@@ -112,10 +114,13 @@ def _aligned_empty(numel: int, dtype: torch.dtype, device: torch.device, zero: b
 def _set_stream(ctx: Context, device: torch.device) -> None:
     """Points the context at torch's current stream. Torch's default stream is the legacy default stream,
     whose handle is 0; to the C API 0 (NULL) means the context's own non-blocking stream, which would not
-    be ordered with torch's work, so the legacy stream's explicit handle (cudaStreamLegacy) is passed."""
+    be ordered with torch's work, so the legacy stream's explicit handle (cudaStreamLegacy) is passed.
+    The library synchronises the old stream whenever the stream is set, so it is set only on a change:
+    setting it on every call made each forward and backward wait for the GPU."""
     if device.type == "cuda":
-        handle = torch.cuda.current_stream(device).cuda_stream
-        ctx.set_stream(handle if handle else Context.LEGACY_DEFAULT_STREAM)
+        handle = torch.cuda.current_stream(device).cuda_stream or Context.LEGACY_DEFAULT_STREAM
+        if ctx.stream != handle:
+            ctx.set_stream(handle)
 
 
 class _Layout:
@@ -129,6 +134,31 @@ class _Layout:
         for name in PARAM_NAMES:
             info = layer.param_info(name)
             self.entries[name] = (info.offset_bytes // esize, info.numel, info.shape)
+
+    @classmethod
+    def planned(cls, config: LayerConfig, dtype_name: str) -> "_Layout":
+        """The layout a native layer of ``config`` is expected to have (the 12 parameters in order, each
+        256-byte aligned), for a module that gets its weights from the caller and so creates its native
+        layer only when first run. It is a plan, not a promise: :meth:`TransformerLayer._sync_native`
+        compares it with the native layer's own layout and moves the values if they differ."""
+        plan = cls.__new__(cls)
+        esize = int(_native.dst_dtype_size(dtype_code(dtype_name)))
+        H = int(config.hidden_size)
+        inter = int(config.intermediate_size)
+        I = inter if inter > 0 else 4 * H
+        shapes = {"attn_qkvw": (3 * H, H), "attn_qkvb": (3 * H,), "attn_ow": (H, H), "attn_ob": (H,),
+                  "attn_nw": (H,), "attn_nb": (H,), "inter_w": (I, H), "inter_b": (I,), "output_w": (H, I),
+                  "output_b": (H,), "norm_w": (H,), "norm_b": (H,)}
+        plan.entries = {}
+        off = 0
+        for name in PARAM_NAMES:
+            shape = shapes[name]
+            n = math.prod(shape)
+            plan.entries[name] = (off // esize, n, shape)
+            off += (n * esize + _ALIGN - 1) // _ALIGN * _ALIGN
+        plan.arena_bytes = off
+        plan.numel = off // esize
+        return plan
 
     def view(self, flat: torch.Tensor, name: str) -> torch.Tensor:
         off, n, shape = self.entries[name]
@@ -145,13 +175,34 @@ class _Layout:
             yield pos, self.numel
 
 
+#: What ``forward(..., grads=list)`` appends, in this order, when the call's backward runs: DeepSpeed's
+#: name for the gradient of each parameter (its test-only hooks use these names). Of ``attn_qkvw`` and
+#: ``attn_qkvb`` only the V rows are reported, as DeepSpeed does.
+GRAD_HOOK_NAMES = (
+    ("attn_qkvw", "V_W"), ("attn_qkvb", "V_B"), ("attn_ow", "O_W"), ("attn_ob", "O_B"),
+    ("attn_nw", "N2_W"), ("attn_nb", "N2_B"), ("inter_w", "int_W"), ("inter_b", "int_B"),
+    ("output_w", "out_W"), ("output_b", "out_B"), ("norm_w", "norm_W"), ("norm_b", "norm_B"),
+)
+
+
+def _append_grads(grads, layout: "_Layout", grad_flat: torch.Tensor) -> None:
+    """Appends ``[gradient, name]`` for each entry of :data:`GRAD_HOOK_NAMES`; the tensors are copies,
+    so that later accumulation into ``flat_params.grad`` does not change them."""
+    for param, name in GRAD_HOOK_NAMES:
+        g = layout.view(grad_flat, param)
+        if param in ("attn_qkvw", "attn_qkvb"):
+            H = g.shape[0] // 3
+            g = g[2 * H:3 * H]
+        grads.append([g.clone(), name])
+
+
 class _TransformerFunction(torch.autograd.Function):
     """One forward/backward of the native layer. Each forward owns one SavedActivations, so several
     forwards may be in flight; the gradient of the flat parameter is written into a fresh tensor that
     is bound as the layer's gradient arena."""
 
     @staticmethod
-    def forward(ctx, x, flat, mask, module, native, training):  # noqa: D401
+    def forward(ctx, x, flat, mask, module, native, training, grads):  # noqa: D401
         B, S, _ = x.shape
         saved = SavedActivations(native) if training else None
         out = torch.empty_like(x)
@@ -160,6 +211,8 @@ class _TransformerFunction(torch.autograd.Function):
         ctx.saved_obj = saved
         ctx.module = module
         ctx.shape = (B, S)
+        ctx.grads = grads
+        ctx.layout = module._layout
         return out
 
     @staticmethod
@@ -177,7 +230,10 @@ class _TransformerFunction(torch.autograd.Function):
         grad_flat = module._backward_into(native, saved, dy, dx)
         saved.close()
         ctx.saved_obj = None
-        return dx, grad_flat, None, None, None, None
+        if ctx.grads is not None:
+            _append_grads(ctx.grads, ctx.layout, grad_flat)
+            ctx.grads = None
+        return dx, grad_flat, None, None, None, None, None
 
 
 class TransformerLayer(nn.Module):
@@ -211,27 +267,41 @@ class TransformerLayer(nn.Module):
         self._last_grad_buf = None
         self._native_training = None
         dev = _choose_device(config, device)
-        dtype = _TORCH_DTYPES[config.resolved_dtype]
-        native = self._make_native(dev, config.resolved_dtype, config.resolved_max_batch_tokens,
-                                   int(config.max_seq_length))
-        layout = _Layout(native)
-        flat = _aligned_empty(layout.numel, dtype, dev, zero=True)
-        _set_stream(native.context, dev)
-        native.bind_param_arena(flat.data_ptr(), layout.arena_bytes, copy_current=True)
-        for a, b in layout.padding_ranges():  # whatever the copy put between parameters
-            flat[a:b].zero_()
-        self._attach(native, layout, flat.data_ptr())
-        self.flat_params = nn.Parameter(flat)
-        if initial_weights is not None or initial_biases is not None:
+        name = config.resolved_dtype
+        dtype = _TORCH_DTYPES[name]
+        capacity = (config.resolved_max_batch_tokens, int(config.max_seq_length))
+        if initial_weights is None and initial_biases is None:
+            # The library draws the initial weights: create the native layer now and take them from it.
+            native = self._make_native(dev, name, *capacity)
+            layout = _Layout(native)
+            flat = _aligned_empty(layout.numel, dtype, dev, zero=True)
+            _set_stream(native.context, dev)
+            native.bind_param_arena(flat.data_ptr(), layout.arena_bytes, copy_current=True)
+            for a, b in layout.padding_ranges():  # whatever the copy put between parameters
+                flat[a:b].zero_()
+            self._attach(native, layout, flat.data_ptr())
+            self.flat_params = nn.Parameter(flat)
+        else:
+            # The caller gives the weights, so the library's initial ones (drawn on the host when a native
+            # layer is created, which takes seconds for large layers) would be thrown away: the native
+            # layer is created when the module first runs. The configuration is checked now.
+            self._native_config(name, *capacity).validate(dev.type)
+            layout = _Layout.planned(config, name)
+            self._layout, self._device, self._dtype_name, self._capacity = layout, dev, name, capacity
+            self.flat_params = nn.Parameter(_aligned_empty(layout.numel, dtype, dev, zero=True))
             self._load_initial(initial_weights, initial_biases)
 
     # ---- the native layer ---------------------------------------------------------------------------
-    def _make_native(self, dev: torch.device, dtype_name: str, max_tokens: int, max_seq: int) -> Layer:
+    def _native_config(self, dtype_name: str, max_tokens: int, max_seq: int) -> LayerConfig:
         cfg = self.config.copy()
         cfg.dtype = dtype_name
         cfg.fp16 = dtype_name == "fp16"
         cfg.max_batch_tokens = int(max_tokens)
         cfg.max_seq_length = int(max_seq)
+        return cfg
+
+    def _make_native(self, dev: torch.device, dtype_name: str, max_tokens: int, max_seq: int) -> Layer:
+        cfg = self._native_config(dtype_name, max_tokens, max_seq)
         ctx = _context_for(dev)
         seed = int(cfg.seed) & ((1 << 64) - 1)
         cur_seed, cur_off = ctx.rng_state
@@ -267,7 +337,7 @@ class TransformerLayer(nn.Module):
             native = self._make_native(dev, name, need_tokens, need_seq)
             layout = _Layout(native)
             data = p.data
-            if layout.entries != old_layout.entries or data.data_ptr() % _ALIGN:
+            if layout.entries != old_layout.entries or layout.numel != data.numel() or data.data_ptr() % _ALIGN:
                 new = _aligned_empty(layout.numel, p.dtype, dev, zero=True)
                 for n in PARAM_NAMES:
                     layout.view(new, n).copy_(old_layout.view(data, n))
@@ -350,7 +420,19 @@ class TransformerLayer(nn.Module):
                 encoder_attention_mask=None, past_key_value=None, output_attentions=False, grads=None):
         """``hidden_states`` [B, S, H] in the layer dtype; ``attention_mask`` None, additive [B, 1, 1, S]
         or [B, S] (fp32 or the layer dtype; other float dtypes are converted), or int32 key lengths [B].
-        The Hugging Face extras are accepted and ignored, as in DeepSpeed."""
+        The Hugging Face extras are accepted and ignored, as in DeepSpeed.
+
+        ``grads``: DeepSpeed's test hook. A list (anything with ``append``): when this call's backward
+        runs, ``[gradient, name]`` is appended for each parameter, in the order of
+        :data:`GRAD_HOOK_NAMES` ("V_W", "V_B", "O_W", "O_B", "N2_W", "N2_B", "int_W", "int_B", "out_W",
+        "out_B", "norm_W", "norm_B"; V_W/V_B are the V rows of ``attn_qkvw``/``attn_qkvb``). The tensors
+        are copies of this call's gradients. Nothing is appended for a call that has no backward."""
+        if grads is not None:
+            if not callable(getattr(grads, "append", None)):
+                raise TypeError(f"grads must be a list (or have an append method), got {type(grads).__name__}")
+            if not self.flat_params.requires_grad:
+                raise RuntimeError("grads= collects the parameters' gradients, but flat_params does not require "
+                                   "grad (DeepSpeed's hooks fail in the same case)")
         x = hidden_states
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"hidden_states must be a torch.Tensor, got {type(x).__name__}")
@@ -372,7 +454,7 @@ class TransformerLayer(nn.Module):
             native.train(training)
             self._native_training = training
         if torch.is_grad_enabled() and (x.requires_grad or p.requires_grad):
-            out = _TransformerFunction.apply(x, p, mask, self, native, training)
+            out = _TransformerFunction.apply(x, p, mask, self, native, training, grads)
         else:
             out = torch.empty_like(x)
             self._run_forward(native, None, x, mask, out)

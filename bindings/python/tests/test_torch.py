@@ -418,3 +418,154 @@ def test_standalone_layernorm_matches_torch(device, dtype, figures):
         device, str(dtype).replace("torch.", ""), ", ".join("%s %.1e" % kv for kv in errors.items())))
     tol = TOL[dtype]
     assert all(e <= tol for e in errors.values()), errors
+
+
+# ---- DeepSpeed's test hook: forward(..., grads=list) -----------------------------------------------------------
+
+HOOK_NAMES = ["V_W", "V_B", "O_W", "O_B", "N2_W", "N2_B", "int_W", "int_B", "out_W", "out_B", "norm_W", "norm_B"]
+
+
+def _hooked(name, g, H):
+    """What DeepSpeed appends for parameter ``name`` given its full gradient ``g``: the V rows of the QKV ones."""
+    return g[2 * H:3 * H] if name in ("attn_qkvw", "attn_qkvb") else g
+
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+@pytest.mark.parametrize("device,dtype", [("cpu", torch.float64),
+                                          pytest.param("cuda", torch.float32, marks=pytest.mark.skipif(
+                                              not HAVE_CUDA, reason="no CUDA device"))])
+def test_grads_hook_order_names_and_values(device, dtype, pre_ln):
+    """A stack used as DeepSpeed's backward test uses it (grads= on every layer, a "hidden_state" hook on every
+    output): per layer, last first, the test's hidden_state entry and then the 12 of GRAD_HOOK_NAMES; the
+    values are the layer's own gradients and agree with a plain PyTorch stack in fp64."""
+    from dstransformer.torch import GRAD_HOOK_NAMES
+
+    assert [n for _, n in GRAD_HOOK_NAMES] == HOOK_NAMES
+    assert [p for p, _ in GRAD_HOOK_NAMES] == list(dst.PARAM_NAMES)
+    torch.manual_seed(11)
+    L, B, S, H = 3, 2, 7, 64
+    cfg = make_config(dtype, pre_layer_norm=pre_ln, num_hidden_layers=L)
+    layers = [TransformerLayer(cfg, device=device) for _ in range(L)]
+    for i, layer in enumerate(layers):
+        randomize_(layer, 20 + i)
+    x = torch.randn(B, S, H, device=device, dtype=torch.float64)
+    w = torch.randn(B, S, H, device=device, dtype=torch.float64)
+    mask = padding_mask(B, S, device)
+
+    grads = []
+    h = x.to(dtype).requires_grad_()
+    for layer in layers:
+        h = layer(h, mask, grads=grads)
+        h.register_hook(lambda g: grads.append([g, "hidden_state"]))
+    assert grads == []  # nothing before the backward
+    (h.double() * w).sum().backward()
+
+    assert [n for _, n in grads] == (["hidden_state"] + HOOK_NAMES) * L
+    assert all(type(e) is list and len(e) == 2 and isinstance(e[0], torch.Tensor) for e in grads)
+    # the k-th entry of a name (the key DeepSpeed's check_equal uses) belongs to the k-th layer from the end
+    for k, layer in enumerate(reversed(layers)):
+        block = grads[13 * k + 1:13 * k + 13]
+        for (param, name), (got, got_name) in zip(GRAD_HOOK_NAMES, block):
+            want = _hooked(param, layer.param_grad(param), H)
+            assert got_name == name and got.dtype == dtype and got.device == x.device
+            assert got.shape == want.shape and torch.equal(got, want), name
+        assert block[0][0].shape == (H, H) and block[1][0].shape == (H,)
+
+    # the same values from a plain PyTorch stack in fp64 (V rows really are rows 2H..3H)
+    refs = []
+    for layer in layers:
+        ref = RefLayer(H, 4, 96, pre_ln, cfg.layer_norm_eps).to(device=device, dtype=torch.float64)
+        ref.load_deepspeed({k: v.double() for k, v in layer.state_dict().items()})
+        refs.append(ref)
+    ref_hidden = []
+    r = x.clone().requires_grad_()
+    for ref in refs:
+        r = ref(r, mask.double())
+        r.register_hook(lambda g: ref_hidden.append(g))
+    (r * w).sum().backward()
+    tol = TOL[dtype]
+    for k, ref in enumerate(reversed(refs)):
+        block = grads[13 * k:13 * k + 13]
+        assert rel(block[0][0], ref_hidden[k]) <= tol, ("hidden_state", k)
+        for (param, name), (got, _) in zip(GRAD_HOOK_NAMES, block[1:]):
+            assert rel(got, _hooked(param, ref.grads()[param], H)) <= tol, (name, k)
+
+
+def test_grads_hook_is_per_call_and_checks_its_argument():
+    cfg = make_config(torch.float64)
+    layer = TransformerLayer(cfg, device="cpu")
+    randomize_(layer, 4)
+    x = torch.randn(2, 5, 64, dtype=torch.float64)
+    grads = []
+    layer(x, grads=grads)  # no backward for this call: nothing appended
+    with torch.no_grad():
+        layer(x, grads=grads)
+    assert grads == []
+
+    layer(x, grads=grads).sum().backward()
+    assert [n for _, n in grads] == HOOK_NAMES
+    first = [t.clone() for t, _ in grads]
+    # a second call appends its own gradients; the first ones stay as they were although .grad accumulates
+    layer(2 * x, grads=grads).square().sum().backward()
+    assert [n for _, n in grads] == HOOK_NAMES * 2
+    assert all(torch.equal(a, t) for a, (t, _) in zip(first, grads[:12]))
+    assert not torch.equal(grads[2][0], grads[14][0])
+    total = layer.param_grad("attn_ow")
+    assert torch.allclose(grads[2][0] + grads[14][0], total, rtol=1e-12, atol=1e-12)
+    # copies: writing the layer's gradient buffer (still bound to the native layer) leaves them alone
+    layer.native.zero_grads()
+    assert all(t.abs().sum() > 0 for t, _ in grads[12:])
+    # a call without grads= appends nothing
+    layer(x).sum().backward()
+    assert len(grads) == 24
+
+    with pytest.raises(TypeError, match="grads must be a list"):
+        layer(x, grads=(1, 2))
+    layer.flat_params.requires_grad_(False)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        layer(x, grads=[])
+
+
+def test_given_weights_create_the_native_layer_on_first_use():
+    """With initial weights (DeepSpeed's test constructor) the library's own weight draw is skipped: the
+    native layer is created on the first run, in the layout planned for it (no repacking)."""
+    from dstransformer.torch import _Layout
+
+    H, I = 64, 96
+    g = torch.Generator().manual_seed(2)
+    ws = [torch.randn(H, H, generator=g) for _ in range(4)] + [torch.rand(H, generator=g),
+                                                                torch.randn(I, H, generator=g),
+                                                                torch.randn(H, I, generator=g),
+                                                                torch.rand(H, generator=g)]
+    bs = [torch.randn(H, generator=g) for _ in range(5)] + [torch.randn(I, generator=g),
+                                                            torch.randn(H, generator=g), torch.randn(H, generator=g)]
+    layer = TransformerLayer(make_config(torch.float32), ws, bs, device="cpu")
+    assert layer._native is None
+    ptr = layer.flat_params.data_ptr()
+    twin = copy.deepcopy(layer)
+    y = layer(torch.randn(2, 5, H))
+    assert layer._native is not None and layer.flat_params.data_ptr() == ptr
+    assert _Layout(layer._native).entries == layer._layout.entries
+    for name in dst.PARAM_NAMES:
+        assert torch.equal(torch.as_tensor(layer.native.param(name)), layer.param_view(name)), name
+    assert torch.equal(twin(torch.zeros(1, 1, H)), layer(torch.zeros(1, 1, H)))
+    assert y.shape == (2, 5, H)
+    # the configuration is still checked at construction
+    bad = make_config(torch.float32)
+    bad.heads = 5
+    with pytest.raises(dst.InvalidArgumentError, match="heads"):
+        TransformerLayer(bad, ws, bs, device="cpu")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16", "fp64"])
+@pytest.mark.parametrize("H,I", [(64, 96), (20, 36), (24, 0)])
+def test_planned_layout_is_the_librarys(dtype, H, I):
+    from dstransformer.torch import _Layout
+
+    cfg = TransformerConfig(hidden_size=H, heads=4, intermediate_size=I, batch_size=1, max_seq_length=4, dtype=dtype)
+    with dst.Context("cpu") as ctx:
+        native = dst.Layer(ctx, cfg)
+        got = _Layout(native)
+        plan = _Layout.planned(cfg, dtype)
+        assert (plan.entries, plan.arena_bytes, plan.numel) == (got.entries, got.arena_bytes, got.numel)
+        native.close()
