@@ -27,8 +27,8 @@ constexpr int64_t kFlashMaxHeadDim = 128;
 // reason when not.
 bool flash_attention_supported(const AttentionArgs &a, const char **why);
 
-// Workspace bytes of flash_attention_bwd: the row sums D, plus the fp32 dQ accumulator when
-// a.deterministic is false.
+// Workspace bytes of flash_attention_bwd (both modes): the row sums D and lse·log2 e, the fp32 dQ
+// accumulator [B, heads, S, padded head_dim] and the dQ reduction's counters.
 size_t flash_attention_bwd_workspace(const AttentionArgs &a);
 
 // ctx [B, S, H] and, when lse != nullptr, lse [B, heads, S] (natural log, −inf for rows whose keys
@@ -37,7 +37,8 @@ cudaError_t flash_attention_fwd(cudaStream_t stream, bool bf16, const AttentionA
                                 float *lse);
 
 // dqkv [B, S, 3H] from dctx, the forward's ctx and lse; `workspace` holds
-// flash_attention_bwd_workspace(a) bytes, 16-byte aligned.
+// flash_attention_bwd_workspace(a) bytes, 16-byte aligned. a.deterministic: dQ is summed over the
+// key blocks in a fixed order (bit-identical from run to run); otherwise in arrival order.
 cudaError_t flash_attention_bwd(cudaStream_t stream, bool bf16, const AttentionArgs &a, const void *qkv,
                                 const void *ctx, const void *dctx, const float *lse, void *dqkv, void *workspace);
 

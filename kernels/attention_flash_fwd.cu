@@ -1,4 +1,4 @@
-// Instantiations of the flash attention fwd kernels at the production tile shapes (one file per
+// Instantiations of the flash attention forward at the production tile shapes (one file per
 // kernel family so that nvcc compiles them in parallel). See kernels/attention_flash_impl.cuh.
 #include "kernels/attention_flash_impl.cuh"
 
@@ -11,7 +11,7 @@ cudaError_t fwd(const Params &p, bool bf16, int D, cudaStream_t stream) {
         using T = decltype(tag);
         constexpr int kD = decltype(dim)::value;
         using Ti = Tiles<kD>;
-        return launch_fwd<T, kD, Ti::kFwdBM, Ti::kFwdBN, Ti::kFwdNW, Ti::kFwdMB>(p, stream);
+        return launch_fwd<T, kD, Ti::kFwdBN, Ti::kFwdNW, Ti::kFwdMB>(p, stream);
     });
 }
 

@@ -1,27 +1,37 @@
 // Device code of the tensor-core (flash) attention for FP16 and BF16: the kernel templates behind
-// kernels/attention_flash.cuh, included by the two instantiation files and by the kernel lab
+// kernels/attention_flash.cuh, included by the instantiation files and by the kernel lab
 // (kernels/dev/attention_lab.cu). Math and layouts: kernels/attention_args.h.
 //
 // Building blocks. Tiles of Q, K, V, dctx live in shared memory as [rows][D + 8] (D = head_dim
-// rounded up to the kernel's 32/64/96/128; columns past head_dim are zero; the 16-byte pad makes
-// every ldmatrix and 16-byte store conflict-free). Warps run mma.sync.m16n8k16 (fp32 accumulate)
-// on fragments loaded with ldmatrix; the fp32 accumulators of one product become the A operand of
-// the next in registers (P·V, P̃ᵀ·dctx, dSᵀ·Q, dS·K), so nothing S×S ever leaves a warp.
+// rounded up to 32/64/96/128; columns past head_dim are zero; the 16-byte pad makes every ldmatrix
+// conflict-free). Warps run mma.sync.m16n8k16 (fp32 accumulate) on fragments loaded with
+// ldmatrix; the fp32 accumulators of one product become the A operand of the next in registers.
 //
-//   forward  (flash_fwd_kernel): a block owns BM queries of one (batch, head) and walks the key
-//            tiles with an online softmax in the log2 domain; K of the next tile and V of this tile
-//            load (cp.async) while the tensor cores work. Writes ctx and lse (natural log).
-//   backward (flash_bwd_dkdv_kernel): a block owns BN keys and walks the query tiles computing the
-//            transposed products Sᵀ = K·Qᵀ and dP̃ᵀ = V·dctxᵀ, so P̃ᵀ and dSᵀ are already the A
-//            operands of dV += P̃ᵀ·dctx and dK += dSᵀ·Q. Deterministic mode stops there and
-//            flash_bwd_dq_kernel (a block per BM queries, walking the key tiles) computes dQ = dS·K
-//            with one writer per element; stochastic mode instead stages dS in shared memory and
-//            adds dS·K into an fp32 buffer with atomics (flash_dq_convert_kernel finishes it).
+//   forward  (flash_fwd_kernel): a block owns 16·NW queries of one (batch, head), one warp per 16
+//            rows, and walks the key tiles with an online softmax in the log2 domain; the next K
+//            and V tiles load (cp.async) while the tensor cores work. Writes ctx and lse.
+//   backward (flash_bwd_kernel): one kernel. A block owns 16·NW keys (a warp per 16) and walks
+//            the query tiles computing the transposed products Sᵀ = K·Qᵀ and dP̃ᵀ = V·dctxᵀ, so
+//            P̃ᵀ and dSᵀ are the register A operands of dV += P̃ᵀ·dctx and dK += dSᵀ·Q; dSᵀ also
+//            goes to shared memory, the block multiplies it by its K tile and adds the partial dQ of
+//            the query tile into an fp32 accumulator in global memory (below).
 //
-// Dropout regenerates the Philox words of kernels/philox.h inside the kernels: one 4-word block
-// covers 4 consecutive keys of one query row; when S % 4 == 0 the 32 lanes of a warp compute the 32
-// blocks of a 16×8 tile once each and trade the keep bits with shuffles, otherwise every element
-// draws its own block.
+// The dQ reduction. Several key blocks add into one query tile's dQ. Deterministic mode fixes
+// the order: the key blocks of a tile add in ascending key order, each waiting for a per-tile
+// counter to reach its rank (the first stores, the middle ones add with red.global, the last
+// reads the sum, adds its own and writes dQ in the layer dtype). Blocks take their work items
+// from a ticket counter in that order, so a block only ever waits for blocks that started
+// before it: no deadlock whatever the hardware's block order. Stochastic mode adds in any order
+// (the accumulator zeroed first) and the block that arrives last writes dQ.
+//
+// Dropout regenerates the Philox words of kernels/philox.h inside the kernels (one 4-word block
+// covers 4 consecutive keys of one query row). The key columns of every 16-key group are
+// permuted (perm16: the K and V rows feeding the products are read in that order, which the
+// products do not see), so that in the forward each lane's four columns of a row are exactly one
+// Philox block, and in the backward (keys as rows) each lane holds half a block that it trades
+// with one neighbour. When S % 4 != 0 blocks straddle rows and every element draws its own.
+// The first Philox round's products of the (uniform) offset words are folded into constants on
+// the host (philox_round0 below).
 #ifndef DST_KERNELS_ATTENTION_FLASH_IMPL_CUH
 #define DST_KERNELS_ATTENTION_FLASH_IMPL_CUH
 
@@ -42,34 +52,63 @@ namespace flash {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
+constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
 
 // ================================ the call, as the kernels see it ==============================
 
 // Pointers and scalars of one call, derived once on the host from AttentionArgs (make_params).
 struct Params {
     const void *qkv;
-    void *ctx;           // forward output
-    float *lse;          // [B, heads, S]; forward output (nullable), backward input
-    const void *dctx;    // backward
-    void *dqkv;          // backward output
-    float *dsum;         // backward: D = rowsum(dctx ∘ ctx), [B, heads, S]
-    float *dq_accum;     // stochastic backward: [B, heads, S, D] fp32
-    const void *ctx_in;  // backward: the forward's ctx
+    void *ctx;            // forward output
+    float *lse;           // [B, heads, S]; forward output (nullable), backward input
+    const void *dctx;     // backward
+    const void *ctx_in;   // backward: the forward's ctx
+    void *dqkv;           // backward output
+    float *dsum;          // backward scratch: D = rowsum(dctx ∘ ctx), [B, heads, S]
+    float *lse2;          // backward scratch: lse·log2(e) (+inf for rows with every key hidden)
+    float *dq_accum;      // backward scratch: [B, heads, S, D] fp32
+    int *counters;        // backward scratch: [B·heads·q_tiles] per-tile counters, then the ticket
     const float *key_bias;
     const int32_t *key_len;
     int batch, seq, heads, head_dim, hidden;
-    int m_blocks;        // query tiles per (batch, head) of the kernel being launched
+    int m_blocks;         // forward: query tiles per (batch, head); backward: key tiles
+    int q_tiles;          // backward: query tiles per (batch, head)
     float scale, scale_log2;
     bool causal;
-    bool vec16;          // every tensor row and head slice is 16-byte aligned: cp.async tiles
+    bool vec16;           // every tensor row and head slice is 16-byte aligned: cp.async tiles
     bool dropout, aligned4;
+    bool deterministic;   // backward: dQ added in a fixed order
+    bool dq_order;        // backward: that order follows each block's steps (false: ascending key blocks)
     uint64_t seed, offset;
     uint32_t threshold;
     float drop_scale;
+    // Philox (kernels/philox.h) with the offset words of the counter folded in: round r uses the
+    // keys (key0[r], key1[r]); round 0 of group (lo, hi) is (hi ^ r0a, r0b, mulhi(M0, lo) ^ r0c,
+    // M0·lo).
+    uint32_t key0[10], key1[10];
+    uint32_t r0a, r0b, r0c;
 };
 
 // The head dim the kernels are built for: head_dim rounded up to 32, 64, 96 or 128.
 inline int padded_head_dim(int64_t d) { return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : 128; }
+
+// Round 0 of the dropout stream's Philox with the (uniform) offset words: what every group shares.
+inline void philox_round0(Params &p) {
+    uint32_t k0 = static_cast<uint32_t>(p.seed), k1 = static_cast<uint32_t>(p.seed >> 32);
+    for (int r = 0; r < 10; ++r) {
+        p.key0[r] = k0;
+        p.key1[r] = k1;
+        k0 += kPhiloxW0;
+        k1 += kPhiloxW1;
+    }
+    const uint32_t off_lo = static_cast<uint32_t>(p.offset), off_hi = static_cast<uint32_t>(p.offset >> 32);
+    uint32_t hi1, lo1;
+    philox_mulhilo(kPhiloxM1, off_lo, hi1, lo1);
+    p.r0a = hi1 ^ p.key0[0];
+    p.r0b = lo1;
+    p.r0c = off_hi ^ p.key1[0];
+}
 
 // The scalars of a call (pointers are set by the caller).
 inline Params make_params(const AttentionArgs &a) {
@@ -86,11 +125,13 @@ inline Params make_params(const AttentionArgs &a) {
     p.key_len = a.key_len;
     p.dropout = a.threshold != 0;
     p.aligned4 = a.seq % 4 == 0;
+    p.deterministic = a.deterministic;
     p.seed = a.seed;
     p.offset = a.offset;
     p.threshold = a.threshold;
     p.drop_scale = p.dropout ? static_cast<float>(a.drop_scale) : 1.0f;
     p.vec16 = a.head_dim % 8 == 0 && a.hidden % 8 == 0;  // and 16-byte aligned tensors: the caller checks
+    philox_round0(p);
     return p;
 }
 
@@ -112,6 +153,10 @@ DST_FDEV void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
 // 16-byte global → shared copy; src_bytes 0 fills the 16 bytes with zeros.
 DST_FDEV void cp_async16(uint32_t dst, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+// 4-byte global → shared copy.
+DST_FDEV void cp_async4(uint32_t dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
 }
 DST_FDEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -151,6 +196,32 @@ template <>
 DST_FDEV uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// 2^x with one MUFU.EX2 (ex2.approx.ftz: the approximation exp2f uses, without exp2f's denormal
+// scaling; results below 2^−126 flush to 0, far under any 16-bit output's resolution). 2^−inf = 0.
+DST_FDEV float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Ordering of the dQ reduction: a gpu-scope acquire load, a release store, an fp32 pair add.
+DST_FDEV int ld_acquire(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+DST_FDEV void st_release(int *p, int v) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+DST_FDEV void red_add2(float *p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+#endif
 }
 
 DST_FDEV uint32_t bits16(__half v) { return __half_as_ushort(v); }
@@ -195,36 +266,56 @@ DST_FDEV void load_tile(T *tile, const T *src, int64_t ld, int row0, int nrows, 
     }
 }
 
-// acc[MT][NT][4] += A·Bᵀ over K columns: A = rows a_row0 … + 16·MT of sA ([m][k]), B = rows
-// b_row0 … + 8·NT of sB ([n][k]); both tiles have row stride LDS.
-template <typename T, int MT, int NT, int K, int LDS>
-DST_FDEV void mma_abt(float (&acc)[MT][NT][4], const T *sA, int a_row0, const T *sB, int b_row0) {
-    static_assert(NT % 2 == 0 && K % 16 == 0, "n in pairs of 8, k in steps of 16");
-    const int lane = threadIdx.x & 31;
+// A thread's share of copying row tiles [R][D + 8] of one or two row-major matrices (the same
+// row stride) with cp.async, for tiles whose rows are all 16-byte aligned (vec16) when NT is a
+// multiple of D/8: the thread then owns one 16-byte column and every (NT·8/D)-th row, so a tile
+// costs one address per row step instead of the generic loop's indexing. Other shapes and
+// unaligned tensors take load_tile. Set up once per kernel; copy() per tile.
+template <typename T, int R, int D, int NT>
+struct RowCopy {
+    static constexpr int kChunks = D / 8, kLds = D + 8;
+    static constexpr bool kFast = NT % kChunks == 0;
+    static constexpr int kStep = kFast ? NT / kChunks : 1, kPer = (R + kStep - 1) / kStep;
+    const T *src0, *src1;  // matrices (row 0, column 0 of this head)
+    int64_t ld;
+    int r0, col, d;
+    bool fast;
+    DST_FDEV RowCopy(const T *a, const T *b, int64_t ld_, int d_, bool vec16)
+        : src0(a), src1(b), ld(ld_), r0(int(threadIdx.x) / kChunks), col((int(threadIdx.x) % kChunks) * 8), d(d_),
+          fast(kFast && vec16) {}
+    // Rows row0 … row0 + R − 1 (rows ≥ nrows and columns ≥ d are zero) of the first matrix into
+    // t0 and, when t1 is given, of the second into t1.
+    DST_FDEV void copy(T *t0, T *t1, int row0, int nrows) const {
+        if (!fast) {
+            load_tile<T, R, D, NT>(t0, src0, ld, row0, nrows, d, false);
+            if (t1) load_tile<T, R, D, NT>(t1, src1, ld, row0, nrows, d, false);
+            return;
+        }
+        const int64_t off = int64_t(row0 + r0) * ld + col;
+        const uint32_t s0 = smem_addr(t0 + r0 * kLds + col), s1 = t1 ? smem_addr(t1 + r0 * kLds + col) : 0u;
 #pragma unroll
-    for (int kk = 0; kk < K / 16; ++kk) {
-        uint32_t a[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-            ldsm_x4(a[mt], smem_addr(sA + (a_row0 + mt * 16 + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8));
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-            uint32_t b[4];
-            ldsm_x4(b, smem_addr(sB + (b_row0 + np * 16 + (lane >> 4) * 8 + (lane & 7)) * LDS + kk * 16 +
-                                 ((lane >> 3) & 1) * 8));
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                mma<T>(acc[mt][2 * np], a[mt], b[0], b[1]);
-                mma<T>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-            }
+        for (int k = 0; k < kPer; ++k) {
+            if (kPer * kStep != R && r0 + k * kStep >= R) break;
+            const bool ok = col < d && row0 + r0 + k * kStep < nrows;
+            const int64_t o = ok ? off + int64_t(k * kStep) * ld : 0;
+            cp_async16(s0 + uint32_t(k * kStep * kLds * sizeof(T)), src0 + o, ok ? 16 : 0);
+            if (t1) cp_async16(s1 + uint32_t(k * kStep * kLds * sizeof(T)), src1 + o, ok ? 16 : 0);
         }
     }
-}
+};
+
+// Column n (0…15) of a 16-key group holds key perm16(n) of the group: lane (g, t) of an m16n8
+// accumulator pair then holds keys 4t … 4t+3 (columns 2t, 2t+1 of the first n8 tile, 2t, 2t+1 of
+// the second).
+DST_FDEV int perm16(int n) { return 4 * ((n & 7) >> 1) + 2 * (n >> 3) + (n & 1); }
+// Row r (0…15) of a warp's 16-key block in the backward holds key rho16(r): lane g holds keys
+// 2g (row g) and 2g + 1 (row g + 8), half of the Philox block g/2.
+DST_FDEV int rho16(int r) { return 2 * (r & 7) + (r >> 3); }
 
 // acc[MT][DT][4] += A·B with A from registers (fragments [MT][K/16][4]) and B = rows b_row0 …
-// b_row0 + K of sB stored [k][n] (n = DT·8 columns), row stride LDS.
+// b_row0 + K of sB stored [k][n] (n = DT·8 columns from column n0), row stride LDS.
 template <typename T, int MT, int DT, int K, int LDS>
-DST_FDEV void mma_rb(float (&acc)[MT][DT][4], const uint32_t (&a)[MT][K / 16][4], const T *sB, int b_row0) {
+DST_FDEV void mma_rb(float (&acc)[MT][DT][4], const uint32_t (&a)[MT][K / 16][4], const T *sB, int b_row0, int n0 = 0) {
     static_assert(DT % 2 == 0, "n in pairs of 8");
     const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -232,7 +323,7 @@ DST_FDEV void mma_rb(float (&acc)[MT][DT][4], const uint32_t (&a)[MT][K / 16][4]
 #pragma unroll
         for (int dp = 0; dp < DT / 2; ++dp) {
             uint32_t b[4];
-            ldsm_x4_t(b, smem_addr(sB + (b_row0 + kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + dp * 16 +
+            ldsm_x4_t(b, smem_addr(sB + (b_row0 + kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + n0 + dp * 16 +
                                    (lane >> 4) * 8));
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
@@ -244,92 +335,50 @@ DST_FDEV void mma_rb(float (&acc)[MT][DT][4], const uint32_t (&a)[MT][K / 16][4]
 }
 
 // fp32 accumulators of an m×n product → the A fragments (m × k=n) of the next product.
-template <typename T, int MT, int NT>
-DST_FDEV void to_a(uint32_t (&a)[MT][NT / 2][4], const float (&c)[MT][NT][4]) {
+template <typename T, int NT>
+DST_FDEV void to_a(uint32_t (&a)[NT / 2][4], const float (&c)[NT][4]) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; ++kk) {
-            a[mt][kk][0] = pack2<T>(c[mt][2 * kk][0], c[mt][2 * kk][1]);
-            a[mt][kk][1] = pack2<T>(c[mt][2 * kk][2], c[mt][2 * kk][3]);
-            a[mt][kk][2] = pack2<T>(c[mt][2 * kk + 1][0], c[mt][2 * kk + 1][1]);
-            a[mt][kk][3] = pack2<T>(c[mt][2 * kk + 1][2], c[mt][2 * kk + 1][3]);
-        }
+    for (int kk = 0; kk < NT / 2; ++kk) {
+        a[kk][0] = pack2<T>(c[2 * kk][0], c[2 * kk][1]);
+        a[kk][1] = pack2<T>(c[2 * kk][2], c[2 * kk][3]);
+        a[kk][2] = pack2<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+        a[kk][3] = pack2<T>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+    }
 }
 
-template <int MT, int NT>
-DST_FDEV void zero(float (&c)[MT][NT][4]) {
+template <int NT>
+DST_FDEV void zero(float (&c)[NT][4]) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) c[mt][nt][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) c[nt][e] = 0.0f;
 }
 
 // ================================ dropout ========================================================
 
-DST_FDEV uint32_t keep_bits4(const Params &p, uint64_t e) {
-    const Philox4 r = philox_dropout_block(p.seed, p.offset, e >> 2);
-    return uint32_t(r.v[0] >= p.threshold) | uint32_t(r.v[1] >= p.threshold) << 1 |
-           uint32_t(r.v[2] >= p.threshold) << 2 | uint32_t(r.v[3] >= p.threshold) << 3;
-}
-DST_FDEV uint32_t keep_one(const Params &p, uint64_t e) {
-    return philox_dropout_keep(p.seed, p.offset, e, p.threshold) ? 1u : 0u;
-}
-
-// Keep bits of this lane's four elements of a 16×8 accumulator tile whose rows are queries
-// i0 … i0+15 and columns keys j0 … j0+7 (row_base = (b·heads + h)·S): bit 0 (i0+g, j0+2t),
-// bit 1 (i0+g, j0+2t+1), bit 2 (i0+g+8, j0+2t), bit 3 (i0+g+8, j0+2t+1), g = lane/4, t = lane%4.
-DST_FDEV uint32_t keep_q_rows(const Params &p, uint64_t row_base, int i0, int j0) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const uint64_t S = uint64_t(p.seq);
-    if (p.aligned4) {
-        // Lane (g, t) draws the block of row i0 + g + 8·(t&1), keys j0 + 4·(t>>1) … +3.
-        const uint64_t e = (row_base + uint64_t(i0 + g + 8 * (t & 1))) * S + uint64_t(j0 + 4 * (t >> 1));
-        const uint32_t own = keep_bits4(p, e);
-        const uint32_t other = __shfl_xor_sync(0xffffffffu, own, 1);
-        const uint32_t top = (t & 1) ? other : own, bottom = (t & 1) ? own : other;
-        const int sh = 2 * (t & 1);
-        return ((top >> sh) & 3u) | (((bottom >> sh) & 3u) << 2);
+// The four words of dropout group (lo, hi) = element >> 2 (kernels/philox.h, philox_dropout_block).
+DST_FDEV uint4 philox_group(const Params &p, uint32_t lo, uint32_t hi) {
+    const uint64_t m0 = uint64_t(kPhiloxM0) * lo;
+    uint32_t c0 = hi ^ p.r0a, c1 = p.r0b, c2 = uint32_t(m0 >> 32) ^ p.r0c, c3 = uint32_t(m0);
+#pragma unroll
+    for (int r = 1; r < 10; ++r) {
+        const uint64_t a = uint64_t(kPhiloxM0) * c0, b = uint64_t(kPhiloxM1) * c2;
+        const uint32_t n0 = uint32_t(b >> 32) ^ c1 ^ p.key0[r], n2 = uint32_t(a >> 32) ^ c3 ^ p.key1[r];
+        c1 = uint32_t(b);
+        c3 = uint32_t(a);
+        c0 = n0;
+        c2 = n2;
     }
-    const uint64_t e0 = (row_base + uint64_t(i0 + g)) * S + uint64_t(j0 + 2 * t), e8 = e0 + 8 * S;
-    return keep_one(p, e0) | keep_one(p, e0 + 1) << 1 | keep_one(p, e8) << 2 | keep_one(p, e8 + 1) << 3;
+    return make_uint4(c0, c1, c2, c3);
 }
-
-// The same for a transposed tile: rows are keys j0 … j0+15, columns queries i0 … i0+7; bit 0
-// (key j0+g, query i0+2t), bit 1 (j0+g, i0+2t+1), bit 2 (j0+g+8, i0+2t), bit 3 (j0+g+8, i0+2t+1).
-DST_FDEV uint32_t keep_k_rows(const Params &p, uint64_t row_base, int j0, int i0) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const uint64_t S = uint64_t(p.seq);
-    if (p.aligned4) {
-        // Lane (g, t) draws the block of query i0 + 2t + (g&1), keys j0 + 4·(g>>1) … +3; the block
-        // (query i0 + x, keys j0 + 4q …) lives in lane 4·(2q + (x&1)) + (x>>1).
-        const uint64_t e = (row_base + uint64_t(i0 + 2 * t + (g & 1))) * S + uint64_t(j0 + 4 * (g >> 1));
-        const uint32_t own = keep_bits4(p, e);
-        const int q = g >> 2, w = g & 3;
-        const uint32_t b0 = __shfl_sync(0xffffffffu, own, 4 * (2 * q) + t);
-        const uint32_t b1 = __shfl_sync(0xffffffffu, own, 4 * (2 * q + 1) + t);
-        const uint32_t b2 = __shfl_sync(0xffffffffu, own, 4 * (4 + 2 * q) + t);
-        const uint32_t b3 = __shfl_sync(0xffffffffu, own, 4 * (5 + 2 * q) + t);
-        return ((b0 >> w) & 1u) | ((b1 >> w) & 1u) << 1 | ((b2 >> w) & 1u) << 2 | ((b3 >> w) & 1u) << 3;
-    }
-    const uint64_t e0 = (row_base + uint64_t(i0 + 2 * t)) * S + uint64_t(j0 + g);
-    return keep_one(p, e0) | keep_one(p, e0 + S) << 1 | keep_one(p, e0 + 8) << 2 | keep_one(p, e0 + S + 8) << 3;
+DST_FDEV uint4 philox_group(const Params &p, uint64_t group) {
+    return philox_group(p, uint32_t(group), uint32_t(group >> 32));
 }
-
-// Keep bits of NT consecutive 16×8 tiles along the columns (tile nt at bits 4·nt … 4·nt+3);
-// all ones without dropout. Unrolled by two only: two Philox chains in flight, not NT.
-template <int NT, bool kKeyRows>
-DST_FDEV uint32_t keep_tiles(const Params &p, uint64_t row_base, int r0, int c0) {
-    static_assert(NT <= 8, "4 bits per tile in 32 bits");
-    if (!p.dropout) return 0xffffffffu;
-    uint32_t bits = 0;
-#pragma unroll 2
-    for (int nt = 0; nt < NT; ++nt)
-        bits |= (kKeyRows ? keep_k_rows(p, row_base, r0, c0 + nt * 8) : keep_q_rows(p, row_base, r0, c0 + nt * 8))
-                << (4 * nt);
-    return bits;
+// The word of one element (any alignment).
+DST_FDEV uint32_t philox_word(const Params &p, uint64_t e) {
+    const uint4 r = philox_group(p, e >> 2);
+    const uint32_t k = uint32_t(e & 3);
+    return k == 0 ? r.x : k == 1 ? r.y : k == 2 ? r.z : r.w;
 }
 
 // ================================ small helpers ==================================================
@@ -349,14 +398,9 @@ DST_FDEV int key_limit(const Params &p, int b) {
     return len < 0 ? 0 : (len > p.seq ? p.seq : len);
 }
 
-// Scaled score in the log2 domain of (query i, key j), −inf where the key is hidden.
-DST_FDEV float score2(const Params &p, float dot, float bias2, int i, int j, int kv_len) {
-    if (j >= kv_len || (p.causal && j > i)) return -INFINITY;
-    return fmaf(dot, p.scale_log2, bias2);
-}
-
+// The additive mask of key j in the log2 domain (0 without one; j < S).
 DST_FDEV float bias2_at(const Params &p, int b, int j) {
-    return (p.key_bias && j < p.seq) ? p.key_bias[int64_t(b) * p.seq + j] * kLog2e : 0.0f;
+    return p.key_bias ? p.key_bias[int64_t(b) * p.seq + j] * kLog2e : 0.0f;
 }
 
 // Stores two adjacent columns (c, c+1) of row `row` (elements) when they are below d.
@@ -370,179 +414,203 @@ DST_FDEV void store2(T *row, int c, int d, float v0, float v1) {
     }
 }
 
-// Softmax backward of one score element (both backward kernels): P = exp2(x − lse2), P̃ = P·keep·σ,
-// dS = P·(dP̃·keep·σ − D), from the log2-domain score x, the row's lse2 and D, and dP̃ = dctx·v.
-DST_FDEV float softmax_grad(const Params &p, float x, float lse2, float dp, bool kept, float D, float *ptilde) {
-    const float pr = exp2f(x - lse2);
-    *ptilde = kept ? pr * p.drop_scale : 0.0f;
-    return pr * ((kept ? dp * p.drop_scale : 0.0f) - D);
-}
-
-// One (batch, head) and query tile of a forward or dQ block: where its rows are, and which key
-// tiles it visits (up to the key length, and the diagonal when causal).
-template <typename T>
-struct QueryBlock {
-    int b, h, q0, kv_len, n_blocks;
-    int64_t ld;           // qkv row stride (3H)
-    const T *gq, *gk, *gv;
-    uint64_t row_base;    // (b·heads + h)·S: dropout element rows
-    DST_FDEV QueryBlock(const Params &p, int BM, int BN) {
-        const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
-        b = bh / p.heads;
-        h = bh % p.heads;
-        q0 = m_block * BM;
-        ld = 3 * int64_t(p.hidden);
-        gq = static_cast<const T *>(p.qkv) + int64_t(b) * p.seq * ld + int64_t(h) * p.head_dim;
-        gk = gq + p.hidden;
-        gv = gq + 2 * p.hidden;
-        kv_len = key_limit(p, b);
-        const int n_end = p.causal ? min(kv_len, q0 + BM) : kv_len;
-        n_blocks = (n_end + BN - 1) / BN;
-        row_base = uint64_t(bh) * uint64_t(p.seq);
-    }
-};
-
-// Key tile nb (K then V, BN rows each) into stage st of a two-stage [K | V] buffer.
-template <typename T, int BN, int D, int NT>
-DST_FDEV void stage_kv(T *sKV0, int st, int nb, const QueryBlock<T> &qb, const Params &p) {
-    T *kv = sKV0 + st * 2 * BN * (D + 8);
-    load_tile<T, BN, D, NT>(kv, qb.gk, qb.ld, nb * BN, p.seq, p.head_dim, p.vec16);
-    load_tile<T, BN, D, NT>(kv + BN * (D + 8), qb.gv, qb.ld, nb * BN, p.seq, p.head_dim, p.vec16);
-}
-
-// The additive mask (log2 domain) of this lane's key columns k0 + 8·nt + 2t (+1).
-template <int NT>
-DST_FDEV void key_bias2(const Params &p, int b, int k0, float (&bias2)[NT][2]) {
-    const int t = threadIdx.x & 3;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        const int j = k0 + nt * 8 + 2 * t;
-        bias2[nt][0] = bias2_at(p, b, j);
-        bias2[nt][1] = bias2_at(p, b, j + 1);
-    }
-}
-
 // ================================ forward ========================================================
 
-// BM queries per block (NW warps of 16·MT rows), BN keys per tile, head dim padded to D.
-template <typename T, int D, int BM, int BN, int NW>
+// 16·NW queries per block (a warp per 16 rows), BN keys per tile, head dim padded to D.
+template <typename T, int D, int BN, int NW>
 struct FwdTraits {
-    static constexpr int kThreads = NW * 32, kMT = BM / (16 * NW), kNT = BN / 8, kDT = D / 8, kLds = D + 8;
-    static constexpr size_t kSmem = size_t(BM + 4 * BN) * kLds * sizeof(T);  // Q, two stages of K | V
-    static_assert(BM % (16 * NW) == 0 && BN % 16 == 0 && D % 16 == 0, "tile shape");
+    static constexpr int kBM = 16 * NW, kThreads = NW * 32, kLds = D + 8;
+    static constexpr size_t kSmem = size_t(kBM + 4 * BN) * kLds * sizeof(T);  // Q, two stages of K | V
+    static_assert(BN % 16 == 0 && D % 16 == 0, "tile shape");
 };
 
-template <typename T, int D, int BM, int BN, int NW, int MB>
+template <typename T, int D, int BN, int NW, int MB>
 __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) {
-    using Tr = FwdTraits<T, D, BM, BN, NW>;
-    constexpr int MT = Tr::kMT, NT = Tr::kNT, DT = Tr::kDT, LDS = Tr::kLds, kKeepNT = NT < 8 ? NT : 8;
+    using Tr = FwdTraits<T, D, BN, NW>;
+    constexpr int BM = Tr::kBM, NT = BN / 8, NG = BN / 16, DT = D / 8, KD = D / 16, LDS = Tr::kLds;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sQ = reinterpret_cast<T *>(smem_raw), *sKV0 = sQ + BM * LDS;  // two stages of [K | V]
 
-    const QueryBlock<T> qb(p, BM, BN);
-    const int b = qb.b, h = qb.h, S = p.seq, d = p.head_dim, q0 = qb.q0, kv_len = qb.kv_len, n_blocks = qb.n_blocks;
+    const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
+    const int b = bh / p.heads, h = bh % p.heads, S = p.seq, d = p.head_dim;
+    const int q0 = m_block * BM;
+    const int64_t ld = 3 * int64_t(p.hidden);
+    const T *gq = static_cast<const T *>(p.qkv) + int64_t(b) * S * ld + int64_t(h) * d;
+    const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
+    const int kv_len = key_limit(p, b);
+    const int n_end = p.causal ? min(kv_len, q0 + BM) : kv_len;
+    const int n_blocks = (n_end + BN - 1) / BN;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int wrow = warp * MT * 16;
-    const uint64_t row_base = qb.row_base;
+    const int wrow = warp * 16;
+    const int i0 = q0 + wrow + g, i1 = i0 + 8;  // this lane's two query rows
+    const uint64_t row_base = uint64_t(bh) * uint64_t(S);
+    // Shared-memory rows a lane addresses in ldmatrix: K (B of S = Q·Kᵀ, rows n) and V (B of P·V,
+    // rows k), both in perm16 order.
+    const int krow = perm16((lane >> 4) * 8 + (lane & 7)), vrow = perm16(((lane >> 3) & 1) * 8 + (lane & 7));
 
-    load_tile<T, BM, D, Tr::kThreads>(sQ, qb.gq, qb.ld, q0, S, d, p.vec16);
-    if (n_blocks > 0) stage_kv<T, BN, D, Tr::kThreads>(sKV0, 0, 0, qb, p);
+    const RowCopy<T, BN, D, Tr::kThreads> kv_copy(gk, gv, ld, d, p.vec16);
+    auto stage_kv = [&](int nb, int st) {
+        T *kv = sKV0 + st * 2 * BN * LDS;
+        kv_copy.copy(kv, kv + BN * LDS, nb * BN, S);
+    };
+    RowCopy<T, BM, D, Tr::kThreads>(gq, gq, ld, d, p.vec16).copy(sQ, nullptr, q0, S);
+    if (n_blocks > 0) stage_kv(0, 0);
     cp_async_commit();
 
-    float o[MT][DT][4];
+    // Dropout groups of this lane's rows at key 0 (aligned4: (row_base + i)·S/4 + t).
+    const uint64_t grp0 = (row_base + uint64_t(i0)) * uint64_t(S / 4) + uint64_t(t);
+    const uint64_t grp1 = grp0 + 2 * uint64_t(S);  // 8 rows on
+    const bool has_bias = p.key_bias != nullptr;
+    const float cexp = has_bias ? 1.0f : p.scale_log2;  // s is scaled with the mask added, or raw
+
+    uint32_t qf[KD][4];
+    float o[DT][4];
     zero(o);
-    float m[MT][2], l[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+    float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
     for (int nb = 0; nb < n_blocks; ++nb) {
         const int k0 = nb * BN, st = nb & 1;
         cp_async_wait<0>();
         __syncthreads();  // this tile visible; every warp is done with the other stage
-        if (nb + 1 < n_blocks) stage_kv<T, BN, D, Tr::kThreads>(sKV0, st ^ 1, nb + 1, qb, p);
+        if (nb == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KD; ++kk)
+                ldsm_x4(qf[kk], smem_addr(sQ + (wrow + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8));
+        }
+        if (nb + 1 < n_blocks) stage_kv(nb + 1, st ^ 1);
         cp_async_commit();
         const T *sK = sKV0 + st * 2 * BN * LDS, *sV = sK + BN * LDS;
 
-        float s[MT][NT][4];
+        // S = Q·Kᵀ (columns in perm16 order).
+        float s[NT][4];
         zero(s);
-        mma_abt<T, MT, NT, D, LDS>(s, sQ, wrow, sK, 0);
-
-        // Scores in the log2 domain, masked where needed (uniform per tile).
-        const bool edge = k0 + BN > kv_len || (p.causal && k0 + BN - 1 > q0 + wrow);
-        float bias2[NT][2];
-        key_bias2<NT>(p, b, k0, bias2);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
+        for (int kk = 0; kk < KD; ++kk)
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int i = q0 + wrow + mt * 16 + g + 8 * r;
-                float mx = -INFINITY;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        float &v = s[mt][nt][2 * r + c];
-                        v = edge ? score2(p, v, bias2[nt][c], i, k0 + nt * 8 + 2 * t + c, kv_len)
-                                 : fmaf(v, p.scale_log2, bias2[nt][c]);
-                        mx = fmaxf(mx, v);
-                    }
-                const float m_new = fmaxf(m[mt][r], quad_max(mx));
-                const float ref = m_new == -INFINITY ? 0.0f : m_new;  // every key so far hidden
-                const float alpha = exp2f(m[mt][r] - ref);
-                m[mt][r] = m_new;
-                float sum = 0.0f;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        float &v = s[mt][nt][2 * r + c];
-                        v = exp2f(v - ref);
-                        sum += v;
-                    }
-                l[mt][r] = l[mt][r] * alpha + sum;
-#pragma unroll
-                for (int dt = 0; dt < DT; ++dt) o[mt][dt][2 * r] *= alpha, o[mt][dt][2 * r + 1] *= alpha;
+            for (int G = 0; G < NG; ++G) {
+                uint32_t bf[4];
+                ldsm_x4(bf, smem_addr(sK + (G * 16 + krow) * LDS + kk * 16 + ((lane >> 3) & 1) * 8));
+                mma<T>(s[2 * G], qf[kk], bf[0], bf[1]);
+                mma<T>(s[2 * G + 1], qf[kk], bf[2], bf[3]);
             }
-            if (p.dropout) {
+
+        // Element (nt, e) is row e/2 (i0 or i1) and key k0 + 16·(nt/2) + 4t + 2·(nt%2) + e%2.
+        if (has_bias) {  // s ← s·scale·log2(e) + mask·log2(e)
 #pragma unroll
-                for (int n8 = 0; n8 < NT; n8 += kKeepNT) {
-                    const uint32_t keep = keep_tiles<kKeepNT, false>(p, row_base, q0 + wrow + mt * 16, k0 + n8 * 8);
+            for (int G = 0; G < NG; ++G) {
+                const int j = k0 + G * 16 + 4 * t;
+                float b4[4];
 #pragma unroll
-                    for (int nn = 0; nn < kKeepNT; ++nn)
+                for (int x = 0; x < 4; ++x) b4[x] = j + x < S ? bias2_at(p, b, j + x) : 0.0f;
 #pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            if (!((keep >> (4 * nn + e)) & 1u)) s[mt][n8 + nn][e] = 0.0f;
+                for (int e = 0; e < 4; ++e) {
+                    s[2 * G][e] = fmaf(s[2 * G][e], p.scale_log2, b4[e & 1]);
+                    s[2 * G + 1][e] = fmaf(s[2 * G + 1][e], p.scale_log2, b4[2 + (e & 1)]);
                 }
             }
         }
-        uint32_t a[MT][NT / 2][4];
-        to_a<T, MT, NT>(a, s);
-        mma_rb<T, MT, DT, BN, LDS>(o, a, sV, 0);
+        if (k0 + BN > kv_len || (p.causal && k0 + BN - 1 > q0 + wrow)) {  // uniform per warp
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int j = k0 + 16 * (nt >> 1) + 4 * t + 2 * (nt & 1) + (e & 1), i = e < 2 ? i0 : i1;
+                    if (j >= kv_len || (p.causal && j > i)) s[nt][e] = -INFINITY;
+                }
+        }
+
+        // Online softmax in the log2 domain (m2: running max of the scaled scores).
+        float alpha[2], neg[2];
+        bool grew = false;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+            const float m_new = fmaxf(m2[r], quad_max(mx) * cexp);
+            const float ref = m_new == -INFINITY ? 0.0f : m_new;  // every key so far hidden
+            grew |= m_new > m2[r];
+            alpha[r] = fast_exp2(m2[r] - ref);
+            m2[r] = m_new;
+            neg[r] = -ref;
+        }
+        float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float v = fast_exp2(fmaf(s[nt][e], cexp, neg[e >> 1]));
+                sum[e >> 1] += v;
+                s[nt][e] = v;
+            }
+        l[0] = fmaf(l[0], alpha[0], sum[0]);
+        l[1] = fmaf(l[1], alpha[1], sum[1]);
+        if (__any_sync(0xffffffffu, grew)) {  // after the first tiles the maxima seldom move
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[dt][e] *= alpha[e >> 1];
+        }
+
+        // Dropout: word x of this lane's block of row r in group G is key offset x, element
+        // (2G + x/2, 2r + x%2). One branch per mode outside the unrolled loops, so that the
+        // Philox chains of a tile are one straight block the scheduler can interleave.
+        auto drop = [&](int G, int r, const uint4 &w) {
+            if (w.x < p.threshold) s[2 * G][2 * r] = 0.0f;
+            if (w.y < p.threshold) s[2 * G][2 * r + 1] = 0.0f;
+            if (w.z < p.threshold) s[2 * G + 1][2 * r] = 0.0f;
+            if (w.w < p.threshold) s[2 * G + 1][2 * r + 1] = 0.0f;
+        };
+        if (p.dropout && p.aligned4) {
+#pragma unroll
+            for (int G = 0; G < NG; ++G)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) drop(G, r, philox_group(p, (r ? grp1 : grp0) + uint64_t(k0 / 4 + 4 * G)));
+        } else if (p.dropout) {
+#pragma unroll
+            for (int G = 0; G < NG; ++G)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const uint64_t e0 = (row_base + uint64_t(r ? i1 : i0)) * uint64_t(S) + uint64_t(k0 + 16 * G + 4 * t);
+                    drop(G, r, make_uint4(philox_word(p, e0), philox_word(p, e0 + 1), philox_word(p, e0 + 2),
+                                          philox_word(p, e0 + 3)));
+                }
+        }
+
+        // O += P̃·V (V rows in the same perm16 order as the columns of P̃).
+        uint32_t a[NG][4];
+        to_a<T, NT>(a, s);
+#pragma unroll
+        for (int G = 0; G < NG; ++G)
+#pragma unroll
+            for (int dp = 0; dp < DT / 2; ++dp) {
+                uint32_t bf[4];
+                ldsm_x4_t(bf, smem_addr(sV + (G * 16 + vrow) * LDS + dp * 16 + (lane >> 4) * 8));
+                mma<T>(o[2 * dp], a[G], bf[0], bf[1]);
+                mma<T>(o[2 * dp + 1], a[G], bf[2], bf[3]);
+            }
     }
     cp_async_wait<0>();  // Q is still in flight when no key tile was visible
 
-    // ctx = o·(1/(1−p))/l; lse = (m + log2 l)·ln 2.
+    // ctx = o·(1/(1−p))/l; lse = (m2 + log2 l)·ln 2.
     T *gctx = static_cast<T *>(p.ctx) + int64_t(b) * S * p.hidden + int64_t(h) * d;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int r = 0; r < 2; ++r) {
+        const float lt = quad_sum(l[r]);
+        const int i = r ? i1 : i0;
+        if (i >= S) continue;
+        const float inv = lt > 0.0f ? p.drop_scale / lt : 0.0f;
+        T *row = gctx + int64_t(i) * p.hidden;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float lt = quad_sum(l[mt][r]);
-            const int i = q0 + wrow + mt * 16 + g + 8 * r;
-            if (i >= S) continue;
-            const float inv = lt > 0.0f ? p.drop_scale / lt : 0.0f;
-            T *row = gctx + int64_t(i) * p.hidden;
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt)
-                store2(row, dt * 8 + 2 * t, d, o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
-            if (p.lse && t == 0)
-                p.lse[row_base + i] = lt > 0.0f ? (m[mt][r] + log2f(lt)) * kLn2 : -INFINITY;
-        }
+        for (int dt = 0; dt < DT; ++dt) store2(row, dt * 8 + 2 * t, d, o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        if (p.lse && t == 0) p.lse[row_base + i] = lt > 0.0f ? (m2[r] + log2f(lt)) * kLn2 : -INFINITY;
+    }
 }
 
 // ================================ backward =======================================================
 
-// D[bh, i] = Σ_c dctx[b, i, h, c]·ctx[b, i, h, c]; one thread per (token, head).
+// D[bh, i] = Σ_c dctx[b, i, h, c]·ctx[b, i, h, c] and lse2[bh, i] = lse·log2(e) (+inf for −inf:
+// P = exp2(x − lse2) is then 0); one thread per (token, head).
 template <typename T>
 __global__ void flash_rowdot_kernel(const Params p) {
     const int64_t total = int64_t(p.batch) * p.seq * p.heads;
@@ -553,309 +621,333 @@ __global__ void flash_rowdot_kernel(const Params p) {
         const T *oo = static_cast<const T *>(p.ctx_in) + tok * p.hidden + int64_t(h) * p.head_dim;
         float s = 0.0f;
         for (int c = 0; c < p.head_dim; ++c) s = fmaf(to_float(go[c]), to_float(oo[c]), s);
-        p.dsum[(b * p.heads + h) * p.seq + i] = s;
+        const int64_t row = (b * p.heads + h) * p.seq + i;
+        p.dsum[row] = s;
+        const float ls = p.lse[row];
+        p.lse2[row] = ls == -INFINITY ? INFINITY : ls * kLog2e;
     }
 }
 
-// BN keys per block (NW warps of 16·MT keys), BM queries per tile.
-template <typename T, int D, int BM, int BN, int NW>
-struct BwdKvTraits {
-    static constexpr int kThreads = NW * 32, kMT = BN / (16 * NW), kNT = BM / 8, kDT = D / 8, kLds = D + 8;
-    static constexpr int kLdsS = BM + 8;  // staged dS (stochastic): [BN][BM + 8]
-    // Stochastic dQ of a query tile: kQW warps of 16·kQMT query rows (the others wait).
-    static constexpr int kQW = BM / 16 < NW ? BM / 16 : NW, kQMT = BM / (16 * kQW);
-    static constexpr size_t smem(bool atomic_dq) {
-        return size_t(2 * BN + 4 * BM) * kLds * sizeof(T) + (atomic_dq ? size_t(BN) * kLdsS * sizeof(T) : 0) +
-               size_t(4 * BM) * sizeof(float);
-    }
-    static_assert(BN % (16 * NW) == 0 && BM % 16 == 0 && BM % (16 * kQW) == 0 && D % 16 == 0, "tile shape");
+// 16·NW keys per block (a warp per 16), BM queries per step. The dQ product of a step splits the
+// [BM][D] tile over the warps as WM (rows of 16) × WN (column blocks of kDqT n8 tiles).
+template <typename T, int D, int BM, int NW>
+struct BwdTraits {
+    static constexpr int kBN = 16 * NW, kThreads = NW * 32, kLds = D + 8, kLdsS = BM + 8;
+    static constexpr int kWM = BM / 16, kWN = NW / kWM, kDqT = D / 8 / kWN;
+    static constexpr size_t kSmem = size_t(2 * kBN + 4 * BM) * kLds * sizeof(T)  // K, V, 2 × [Q | dctx]
+                                    + size_t(4 * BM) * sizeof(float)                // 2 × [lse2 | D]
+                                    + size_t(kBN) * kLdsS * sizeof(T)               // dSᵀ [key][query]
+                                    + 16;                                           // the ticket
+    static_assert(BM % 16 == 0 && D % 16 == 0 && NW % kWM == 0 && (D / 8) % kWN == 0 && kDqT % 2 == 0,
+                  "tile shape");
 };
 
-// Stochastic backward: dQ rows qrow … qrow + 16·QMT of a query tile += dS·K, dS staged in sS as
-// [key][query] (row stride LDSS), K in sK; fp32 atomics into dq_accum + acc0 (row width D).
-template <typename T, int D, int BN, int LDS, int LDSS, int QMT>
-DST_FDEV void atomic_dq_tile(const Params &p, const T *sS, const T *sK, int qrow, int64_t acc0, int rows_left) {
-    constexpr int DT = D / 8;
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    float dq[QMT][DT][4];
-    zero(dq);
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-        uint32_t af[QMT][1][4];
-#pragma unroll
-        for (int mt = 0; mt < QMT; ++mt)  // A = dS [query][key], stored [key][query]: transposed loads
-            ldsm_x4_t(af[mt][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + qrow + mt * 16 +
-                                           ((lane >> 3) & 1) * 8));
-        mma_rb<T, QMT, DT, 16, LDS>(dq, af, sK, kk * 16);
-    }
-    float *acc = p.dq_accum + acc0;
-#pragma unroll
-    for (int mt = 0; mt < QMT; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int il = qrow + mt * 16 + g + 8 * r;
-            if (il >= rows_left) continue;
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt) {
-                atomicAdd(acc + il * D + dt * 8 + 2 * t, dq[mt][dt][2 * r]);
-                atomicAdd(acc + il * D + dt * 8 + 2 * t + 1, dq[mt][dt][2 * r + 1]);
-            }
-        }
-}
-
-template <typename T, int D, int BM, int BN, int NW, int MB, bool kAtomicDq>
-__global__ void __launch_bounds__(NW * 32, MB) flash_bwd_dkdv_kernel(const Params p) {
-    using Tr = BwdKvTraits<T, D, BM, BN, NW>;
-    constexpr int MT = Tr::kMT, NT = Tr::kNT, DT = Tr::kDT, LDS = Tr::kLds, LDSS = Tr::kLdsS;
-    constexpr int kKeepNT = NT < 8 ? NT : 8;
+template <typename T, int D, int BM, int NW, int MB>
+__global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) {
+    using Tr = BwdTraits<T, D, BM, NW>;
+    constexpr int BN = Tr::kBN, NTQ = BM / 8, KD = D / 16, DT = D / 8, LDS = Tr::kLds, LDSS = Tr::kLdsS;
+    constexpr int DQT = Tr::kDqT;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sK = reinterpret_cast<T *>(smem_raw), *sV = sK + BN * LDS;
-    T *sQ0 = sV + BN * LDS;  // two stages of [Q | dctx], each 2·BM rows
-    float *sStat = reinterpret_cast<float *>(sQ0 + 4 * BM * LDS);  // two stages of [lse2 | D], each 2·BM
-    T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                   // stochastic: staged dS [BN][BM + 8]
+    T *sQ0 = sV + BN * LDS;                                          // 2 stages of [Q | dctx], BM rows each
+    float *sStat = reinterpret_cast<float *>(sQ0 + 4 * BM * LDS);   // 2 stages of [lse2 | D]
+    T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                   // dSᵀ [BN][BM + 8]
+    int *sTicket = reinterpret_cast<int *>(sS + BN * LDSS);
 
-    const int n_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
+    // The work item: the ticket order is the dQ order (key blocks of a (batch, head) ascending).
+    int *ticket = p.counters + int64_t(p.batch) * p.heads * p.q_tiles;
+    if (threadIdx.x == 0) *sTicket = atomicAdd(ticket, 1);
+    __syncthreads();
+    const int item = *sTicket;
+    const int jb = item % p.m_blocks, bh = item / p.m_blocks;
     const int b = bh / p.heads, h = bh % p.heads, S = p.seq, d = p.head_dim;
-    const int k0 = n_block * BN;
+    const int k0 = jb * BN;
     const int64_t ld = 3 * int64_t(p.hidden);
     const T *gq = static_cast<const T *>(p.qkv) + int64_t(b) * S * ld + int64_t(h) * d;
     const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
     const T *gdo = static_cast<const T *>(p.dctx) + int64_t(b) * S * p.hidden + int64_t(h) * d;
+    T *gdq = static_cast<T *>(p.dqkv) + int64_t(b) * S * ld + int64_t(h) * d;
     const int kv_len = key_limit(p, b);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int wrow = warp * MT * 16;
+    const int wrow = warp * 16;
     const uint64_t row_base = uint64_t(bh) * uint64_t(S);
-    const float *lse = p.lse + row_base, *dsum = p.dsum + row_base;
 
-    float dk[MT][DT][4], dv[MT][DT][4];
-    zero(dk);
-    zero(dv);
-    // Query tiles that see these keys: all, or from the diagonal on when causal; none past the length.
-    const int m_first = k0 < kv_len ? (p.causal ? k0 / BM : 0) : 0;
-    const int m_end = k0 < kv_len ? (S + BM - 1) / BM : 0;
+    if (k0 >= kv_len) {  // keys past the length: zero dK and dV (and, with no key at all, dQ)
+        for (int x = threadIdx.x; x < BN * d; x += Tr::kThreads) {
+            const int j = k0 + x / d, c = x % d;
+            if (j < S) gdq[int64_t(j) * ld + p.hidden + c] = gdq[int64_t(j) * ld + 2 * p.hidden + c] = from_float<T>(0.0f);
+        }
+        if (jb == 0)
+            for (int64_t x = threadIdx.x; x < int64_t(S) * d; x += Tr::kThreads)
+                gdq[(x / d) * ld + x % d] = from_float<T>(0.0f);
+        return;
+    }
+    const int nk = (kv_len + BN - 1) / BN;  // key blocks that add into each query tile (non-causal)
+    // The query tiles this block visits, in order: from the diagonal on when causal; otherwise all,
+    // starting at its own index when the dQ order follows the steps (so that in lockstep every
+    // block adds into a tile one step after the block before it in that tile's order).
+    const int nq = p.q_tiles, m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
+    auto tile_at = [&](int step) { return p.causal || !p.dq_order ? m_first + step : (jb + step) % nq; };
+    const float *lse2 = p.lse2 + row_base, *dsum = p.dsum + row_base;
 
+    const RowCopy<T, BM, D, Tr::kThreads> q_copy(gq, gq, ld, d, p.vec16), do_copy(gdo, gdo, p.hidden, d, p.vec16);
     auto stage = [&](int mb, int st) {  // Q, dctx and the row statistics of query tile mb
         T *q = sQ0 + st * 2 * BM * LDS;
-        load_tile<T, BM, D, Tr::kThreads>(q, gq, ld, mb * BM, S, d, p.vec16);
-        load_tile<T, BM, D, Tr::kThreads>(q + BM * LDS, gdo, p.hidden, mb * BM, S, d, p.vec16);
+        q_copy.copy(q, nullptr, mb * BM, S);
+        do_copy.copy(q + BM * LDS, nullptr, mb * BM, S);
         float *st2 = sStat + st * 2 * BM;
         for (int r = threadIdx.x; r < BM; r += Tr::kThreads) {
             const int i = mb * BM + r;
-            const float ls = i < S ? lse[i] : -INFINITY;
-            // Rows past S or with every key hidden get P = 0: exp2(x − inf).
-            st2[r] = ls == -INFINITY ? INFINITY : ls * kLog2e;
-            st2[BM + r] = i < S ? dsum[i] : 0.0f;
+            if (i < S) {
+                cp_async4(smem_addr(st2 + r), lse2 + i);
+                cp_async4(smem_addr(st2 + BM + r), dsum + i);
+            } else {  // rows past S: P = 0
+                st2[r] = INFINITY;
+                st2[BM + r] = 0.0f;
+            }
         }
     };
+    RowCopy<T, BN, D, Tr::kThreads>(gk, gv, ld, d, p.vec16).copy(sK, sV, k0, S);
+    stage(tile_at(0), 0);
+    cp_async_commit();
 
-    if (m_first < m_end) {
-        load_tile<T, BN, D, Tr::kThreads>(sK, gk, ld, k0, S, d, p.vec16);
-        load_tile<T, BN, D, Tr::kThreads>(sV, gv, ld, k0, S, d, p.vec16);
-        stage(m_first, 0);
-        cp_async_commit();
-    }
-    // Bias of this thread's key rows (fixed for the block).
-    float kb2[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) kb2[mt][r] = bias2_at(p, b, k0 + wrow + mt * 16 + g + 8 * r);
+    // This lane's key rows (rho16): 2g (accumulator elements 0, 1) and 2g + 1 (elements 2, 3).
+    const int kj0 = k0 + wrow + 2 * g, kj1 = kj0 + 1;
+    // The additive mask of this lane's keys over scale (−inf past the length): added to the raw
+    // scores on tiles that need it.
+    const bool has_bias = p.key_bias != nullptr;
+    float kbs[2];
+    kbs[0] = kj0 >= kv_len ? -INFINITY : (has_bias ? p.key_bias[int64_t(b) * S + kj0] / p.scale : 0.0f);
+    kbs[1] = kj1 >= kv_len ? -INFINITY : (has_bias ? p.key_bias[int64_t(b) * S + kj1] / p.scale : 0.0f);
+    const bool key_edge = has_bias || k0 + wrow + 16 > kv_len;  // uniform per warp
+    const int arow = wrow + rho16(lane & 15);  // K and V rows this lane addresses as A operands
+    const int hh = g & 1;                      // which half of its Philox block this lane holds
+    const uint32_t kgroup = uint32_t((k0 + wrow) / 4 + (g >> 1));  // the block's group within a row
 
-    for (int mb = m_first; mb < m_end; ++mb) {
-        const int st = (mb - m_first) & 1, i0 = mb * BM;
+    float dk[1][DT][4], dv[1][DT][4];
+    zero(dk[0]);
+    zero(dv[0]);
+    // K and V A fragments of this warp's keys, kept in registers when the head is narrow (wide heads
+    // reload them from shared memory each step: registers go to the dK and dV accumulators).
+    constexpr bool kCacheKV = D <= 64;
+    uint32_t kf[kCacheKV ? KD : 1][4], vf[kCacheKV ? KD : 1][4];
+    const int wm = warp % Tr::kWM, wn = warp / Tr::kWM;  // this warp's [16][DQT·8] block of the dQ tile
+
+    for (int step = 0; step < n_steps; ++step) {
+        const int mb = tile_at(step), st = step & 1, i0 = mb * BM;
         cp_async_wait<0>();
-        __syncthreads();  // this stage visible; the other stage is free
-        if (mb + 1 < m_end) stage(mb + 1, st ^ 1);
+        __syncthreads();  // this stage visible; the other stage and sS are free
+        if (kCacheKV && step == 0) {
+#pragma unroll
+            for (int kk = 0; kk < (kCacheKV ? KD : 1); ++kk) {
+                ldsm_x4(kf[kk], smem_addr(sK + arow * LDS + kk * 16 + (lane >> 4) * 8));
+                ldsm_x4(vf[kk], smem_addr(sV + arow * LDS + kk * 16 + (lane >> 4) * 8));
+            }
+        }
+        if (step + 1 < n_steps) stage(tile_at(step + 1), st ^ 1);
         cp_async_commit();
         const T *sQ = sQ0 + st * 2 * BM * LDS, *sdO = sQ + BM * LDS;
         const float *sL = sStat + st * 2 * BM, *sD = sL + BM;
 
-        float s[MT][NT][4], dp[MT][NT][4];
+        // Sᵀ = K·Qᵀ and dP̃ᵀ = V·dctxᵀ (rows: this warp's keys in rho16 order; columns: queries).
+        float s[NTQ][4], dp[NTQ][4];
         zero(s);
         zero(dp);
-        mma_abt<T, MT, NT, D, LDS>(s, sK, wrow, sQ, 0);   // Sᵀ = K·Qᵀ
-        mma_abt<T, MT, NT, D, LDS>(dp, sV, wrow, sdO, 0); // dP̃ᵀ = V·dctxᵀ
-        // Queries past S need no mask: their lse2 of +inf gives P = 0.
-        const bool edge = k0 + BN > kv_len || (p.causal && k0 + BN - 1 > i0);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            uint32_t keep = 0;
+        for (int kk = 0; kk < KD; ++kk) {
+            uint32_t ka[4], va[4];
+            if constexpr (kCacheKV) {
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                if (nt % kKeepNT == 0) keep = keep_tiles<kKeepNT, true>(p, row_base, k0 + wrow + mt * 16, i0 + nt * 8);
+                for (int x = 0; x < 4; ++x) ka[x] = kf[kk][x], va[x] = vf[kk][x];
+            } else {
+                ldsm_x4(ka, smem_addr(sK + arow * LDS + kk * 16 + (lane >> 4) * 8));
+                ldsm_x4(va, smem_addr(sV + arow * LDS + kk * 16 + (lane >> 4) * 8));
+            }
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int r = e >> 1, c = e & 1;
-                    const int j = k0 + wrow + mt * 16 + g + 8 * r, il = nt * 8 + 2 * t + c;
-                    const float x = edge ? score2(p, s[mt][nt][e], kb2[mt][r], i0 + il, j, kv_len)
-                                         : fmaf(s[mt][nt][e], p.scale_log2, kb2[mt][r]);
-                    const bool kept = (keep >> (4 * (nt % kKeepNT) + e)) & 1u;
-                    dp[mt][nt][e] = softmax_grad(p, x, sL[il], dp[mt][nt][e], kept, sD[il], &s[mt][nt][e]);  // dSᵀ, P̃ᵀ
-                }
+            for (int np = 0; np < NTQ / 2; ++np) {
+                const int brow = np * 16 + (lane >> 4) * 8 + (lane & 7), bcol = kk * 16 + ((lane >> 3) & 1) * 8;
+                uint32_t bq[4], bo[4];
+                ldsm_x4(bq, smem_addr(sQ + brow * LDS + bcol));
+                ldsm_x4(bo, smem_addr(sdO + brow * LDS + bcol));
+                mma<T>(s[2 * np], ka, bq[0], bq[1]);
+                mma<T>(s[2 * np + 1], ka, bq[2], bq[3]);
+                mma<T>(dp[2 * np], va, bo[0], bo[1]);
+                mma<T>(dp[2 * np + 1], va, bo[2], bo[3]);
             }
         }
-        uint32_t a[MT][NT / 2][4];
-        to_a<T, MT, NT>(a, s);
-        mma_rb<T, MT, DT, BM, LDS>(dv, a, sdO, 0);  // dV += P̃ᵀ·dctx
-        to_a<T, MT, NT>(a, dp);
-        mma_rb<T, MT, DT, BM, LDS>(dk, a, sQ, 0);   // dK += dSᵀ·Q
 
-        if constexpr (kAtomicDq) {
-            // Stochastic: dQ(tile) += dS·K through shared memory and fp32 atomics.
+        // Element (nt, e): key kj0 (e < 2) or kj1, query i0 + 8nt + 2t + e%2. Masks first, on the
+        // raw scores (uniform conditions, so the common tile skips them): the additive mask and
+        // the keys past the length through kbs, causal per element.
+        if (key_edge) {
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
+            for (int nt = 0; nt < NTQ; ++nt)
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    const int jr = wrow + mt * 16 + g, ic = nt * 8 + 2 * t;
-                    *reinterpret_cast<uint32_t *>(sS + jr * LDSS + ic) = pack2<T>(dp[mt][nt][0], dp[mt][nt][1]);
-                    *reinterpret_cast<uint32_t *>(sS + (jr + 8) * LDSS + ic) = pack2<T>(dp[mt][nt][2], dp[mt][nt][3]);
-                }
+                for (int e = 0; e < 4; ++e) s[nt][e] += kbs[e >> 1];
+        }
+        if (p.causal && k0 + wrow + 15 > i0) {
+#pragma unroll
+            for (int nt = 0; nt < NTQ; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if ((e < 2 ? kj0 : kj1) > i0 + nt * 8 + 2 * t + (e & 1)) s[nt][e] = -INFINITY;
+        }
+        // P = exp2(s·scale·log2 e − lse2), dS = P·(dP̃·keep·σ − D), P̃/σ = P·keep; w: the keep words.
+        auto grad = [&](int nt, const uint32_t (&w)[4]) {
+            const float2 lq = *reinterpret_cast<const float2 *>(sL + nt * 8 + 2 * t);
+            const float2 dd = *reinterpret_cast<const float2 *>(sD + nt * 8 + 2 * t);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float pr = fast_exp2(fmaf(s[nt][e], p.scale_log2, (e & 1) ? -lq.y : -lq.x));
+                const bool kept = w[e] >= p.threshold;
+                dp[nt][e] = pr * fmaf(kept ? dp[nt][e] : 0.0f, p.drop_scale, (e & 1) ? -dd.y : -dd.x);  // dSᵀ
+                s[nt][e] = kept ? pr : 0.0f;                                                          // P̃ᵀ/σ
+            }
+        };
+        if (p.dropout && p.aligned4) {
+            // This lane draws the block of query 2t + hh (its keys are words 2hh, 2hh + 1) and
+            // trades the other two words with lane ^ 4, which holds the block's other keys.
+#pragma unroll
+            for (int nt = 0; nt < NTQ; ++nt) {
+                const uint4 r = philox_group(p, (row_base + uint64_t(i0 + nt * 8 + 2 * t + hh)) * uint64_t(S / 4) + kgroup);
+                const uint32_t mine0 = hh ? r.z : r.x, mine1 = hh ? r.w : r.y;
+                const uint32_t got0 = __shfl_xor_sync(0xffffffffu, hh ? r.x : r.z, 4);
+                const uint32_t got1 = __shfl_xor_sync(0xffffffffu, hh ? r.y : r.w, 4);
+                // element e = 2x + y is key 2g + x, query 2t + y; the own block is y == hh.
+                const uint32_t w[4] = {hh ? got0 : mine0, hh ? mine0 : got0, hh ? got1 : mine1, hh ? mine1 : got1};
+                grad(nt, w);
+            }
+        } else if (p.dropout) {
+#pragma unroll
+            for (int nt = 0; nt < NTQ; ++nt) {
+                const uint64_t e00 = (row_base + uint64_t(i0 + nt * 8 + 2 * t)) * uint64_t(S) + uint64_t(kj0);
+                const uint32_t w[4] = {philox_word(p, e00), philox_word(p, e00 + uint64_t(S)), philox_word(p, e00 + 1),
+                                       philox_word(p, e00 + uint64_t(S) + 1)};
+                grad(nt, w);
+            }
+        } else {
+            const uint32_t w[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
+#pragma unroll
+            for (int nt = 0; nt < NTQ; ++nt) grad(nt, w);
+        }
+
+        // dV·(1/σ) += (P̃ᵀ/σ)·dctx, dK += dSᵀ·Q; dSᵀ to shared memory for the dQ product.
+        uint32_t a[1][NTQ / 2][4];
+        to_a<T, NTQ>(a[0], s);
+        mma_rb<T, 1, DT, BM, LDS>(dv, a, sdO, 0);
+        to_a<T, NTQ>(a[0], dp);
+        mma_rb<T, 1, DT, BM, LDS>(dk, a, sQ, 0);
+#pragma unroll
+        for (int kk = 0; kk < NTQ / 2; ++kk) {
+            T *r0 = sS + (wrow + 2 * g) * LDSS + kk * 16 + 2 * t, *r1 = r0 + LDSS;
+            *reinterpret_cast<uint32_t *>(r0) = a[0][kk][0];
+            *reinterpret_cast<uint32_t *>(r1) = a[0][kk][1];
+            *reinterpret_cast<uint32_t *>(r0 + 8) = a[0][kk][2];
+            *reinterpret_cast<uint32_t *>(r1 + 8) = a[0][kk][3];
+        }
+        __syncthreads();  // dSᵀ of every warp visible
+
+        // Partial dQ of the tile: rows 16·wm …, columns wn·DQT·8 … of dS·K (reduction over BN keys).
+        float dqp[1][DQT][4];
+        zero(dqp[0]);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            uint32_t af[1][1][4];
+            ldsm_x4_t(af[0][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 +
+                                          ((lane >> 3) & 1) * 8));
+            mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sK, kk * 16, wn * DQT * 8);
+        }
+
+        // Add it into the tile's accumulator (see the header). The key blocks 0 … jmax add into
+        // tile mb; this block's rank among them: ascending key blocks, or the order of the steps
+        // at which they visit the tile (causal: descending key blocks; otherwise by distance
+        // (mb − jb) mod nq).
+        const int jmax = p.causal ? min(nk - 1, ((mb + 1) * BM - 1) / BN) : nk - 1;
+        const int rank = !p.dq_order ? jb
+                         : p.causal  ? jmax - jb
+                         : jb <= mb  ? max(0, min(mb, nk - 1) - jb)
+                                     : min(mb + 1, nk) + (nk - 1 - jb);
+        const bool first = rank == 0, last = rank == jmax;
+        int *cnt = p.counters + int64_t(bh) * nq + mb;
+        float *acc = p.dq_accum + (row_base + uint64_t(i0 + wm * 16)) * uint64_t(D) + wn * DQT * 8;
+        T *gout = gdq + int64_t(i0 + wm * 16) * ld + wn * DQT * 8;
+        const int rows_left = S - (i0 + wm * 16), dlim = d - wn * DQT * 8;
+        // f(accumulator pair, output row, column, the pair's two values) over this lane's pairs.
+        auto each = [&](auto &&f) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int il = g + 8 * r;
+                if (il >= rows_left) continue;
+#pragma unroll
+                for (int dt = 0; dt < DQT; ++dt)
+                    f(acc + int64_t(il) * D + dt * 8 + 2 * t, gout + int64_t(il) * ld, dt * 8 + 2 * t, dqp[0][dt][2 * r],
+                      dqp[0][dt][2 * r + 1]);
+            }
+        };
+        auto write_sum = [&](float *pa, T *row, int c, float v0, float v1) {  // the last: previous sum + own
+            const float2 prev = __ldcg(reinterpret_cast<const float2 *>(pa));
+            store2(row, c, dlim, (prev.x + v0) * p.scale, (prev.y + v1) * p.scale);
+        };
+        if (p.deterministic) {
+            if (!first) {
+                if (threadIdx.x == 0)
+                    while (ld_acquire(cnt) != rank) __nanosleep(32);
+                __syncthreads();
+            }
+            if (first && last) {
+                each([&](float *, T *row, int c, float v0, float v1) { store2(row, c, dlim, v0 * p.scale, v1 * p.scale); });
+            } else if (last) {
+                each(write_sum);
+            } else if (first) {
+                each([](float *pa, T *, int, float v0, float v1) { __stcg(reinterpret_cast<float2 *>(pa), make_float2(v0, v1)); });
+            } else {
+                each([](float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
+            }
+            if (!last) {
+                __threadfence();
+                __syncthreads();
+                if (threadIdx.x == 0) st_release(cnt, rank + 1);
+            }
+        } else {  // stochastic: the accumulator starts at zero, adds in any order, the last writes
+            each([](float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
+            __threadfence();
             __syncthreads();
-            if (warp < Tr::kQW) atomic_dq_tile<T, D, BN, LDS, LDSS, Tr::kQMT>(p, sS, sK, warp * Tr::kQMT * 16,
-                                                                        (row_base + i0) * D, S - i0);
-            __syncthreads();  // sS is rewritten by the next tile
+            if (threadIdx.x == 0) *sTicket = atomicAdd(cnt, 1) == jmax;
+            __syncthreads();
+            if (*sTicket) {
+                __threadfence();
+                each([&](float *pa, T *row, int c, float, float) { write_sum(pa, row, c, 0.0f, 0.0f); });
+            }
         }
     }
 
-    // dK = scale·Σ dSᵀ·Q, dV = Σ P̃ᵀ·dctx; keys past the length keep zeros.
-    T *gdk = static_cast<T *>(p.dqkv) + int64_t(b) * S * ld + int64_t(h) * d + p.hidden;
+    // dK = scale·Σ dSᵀ·Q, dV = σ·Σ (P̃ᵀ/σ)·dctx for keys kj0 (elements 0, 1) and kj1 (2, 3).
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int r = 0; r < 2; ++r) {
+        const int j = r ? kj1 : kj0;
+        if (j >= S) continue;
+        T *row = gdq + int64_t(j) * ld + p.hidden;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int j = k0 + wrow + mt * 16 + g + 8 * r;
-            if (j >= S) continue;
-            T *row = gdk + int64_t(j) * ld;
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt) {
-                store2(row, dt * 8 + 2 * t, d, dk[mt][dt][2 * r] * p.scale, dk[mt][dt][2 * r + 1] * p.scale);
-                store2(row + p.hidden, dt * 8 + 2 * t, d, dv[mt][dt][2 * r], dv[mt][dt][2 * r + 1]);
-            }
+        for (int dt = 0; dt < DT; ++dt) {
+            store2(row, dt * 8 + 2 * t, d, dk[0][dt][2 * r] * p.scale, dk[0][dt][2 * r + 1] * p.scale);
+            store2(row + p.hidden, dt * 8 + 2 * t, d, dv[0][dt][2 * r] * p.drop_scale,
+                   dv[0][dt][2 * r + 1] * p.drop_scale);
         }
-}
-
-// BM queries per block (NW warps of 16·MT queries), BN keys per tile.
-template <typename T, int D, int BM, int BN, int NW>
-struct BwdQTraits {
-    static constexpr int kThreads = NW * 32, kMT = BM / (16 * NW), kNT = BN / 8, kDT = D / 8, kLds = D + 8;
-    static constexpr size_t kSmem = size_t(2 * BM + 4 * BN) * kLds * sizeof(T);
-    static_assert(BM % (16 * NW) == 0 && BN % 16 == 0 && D % 16 == 0, "tile shape");
-};
-
-template <typename T, int D, int BM, int BN, int NW, int MB>
-__global__ void __launch_bounds__(NW * 32, MB) flash_bwd_dq_kernel(const Params p) {
-    using Tr = BwdQTraits<T, D, BM, BN, NW>;
-    constexpr int MT = Tr::kMT, NT = Tr::kNT, DT = Tr::kDT, LDS = Tr::kLds, kKeepNT = NT < 8 ? NT : 8;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    T *sQ = reinterpret_cast<T *>(smem_raw), *sdO = sQ + BM * LDS, *sKV0 = sdO + BM * LDS;  // 2 × [K | V]
-
-    const QueryBlock<T> qb(p, BM, BN);
-    const int b = qb.b, h = qb.h, S = p.seq, d = p.head_dim, q0 = qb.q0, kv_len = qb.kv_len, n_blocks = qb.n_blocks;
-    const int64_t ld = qb.ld;
-    const T *gdo = static_cast<const T *>(p.dctx) + int64_t(b) * S * p.hidden + int64_t(h) * d;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int wrow = warp * MT * 16;
-    const uint64_t row_base = qb.row_base;
-
-    load_tile<T, BM, D, Tr::kThreads>(sQ, qb.gq, ld, q0, S, d, p.vec16);
-    load_tile<T, BM, D, Tr::kThreads>(sdO, gdo, p.hidden, q0, S, d, p.vec16);
-    if (n_blocks > 0) stage_kv<T, BN, D, Tr::kThreads>(sKV0, 0, 0, qb, p);
-    cp_async_commit();
-
-    float l2[MT][2], dsm[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int i = q0 + wrow + mt * 16 + g + 8 * r;
-            const float ls = i < S ? p.lse[row_base + i] : -INFINITY;
-            l2[mt][r] = ls == -INFINITY ? INFINITY : ls * kLog2e;
-            dsm[mt][r] = i < S ? p.dsum[row_base + i] : 0.0f;
-        }
-    float dq[MT][DT][4];
-    zero(dq);
-
-    for (int nb = 0; nb < n_blocks; ++nb) {
-        const int st = nb & 1, k0 = nb * BN;
-        cp_async_wait<0>();
-        __syncthreads();
-        if (nb + 1 < n_blocks) stage_kv<T, BN, D, Tr::kThreads>(sKV0, st ^ 1, nb + 1, qb, p);
-        cp_async_commit();
-        const T *sK = sKV0 + st * 2 * BN * LDS, *sV = sK + BN * LDS;
-
-        float s[MT][NT][4], dp[MT][NT][4];
-        zero(s);
-        zero(dp);
-        mma_abt<T, MT, NT, D, LDS>(s, sQ, wrow, sK, 0);    // S = Q·Kᵀ
-        mma_abt<T, MT, NT, D, LDS>(dp, sdO, wrow, sV, 0);  // dP̃ = dctx·Vᵀ
-        const bool edge = k0 + BN > kv_len || (p.causal && k0 + BN - 1 > q0 + wrow);
-        float bias2[NT][2];
-        key_bias2<NT>(p, b, k0, bias2);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            uint32_t keep = 0;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                if (nt % kKeepNT == 0) keep = keep_tiles<kKeepNT, false>(p, row_base, q0 + wrow + mt * 16, k0 + nt * 8);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int r = e >> 1, c = e & 1;
-                    const int i = q0 + wrow + mt * 16 + g + 8 * r, j = k0 + nt * 8 + 2 * t + c;
-                    const float x = edge ? score2(p, s[mt][nt][e], bias2[nt][c], i, j, kv_len)
-                                         : fmaf(s[mt][nt][e], p.scale_log2, bias2[nt][c]);
-                    const bool kept = (keep >> (4 * (nt % kKeepNT) + e)) & 1u;
-                    float ptilde;  // P̃ is not needed here
-                    dp[mt][nt][e] = softmax_grad(p, x, l2[mt][r], dp[mt][nt][e], kept, dsm[mt][r], &ptilde);  // dS
-                }
-            }
-        }
-        uint32_t a[MT][NT / 2][4];
-        to_a<T, MT, NT>(a, dp);
-        mma_rb<T, MT, DT, BN, LDS>(dq, a, sK, 0);  // dQ += dS·K
-    }
-    cp_async_wait<0>();  // Q and dctx are still in flight when no key tile was visible
-
-    T *gdq = static_cast<T *>(p.dqkv) + int64_t(b) * S * ld + int64_t(h) * d;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int i = q0 + wrow + mt * 16 + g + 8 * r;
-            if (i >= S) continue;
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt)
-                store2(gdq + int64_t(i) * ld, dt * 8 + 2 * t, d, dq[mt][dt][2 * r] * p.scale,
-                       dq[mt][dt][2 * r + 1] * p.scale);
-        }
-}
-
-// Stochastic backward: dqkv's Q columns = scale·dq_accum (row width D, the padded head dim).
-template <typename T, int D>
-__global__ void flash_dq_convert_kernel(const Params p) {
-    const int64_t total = int64_t(p.batch) * p.heads * p.seq * p.head_dim;
-    const int64_t ld = 3 * int64_t(p.hidden);
-    for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < total; x += int64_t(gridDim.x) * blockDim.x) {
-        const int c = int(x % p.head_dim);
-        const int64_t row = x / p.head_dim;  // (b·heads + h)·S + i
-        const int64_t i = row % p.seq, bh = row / p.seq, b = bh / p.heads, h = bh % p.heads;
-        static_cast<T *>(p.dqkv)[(b * p.seq + i) * ld + h * p.head_dim + c] =
-            from_float<T>(p.dq_accum[row * D + c] * p.scale);
     }
 }
 
 // ================================ tile shapes and launches ======================================
 
-// Tile shapes per padded head dim D (HABITS 13): forward BM queries × BN keys on NW warps;
-// backward dK/dV BN keys per block × BM queries per tile; backward dQ BM queries × BN keys; MB is
-// the blocks per SM the register budget is capped for (__launch_bounds__). Chosen from the lab
-// (kernels/dev/attention_lab.cu, fp16, d = 64, 8×2048, 16 heads, dropout 0.1; H200, 2026-12-01):
-// forward v7 81.5 TFLOP/s (v1 51.6), dK/dV v6 115.8 (v1 106.7), dQ v6 106.8 (v1 102.4). The wider
-// head dims keep the shapes with a looser register cap (more accumulators per thread).
+// Tile shapes per padded head dim D (HABITS 13): forward 16·kFwdNW queries × kFwdBN keys;
+// backward 16·kBwdNW keys per block × kBwdBM queries per step; kFwdMB/kBwdMB are the blocks per
+// SM the register budget is capped for (__launch_bounds__). Chosen in the lab
+// (kernels/dev/attention_lab.cu; H200, fp16, d = 64, 8×2048, dropout 0.1, 2026-12-01): forward f1
+// 1.084 ms (f2–f5 1.110–1.180), backward b4 2.992 ms deterministic (b1 3.232, b2–b5 3.97–4.43).
+// Wide heads keep smaller backward blocks: their dK and dV accumulators double.
 template <int D>
 struct Tiles {
-    static constexpr int kFwdBM = 64, kFwdBN = 64, kFwdNW = 4, kFwdMB = D <= 64 ? 4 : 3;
-    static constexpr int kKvBM = 32, kKvBN = 64, kKvNW = 4, kKvMB = D <= 64 ? 3 : 2;
-    static constexpr int kQBM = 64, kQBN = 32, kQNW = 4, kQMB = D <= 64 ? 4 : 3;
+    static constexpr int kFwdBN = 64, kFwdNW = 4, kFwdMB = D <= 64 ? 4 : 2;
+    static constexpr int kBwdBM = D <= 64 ? 64 : 32, kBwdNW = D <= 64 ? 8 : 4, kBwdMB = D <= 64 ? 1 : 2;
 };
 
 // A block needing more than the default 48 KB of shared memory must say so first.
@@ -865,51 +957,88 @@ cudaError_t allow_smem(K kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 
-inline int64_t blocks_of(const Params &p, int tile) {
-    return int64_t((p.seq + tile - 1) / tile) * p.batch * p.heads;
-}
+inline int64_t tiles_of(int64_t n, int tile) { return (n + tile - 1) / tile; }
 
-template <typename T, int D, int BM, int BN, int NW, int MB>
+template <typename T, int D, int BN, int NW, int MB>
 cudaError_t launch_fwd(Params p, cudaStream_t stream) {
-    using Tr = FwdTraits<T, D, BM, BN, NW>;
-    p.m_blocks = (p.seq + BM - 1) / BM;
-    const auto kernel = flash_fwd_kernel<T, D, BM, BN, NW, MB>;
+    using Tr = FwdTraits<T, D, BN, NW>;
+    p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBM));
+    const auto kernel = flash_fwd_kernel<T, D, BN, NW, MB>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e != cudaSuccess) return e;
-    kernel<<<static_cast<unsigned>(blocks_of(p, BM)), Tr::kThreads, Tr::kSmem, stream>>>(p);
+    kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
     return cudaGetLastError();
 }
 
-template <typename T, int D, int BM, int BN, int NW, int MB>
-cudaError_t launch_bwd_dkdv(Params p, cudaStream_t stream) {
-    using Tr = BwdKvTraits<T, D, BM, BN, NW>;
-    p.m_blocks = (p.seq + BN - 1) / BN;
-    const bool atomic = p.dq_accum != nullptr;
-    const auto kernel = atomic ? flash_bwd_dkdv_kernel<T, D, BM, BN, NW, MB, true>
-                                : flash_bwd_dkdv_kernel<T, D, BM, BN, NW, MB, false>;
-    const size_t smem = Tr::smem(atomic);
-    cudaError_t e = allow_smem(kernel, smem);
+// The backward's per-tile counters and ticket (p.counters) must be zero, and in stochastic mode
+// the dQ accumulator too (bwd_prologue does both). order: the deterministic dQ order, 1 the step
+// order, 0 ascending key blocks, −1 (production) the step order when every block of a (batch,
+// head) can be resident at once.
+template <typename T, int D, int BM, int NW, int MB>
+cudaError_t launch_bwd(Params p, cudaStream_t stream, int order = -1) {
+    using Tr = BwdTraits<T, D, BM, NW>;
+    p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBN));
+    p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
+    const auto kernel = flash_bwd_kernel<T, D, BM, NW, MB>;
+    cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e != cudaSuccess) return e;
-    kernel<<<static_cast<unsigned>(blocks_of(p, BN)), Tr::kThreads, smem, stream>>>(p);
+    // The step order makes the blocks of one (batch, head) wait on each other in a cycle, so it
+    // needs all of them resident at once; otherwise the ascending order, which only waits on
+    // blocks that started earlier.
+    if (order < 0) {
+        int per_sm = 0, sms = 0, dev = 0;
+        e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, Tr::kSmem);
+        if (e != cudaSuccess) return e;
+        order = int64_t(p.m_blocks) <= int64_t(per_sm) * sms;
+    }
+    p.dq_order = order != 0;
+    kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
     return cudaGetLastError();
 }
 
-template <typename T, int D, int BM, int BN, int NW, int MB>
-cudaError_t launch_bwd_dq(Params p, cudaStream_t stream) {
-    using Tr = BwdQTraits<T, D, BM, BN, NW>;
-    p.m_blocks = (p.seq + BM - 1) / BM;
-    const auto kernel = flash_bwd_dq_kernel<T, D, BM, BN, NW, MB>;
-    cudaError_t e = allow_smem(kernel, Tr::kSmem);
-    if (e != cudaSuccess) return e;
-    kernel<<<static_cast<unsigned>(blocks_of(p, BM)), Tr::kThreads, Tr::kSmem, stream>>>(p);
-    return cudaGetLastError();
+// The backward's scratch, in order: D and lse2 ([B, heads, S] floats each), the dQ accumulator
+// ([B, heads, S, padded head_dim] floats), the counters (ints). Offsets in bytes.
+struct BwdScratch {
+    size_t dsum, lse2, dq, counters, total;
+    explicit BwdScratch(const AttentionArgs &a) {
+        auto align256 = [](size_t v) { return (v + 255) / 256 * 256; };
+        const size_t rows = size_t(a.batch) * size_t(a.heads) * size_t(a.seq);
+        const size_t n_counters = size_t(a.batch * a.heads * tiles_of(a.seq, 16) + 1);  // tiles ≥ 16 rows, ticket
+        dsum = 0;
+        lse2 = align256(rows * sizeof(float));
+        dq = lse2 + align256(rows * sizeof(float));
+        counters = dq + align256(rows * size_t(padded_head_dim(a.head_dim)) * sizeof(float));
+        total = counters + align256(n_counters * sizeof(int));
+    }
+    // Points the backward's scratch pointers of p into `workspace` (16-byte aligned).
+    void bind(Params &p, void *workspace) const {
+        char *base = static_cast<char *>(workspace);
+        p.dsum = reinterpret_cast<float *>(base + dsum);
+        p.lse2 = reinterpret_cast<float *>(base + lse2);
+        p.dq_accum = reinterpret_cast<float *>(base + dq);
+        p.counters = reinterpret_cast<int *>(base + counters);
+    }
+};
+
+// What every backward launch needs first: D and lse2, zeroed counters (and in stochastic mode a
+// zeroed dQ accumulator). p has its pointers and scratch bound.
+template <typename T>
+cudaError_t bwd_prologue(const Params &p, const BwdScratch &ws, cudaStream_t stream) {
+    const int64_t rows = int64_t(p.batch) * p.heads * p.seq;
+    const unsigned grid = static_cast<unsigned>(rows / 256 + 1 < 65536 ? rows / 256 + 1 : 65536);
+    flash_rowdot_kernel<T><<<grid, 256, 0, stream>>>(p);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaMemsetAsync(p.counters, 0, ws.total - ws.counters, stream);
+    if (e == cudaSuccess && !p.deterministic) e = cudaMemsetAsync(p.dq_accum, 0, ws.counters - ws.dq, stream);
+    return e;
 }
 
 // The production shapes, one function per kernel family and file (attention_flash_fwd.cu,
-// attention_flash_dkdv.cu, attention_flash_dq.cu); D is the padded head dim (32, 64, 96, 128).
+// attention_flash_bwd.cu); D is the padded head dim (32, 64, 96, 128).
 cudaError_t fwd(const Params &p, bool bf16, int D, cudaStream_t stream);
-cudaError_t bwd_dkdv(const Params &p, bool bf16, int D, cudaStream_t stream);
-cudaError_t bwd_dq(const Params &p, bool bf16, int D, cudaStream_t stream);
+cudaError_t bwd(const Params &p, bool bf16, int D, cudaStream_t stream);
 
 // Calls f(T{}, std::integral_constant<int, D>{}) for the storage type and padded head dim.
 template <typename F>

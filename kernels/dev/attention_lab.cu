@@ -1,24 +1,24 @@
 // Attention kernel lab: checks the flash attention kernels against an fp64 reference on awkward
-// shapes, checks the dropped set exactly, and times every numbered version of each kernel at
-// BERT-Large heads (16 × 64) next to the GPU's dense fp16 GEMM rate measured in the same run.
+// shapes, checks the dropped set exactly and the backward's determinism, checks every numbered
+// version against the reference, and times them at BERT-Large heads (16 × 64) next to the GPU's
+// dense fp16 GEMM rate measured in the same run.
 //
-// build (from the repository root; the four kernel files compile in parallel):
-//   for f in kernels/attention_flash*.cu kernels/dev/attention_lab.cu; do
-//     nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Xcompiler -fopenmp -c $f -o /tmp/$(basename $f).o & done; wait
-//   nvcc -Xcompiler -fopenmp /tmp/*.cu.o -lcublas -o /tmp/attention_lab
-// run:  attention_lab [check] [time] [fp16|bf16] | attention_lab profile (one call each, for ncu)
+// build and run on the GPU machine: bash kernels/dev/lab.sh OUTDIR [check] [time] [fp16|bf16]
+//   (LAB_ROOT=DIR builds an earlier copy of kernels/ beside it, to time before and after in one
+//   call); attention_lab profile runs one production forward and backward (for ncu).
 //
-// Versions (each kernel family; tile shape (BM, BN, warps, min blocks per SM); "prod" is what
-// kernels/attention_flash_*.cu instantiate; timings in bench/RESULTS.md, "attention lab"):
-//   fwd  v1 (128, 64, 8) single-buffered K and V: 51.6 TFLOP/s at 8×2048, dropout 0.1
-//        v2 (64, 64, 4) 70.8   v3 (128, 128, 8) 57.7   v4 (64, 128, 4) 59.5
-//        v5 = v2 with K and V double-buffered, one barrier per tile; v6/v7 v5 at 3/4 blocks per SM;
-//        v8 (128, 64, 8, 2); v9 (64, 128, 4, 2)
-//   dkdv v1 (BM 64 queries, BN 64 keys, 4 warps) 106.7   v2 (64, 128, 8) 104.8   v3 (32, 64, 4) 117.0
-//        v4 (32, 128, 8) 92.5; v5/v6 v3 at 2/3 blocks per SM; v7 (64, 64, 4, 2); v8 (16, 64, 4, 3)
-//   dq   v1 (BM 64, BN 64, 4 warps) 102.4   v2 (128, 64, 8) 77.7   v3 (64, 32, 4) 107.6   v4 (128, 32, 8) 75.2
-//        v5/v6 v3 at 3/4 blocks per SM; v7 (64, 64, 4, 2); v8 (32, 64, 2, 4)
-// Timing table in bench/RESULTS.md ("attention lab").
+// Versions (fp16, d = 64, dropout 0.1, no mask, 8×2048; timings in bench/RESULTS.md, "attention
+// lab"). Earlier kernels (2026-12-01, separate dK/dV and dQ backward kernels, one Philox block per
+// 4 elements traded through shuffles) reached 81.5 TFLOP/s forward, 115.8 dK/dV, 106.8 dQ.
+//   fwd  f1 (BN 64, 4 warps, 4 blocks/SM)  f2 = f1 at 3 blocks/SM  f3 (BN 128, 4 warps, 2)
+//        f4 (BN 64, 8 warps, 2)  f5 (BN 32, 4 warps, 4)
+//        all: 16 query rows per warp, Q fragments held in registers, perm16 key columns so that a
+//        lane's four columns of a row are one Philox block (no shuffles), the scale folded into
+//        the exponent's FFMA, the first Philox round's uniform products folded on the host.
+//   bwd  b1 (BM 64 queries per step, 4 warps = 64 keys, 2 blocks/SM)  b2 (BM 32, 4 warps, 2)
+//        b3 (BM 32, 8 warps = 128 keys, 1)  b4 (BM 64, 8 warps, 1)  b5 (BM 16, 4 warps, 3)
+//        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
+//        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <omp.h>
@@ -426,6 +426,15 @@ double gemm_peak_tflops(bool bf16) {
     return 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12;
 }
 
+// Params of a call with every pointer and the backward scratch bound.
+flash::Params bound_params(const AttentionArgs &a, Dev &dv) {
+    flash::Params p = flash::make_params(a);
+    p.qkv = dv.qkv, p.ctx = dv.ctx, p.lse = dv.lse, p.dctx = dv.dctx, p.ctx_in = dv.ctx, p.dqkv = dv.dqkv;
+    flash::BwdScratch(a).bind(p, dv.ws);
+    p.vec16 = p.vec16 && (reinterpret_cast<uintptr_t>(dv.qkv) & 15) == 0;
+    return p;
+}
+
 // One timed shape: inputs, a Params with pointers, and helpers to time a launch.
 struct Bench {
     Case c;
@@ -443,15 +452,9 @@ struct Bench {
         for (int b = 0; b < c.B; ++b) lens[b] = b % 2 ? c.S - c.S / 4 : c.S;
         CK(cudaMemcpy(dv.lens, lens.data(), c.B * 4, cudaMemcpyHostToDevice));
         a = args_of(c, dv);
-        a.deterministic = false;  // workspace for both modes
         CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
-        a.deterministic = c.det;
         CK(flash_attention_fwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.lse));
-        p = flash::make_params(a);
-        p.qkv = dv.qkv, p.ctx = dv.ctx, p.lse = dv.lse, p.dctx = dv.dctx, p.ctx_in = dv.ctx, p.dqkv = dv.dqkv;
-        p.dsum = static_cast<float *>(dv.ws);
-        p.vec16 = true;
-        CK(flash_attention_bwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));  // fills dsum
+        p = bound_params(a, dv);
         CK(cudaDeviceSynchronize());
         fwd_flops = 4.0 * c.B * c.heads * double(c.S) * c.S * c.d;
     }
@@ -466,59 +469,123 @@ int occupancy(K kernel, int threads, size_t smem) {
     return n;
 }
 
-template <typename T, int BM, int BN, int NW, int MB>
-void time_fwd(Bench &bn, const char *v) {
-    using Tr = flash::FwdTraits<T, 64, BM, BN, NW>;
-    CK((flash::launch_fwd<T, 64, BM, BN, NW, MB>(bn.p, 0)));  // sets the smem limit
-    const int occ = occupancy(flash::flash_fwd_kernel<T, 64, BM, BN, NW, MB>, Tr::kThreads, Tr::kSmem);
-    const float ms = time_ms([&] { CK((flash::launch_fwd<T, 64, BM, BN, NW, MB>(bn.p, 0))); }, bn.reps());
-    std::printf("  fwd  %-4s (%3d,%3d,%d,%d) %2d blk/SM      %8.3f ms  %6.1f TFLOP/s\n", v, BM, BN, NW, MB, occ, ms,
-                bn.fwd_flops / (ms * 1e-3) / 1e12);
+// A numbered version: its name and launches of the forward and the whole backward (prologue
+// included) with a Params whose pointers and scratch are set.
+struct FwdVersion {
+    const char *name;
+    int bn, nw, mb;
+    std::function<cudaError_t(const flash::Params &)> run;
+    std::function<int()> occ;
+};
+struct BwdVersion {
+    const char *name;
+    int bm, nw, mb;
+    std::function<cudaError_t(const flash::Params &, const flash::BwdScratch &)> run;
+    std::function<int()> occ;
+};
+
+template <typename T, int BN, int NW, int MB>
+FwdVersion fwd_version(const char *name) {
+    using Tr = flash::FwdTraits<T, 64, BN, NW>;
+    return {name, BN, NW, MB, [](const flash::Params &p) { return flash::launch_fwd<T, 64, BN, NW, MB>(p, 0); },
+            [] {
+                CK(flash::allow_smem(flash::flash_fwd_kernel<T, 64, BN, NW, MB>, Tr::kSmem));
+                return occupancy(flash::flash_fwd_kernel<T, 64, BN, NW, MB>, Tr::kThreads, Tr::kSmem);
+            }};
 }
-template <typename T, int BM, int BN, int NW, int MB>
-void time_dkdv(Bench &bn, const char *v, bool atomic) {
-    using Tr = flash::BwdKvTraits<T, 64, BM, BN, NW>;
-    flash::Params p = bn.p;
-    AttentionArgs det = bn.a;
-    det.deterministic = true;  // the row sums; the dQ accumulator follows them
-    float *acc = static_cast<float *>(bn.dv.ws) + flash_attention_bwd_workspace(det) / sizeof(float);
-    p.dq_accum = atomic ? acc : nullptr;
-    CK((flash::launch_bwd_dkdv<T, 64, BM, BN, NW, MB>(p, 0)));
-    const int occ = atomic ? occupancy(flash::flash_bwd_dkdv_kernel<T, 64, BM, BN, NW, MB, true>, Tr::kThreads, Tr::smem(true))
-                           : occupancy(flash::flash_bwd_dkdv_kernel<T, 64, BM, BN, NW, MB, false>, Tr::kThreads, Tr::smem(false));
-    const float ms = time_ms([&] { CK((flash::launch_bwd_dkdv<T, 64, BM, BN, NW, MB>(p, 0))); }, bn.reps());
-    std::printf("  dkdv %-4s (%3d,%3d,%d,%d) %2d blk/SM%s %8.3f ms  %6.1f TFLOP/s (4 of the 7 products)\n", v, BM, BN, NW, MB,
-                occ, atomic ? " +dQ" : "    ", ms, (atomic ? 2.5 : 2.0) * bn.fwd_flops / (ms * 1e-3) / 1e12);
+template <typename T, int BM, int NW, int MB, int kOrder = -1>
+BwdVersion bwd_version(const char *name) {
+    using Tr = flash::BwdTraits<T, 64, BM, NW>;
+    return {name, BM, NW, MB,
+            [](const flash::Params &p, const flash::BwdScratch &ws) {
+                cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
+                return e != cudaSuccess ? e : flash::launch_bwd<T, 64, BM, NW, MB>(p, 0, kOrder);
+            },
+            [] {
+                CK(flash::allow_smem(flash::flash_bwd_kernel<T, 64, BM, NW, MB>, Tr::kSmem));
+                return occupancy(flash::flash_bwd_kernel<T, 64, BM, NW, MB>, Tr::kThreads, Tr::kSmem);
+            }};
 }
-template <typename T, int BM, int BN, int NW, int MB>
-void time_dq(Bench &bn, const char *v) {
-    using Tr = flash::BwdQTraits<T, 64, BM, BN, NW>;
-    CK((flash::launch_bwd_dq<T, 64, BM, BN, NW, MB>(bn.p, 0)));
-    const int occ = occupancy(flash::flash_bwd_dq_kernel<T, 64, BM, BN, NW, MB>, Tr::kThreads, Tr::kSmem);
-    const float ms = time_ms([&] { CK((flash::launch_bwd_dq<T, 64, BM, BN, NW, MB>(bn.p, 0))); }, bn.reps());
-    std::printf("  dq   %-4s (%3d,%3d,%d,%d) %2d blk/SM      %8.3f ms  %6.1f TFLOP/s (3 of the 7 products)\n", v, BM, BN, NW,
-                MB, occ, ms, 1.5 * bn.fwd_flops / (ms * 1e-3) / 1e12);
+template <typename T>
+std::vector<FwdVersion> fwd_versions() {
+    return {fwd_version<T, 64, 4, 4>("f1"), fwd_version<T, 64, 4, 3>("f2"), fwd_version<T, 128, 4, 2>("f3"),
+            fwd_version<T, 64, 8, 2>("f4"), fwd_version<T, 32, 4, 4>("f5")};
+}
+template <typename T>
+std::vector<BwdVersion> bwd_versions() {
+    return {bwd_version<T, 64, 4, 2>("b1"), bwd_version<T, 32, 4, 2>("b2"), bwd_version<T, 32, 8, 1>("b3"),
+            bwd_version<T, 64, 8, 1>("b4"), bwd_version<T, 16, 4, 3>("b5"),
+            bwd_version<T, 64, 8, 1, 0>("b4a")};  // b4a: b4 with the ascending dQ order
+}
+
+// Every numbered version against the fp64 reference on one awkward case (both modes of the backward).
+template <typename T>
+void check_versions(bool bf16) {
+    for (int det : {1, 0}) {
+        Case c{3, 300, 2, 64, 2, false, 0.1, bool(det), bf16};
+        Dev dv;
+        dv.alloc(c);
+        const Inputs in = make_inputs(c, 77);
+        const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
+        CK(cudaMemcpy(dv.qkv, in.qkv.data(), N * 3 * H * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dv.dctx, in.dctx.data(), N * H * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dv.lens, in.lens.data(), c.B * 4, cudaMemcpyHostToDevice));
+        AttentionArgs a = args_of(c, dv);
+        CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
+        const flash::Params p = bound_params(a, dv);
+        CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));
+        CK(cudaDeviceSynchronize());
+        const std::vector<double> ctx0 = download(dv.ctx, N * H, bf16);
+        const Ref r = reference(c, in, a, ctx0);
+        const double tol = bf16 ? 1e-2 : 1e-3;
+        if (det) {
+            for (const FwdVersion &v : fwd_versions<T>()) {
+                CK(cudaMemset(dv.ctx, 0xff, N * H * 2));
+                CK(v.run(p));
+                CK(cudaDeviceSynchronize());
+                bool nan = false;
+                const double e = rel_l2(download(dv.ctx, N * H, bf16), r.ctx, &nan);
+                const bool ok = !nan && e <= tol;
+                if (!ok) ++g_failures;
+                std::printf("%-4s version %s %s: ctx %.2e\n", ok ? "ok" : "FAIL", v.name, c.name().c_str(), e);
+            }
+            CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // the reference's ctx again
+        }
+        for (const BwdVersion &v : bwd_versions<T>()) {
+            CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
+            CK(v.run(p, flash::BwdScratch(a)));
+            CK(cudaDeviceSynchronize());
+            bool nan = false;
+            const double e = rel_l2(download(dv.dqkv, N * 3 * H, bf16), r.dqkv, &nan);
+            const bool ok = !nan && e <= tol;
+            if (!ok) ++g_failures;
+            std::printf("%-4s version %s %s: dqkv %.2e\n", ok ? "ok" : "FAIL", v.name, c.name().c_str(), e);
+        }
+        dv.free_all();
+    }
 }
 
 template <typename T>
 void time_versions(Bench &bn) {
-    time_fwd<T, 64, 64, 4, 1>(bn, "v5");
-    time_fwd<T, 64, 64, 4, 3>(bn, "v6");
-    time_fwd<T, 64, 64, 4, 4>(bn, "v7");
-    time_fwd<T, 128, 64, 8, 2>(bn, "v8");
-    time_fwd<T, 64, 128, 4, 2>(bn, "v9");
-    time_dkdv<T, 32, 64, 4, 1>(bn, "v3", false);
-    time_dkdv<T, 32, 64, 4, 2>(bn, "v5", false);
-    time_dkdv<T, 32, 64, 4, 3>(bn, "v6", false);
-    time_dkdv<T, 64, 64, 4, 2>(bn, "v7", false);
-    time_dkdv<T, 16, 64, 4, 3>(bn, "v8", false);
-    time_dkdv<T, 32, 64, 4, 1>(bn, "v3", true);
-    time_dkdv<T, 32, 64, 4, 2>(bn, "v5", true);
-    time_dq<T, 64, 32, 4, 1>(bn, "v3");
-    time_dq<T, 64, 32, 4, 3>(bn, "v5");
-    time_dq<T, 64, 32, 4, 4>(bn, "v6");
-    time_dq<T, 64, 64, 4, 2>(bn, "v7");
-    time_dq<T, 32, 64, 2, 4>(bn, "v8");
+    const flash::BwdScratch ws(bn.a);
+    for (const FwdVersion &v : fwd_versions<T>()) {
+        const int occ = v.occ();
+        const float ms = time_ms([&] { CK(v.run(bn.p)); }, bn.reps());
+        std::printf("  fwd  %-3s (BN %3d, %d warps, %d/SM) %2d blk/SM %8.3f ms  %6.1f TFLOP/s\n", v.name, v.bn, v.nw, v.mb,
+                    occ, ms, bn.fwd_flops / (ms * 1e-3) / 1e12);
+    }
+    for (const BwdVersion &v : bwd_versions<T>()) {
+        const int occ = v.occ();
+        float ms[2];
+        for (int det : {1, 0}) {
+            flash::Params p = bn.p;
+            p.deterministic = det;
+            ms[det] = time_ms([&] { CK(v.run(p, ws)); }, bn.reps());
+        }
+        std::printf("  bwd  %-3s (BM %3d, %d warps, %d/SM) %2d blk/SM det %8.3f ms %6.1f | stoch %8.3f ms %6.1f TFLOP/s\n",
+                    v.name, v.bm, v.nw, v.mb, occ, ms[1], 2.5 * bn.fwd_flops / (ms[1] * 1e-3) / 1e12, ms[0],
+                    2.5 * bn.fwd_flops / (ms[0] * 1e-3) / 1e12);
+    }
 }
 
 void time_production(Bench &bn, const char *label) {
@@ -580,6 +647,8 @@ int main(int argc, char **argv) {
             for (int S : {128, 100}) check_dropped_set(bool(bf), S, S == 128);
         check_determinism(true);
         check_determinism(false);
+        if (!bf16_only) check_versions<__half>(false);
+        if (!fp16_only) check_versions<__nv_bfloat16>(true);
         std::printf("check: %d failure(s)\n", g_failures);
     }
     if (do_time) {

@@ -1,26 +1,49 @@
 #!/usr/bin/env bash
 # Builds and runs the attention kernel lab on the GPU machine, from the repository root:
-#   bash kernels/dev/lab.sh OUTDIR [lab arguments: check, time, fp16, bf16]
+#   bash kernels/dev/lab.sh OUTDIR [lab arguments: check, time, fp16, bf16, profile]
 # Compiles the flash kernel files and the lab in parallel with nvcc (sm_90), then runs the lab;
-# the log goes to OUTDIR/lab.log.
+# the log goes to OUTDIR/lab.log (OUTDIR/lab-TAG.log with LAB_TAG).
+# Environment:
+#   LAB_ROOT=DIR  take the kernel sources and the lab from DIR/kernels instead of ./kernels (a copy
+#                 of an earlier version, to time before and after in one call); LAB_TAG names it.
+#   LAB_NORUN=1   build only (the binary is /tmp/dst-lab-TAG/attention_lab).
+#   LAB_SASS=1    also write OUTDIR/sass-TAG.txt: per kernel, its SASS instruction count and the
+#                 count of every opcode (static counts: what the compiler made of each version).
 set -u -o pipefail
 out=${1:-lab-out}
 shift || true
 mkdir -p "$out"
-obj=/tmp/dst-lab
+root=${LAB_ROOT:-.}
+tag=${LAB_TAG:-$(basename "$(cd "$root" && pwd)")}
+obj=/tmp/dst-lab-$tag
 mkdir -p "$obj"
-flags=(-O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Xcompiler -fopenmp -Xptxas -v)
+flags=(-O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I"$root" -I. -I"$root/capi/include" -Icapi/include
+       -Xcompiler -fopenmp -Xptxas -v)
 t0=$SECONDS
 pids=()
-for f in kernels/attention_flash.cu kernels/attention_flash_fwd.cu kernels/attention_flash_dkdv.cu \
-         kernels/attention_flash_dq.cu kernels/dev/attention_lab.cu; do
+rm -f "$obj"/*.o
+for f in "$root"/kernels/attention_flash*.cu "$root"/kernels/dev/attention_lab.cu; do
     nvcc "${flags[@]}" -c "$f" -o "$obj/$(basename "$f").o" >"$obj/$(basename "$f").log" 2>&1 &
     pids+=($!)
 done
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
-cat "$obj"/*.log >"$out/lab-build.log"
-if [ $rc -ne 0 ]; then echo "lab build failed"; tail -40 "$out/lab-build.log"; exit 1; fi
-nvcc -Xcompiler -fopenmp "$obj"/*.cu.o -lcublas -o "$obj/attention_lab" || exit 1
-echo "lab built in $((SECONDS - t0)) s"
-OMP_NUM_THREADS=$(nproc) "$obj/attention_lab" "$@" 2>&1 | tee "$out/lab.log"
+cat "$obj"/*.log >"$out/lab-build-$tag.log"
+if [ $rc -ne 0 ]; then echo "lab build failed"; tail -40 "$out/lab-build-$tag.log"; exit 1; fi
+nvcc -Xcompiler -fopenmp "$obj"/*.o -lcublas -o "$obj/attention_lab" || exit 1
+echo "lab ($tag) built in $((SECONDS - t0)) s"
+if [ "${LAB_SASS:-0}" = 1 ]; then
+    for f in "$obj"/attention_flash_*.cu.o; do
+        cuobjdump -sass "$f" | awk -v file="$f" '
+            /Function :/ { if (name != "") report(); name = $3; n = 0; delete ops; next }
+            /^ *\/\*[0-9a-f]+\*\// {
+                line = $0; sub(/^ *\/\*[0-9a-f]+\*\/ */, "", line); sub(/^@!?U?P[0-9T] */, "", line);
+                split(line, w, /[ .;]/); if (w[1] == "") next; ops[w[1]]++; n++ }
+            function report(   k, s) {
+                s = ""; for (k in ops) s = s sprintf(" %s:%d", k, ops[k])
+                printf "%s %s total %d |%s\n", file, name, n, s }
+            END { if (name != "") report() }'
+    done >"$out/sass-$tag.txt" 2>&1
+fi
+[ "${LAB_NORUN:-0}" = 1 ] && exit 0
+OMP_NUM_THREADS=$(nproc) "$obj/attention_lab" "$@" 2>&1 | tee "$out/lab-$tag.log"

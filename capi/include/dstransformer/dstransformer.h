@@ -425,9 +425,10 @@ typedef struct dst_layer_config {
     int32_t attn_dropout_checkpoint; /**< Accepted for DeepSpeed configs; has no effect: attention is fused and
                                           never keeps anything S×S (docs/memory.md). Default 0. */
     int32_t adjust_init_range;   /**< Scale the output-projection init by 1/sqrt(2·layers). Default 1. */
-    int32_t stochastic_mode;     /**< Allow non-deterministic fast paths (CUDA: attention dQ by float atomics,
-                                      one backward pass fewer; results then differ in the last bits from run
-                                      to run). Default 0: every backward is bit-reproducible. */
+    int32_t stochastic_mode;     /**< Allow non-deterministic fast paths (CUDA: the attention backward adds its
+                                      partial dQs in arrival order instead of a fixed order; results then differ
+                                      in the last bits from run to run). Default 0: every backward is
+                                      bit-reproducible. */
     int32_t training;            /**< Initial mode: 1 training (dropout, saved state), 0 inference. Default 1. */
     dst_dtype dtype;             /**< Storage type of parameters and activations. Default FP32. */
     int64_t max_batch_tokens;    /**< Largest B·S of any call. Default 8192. */
@@ -475,7 +476,7 @@ DST_API dst_status dst_layer_config_saved_bytes(const dst_layer_config *config, 
  *
  * The count covers all temporary device memory of a layer call: the layer's own buffers and the
  * backend's scratch (on CUDA: the cuBLASLt workspace, the additive mask converted to fp32, the
- * attention backward's row sums and, with stochastic_mode, its fp32 dQ accumulator). It is the CUDA
+ * attention backward's row statistics, fp32 dQ accumulator and reduction counters). It is the CUDA
  * backend's need, the larger one; a CPU layer uses less of it.
  * @param config The configuration.
  * @param batch B of the call, ≥ 1.

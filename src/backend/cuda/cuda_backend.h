@@ -91,8 +91,8 @@ public:
     // Lets fp32 GEMMs use TF32 tensor cores (default off: fp32 results then match the CPU to 1e-5).
     void set_allow_tf32(bool on) override { allow_tf32_ = on; }
     bool allow_tf32() const { return allow_tf32_; }
-    // Stochastic mode: attention backward accumulates dQ with float atomics (one pass fewer, not
-    // bit-reproducible); off: deterministic, one writer per element.
+    // Stochastic mode: the attention backward adds its partial dQs in arrival order (not
+    // bit-reproducible); off: in a fixed order, bit-identical from run to run.
     void set_stochastic(bool on) override { stochastic_ = on; }
 
 private:

@@ -429,9 +429,10 @@ pub struct dst_layer_config {
     pub attn_dropout_checkpoint: i32,
     #[doc = "< Scale the output-projection init by 1/sqrt(2·layers). Default 1."]
     pub adjust_init_range: i32,
-    #[doc = "< Allow non-deterministic fast paths (CUDA: attention dQ by float atomics,"]
-    #[doc = "one backward pass fewer; results then differ in the last bits from run"]
-    #[doc = "to run). Default 0: every backward is bit-reproducible."]
+    #[doc = "< Allow non-deterministic fast paths (CUDA: the attention backward adds its"]
+    #[doc = "partial dQs in arrival order instead of a fixed order; results then differ"]
+    #[doc = "in the last bits from run to run). Default 0: every backward is"]
+    #[doc = "bit-reproducible."]
     pub stochastic_mode: i32,
     #[doc = "< Initial mode: 1 training (dropout, saved state), 0 inference. Default 1."]
     pub training: i32,
@@ -491,7 +492,7 @@ extern "C" {
     #[doc = ""]
     #[doc = " The count covers all temporary device memory of a layer call: the layer's own buffers and the"]
     #[doc = " backend's scratch (on CUDA: the cuBLASLt workspace, the additive mask converted to fp32, the"]
-    #[doc = " attention backward's row sums and, with stochastic_mode, its fp32 dQ accumulator). It is the CUDA"]
+    #[doc = " attention backward's row statistics, fp32 dQ accumulator and reduction counters). It is the CUDA"]
     #[doc = " backend's need, the larger one; a CPU layer uses less of it."]
     #[doc = " @param config The configuration."]
     #[doc = " @param batch B of the call, ≥ 1."]

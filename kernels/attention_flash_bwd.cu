@@ -1,4 +1,4 @@
-// Instantiations of the flash attention dq kernels at the production tile shapes (one file per
+// Instantiations of the flash attention backward at the production tile shapes (one file per
 // kernel family so that nvcc compiles them in parallel). See kernels/attention_flash_impl.cuh.
 #include "kernels/attention_flash_impl.cuh"
 
@@ -6,12 +6,12 @@ namespace dst {
 namespace cuda {
 namespace flash {
 
-cudaError_t bwd_dq(const Params &p, bool bf16, int D, cudaStream_t stream) {
+cudaError_t bwd(const Params &p, bool bf16, int D, cudaStream_t stream) {
     return dispatch(bf16, D, [&](auto tag, auto dim) {
         using T = decltype(tag);
         constexpr int kD = decltype(dim)::value;
         using Ti = Tiles<kD>;
-        return launch_bwd_dq<T, kD, Ti::kQBM, Ti::kQBN, Ti::kQNW, Ti::kQMB>(p, stream);
+        return launch_bwd<T, kD, Ti::kBwdBM, Ti::kBwdNW, Ti::kBwdMB>(p, stream);
     });
 }
 
