@@ -6,7 +6,7 @@ probabilities and on both sub-layer outputs, run as a stack of 4 layers. Padding
 all S keys when b is even and S - S//4 keys when b is odd (so B=1 is one full-length sequence); the
 additive masks put -10000 on the other keys, the key-length mask gives those lengths.
 
-Cases: every dtype of --dtypes (fp16, bf16) with every shape B×S of --shapes (64×128, 16×512,
+Cases: every dtype of --dtypes (fp16, bf16; fp32 on request, TF32 off everywhere) with every shape B×S of --shapes (64×128, 16×512,
 8×2048, 2×8192, 1×16384), all shapes of the first dtype first, shapes in the order given. Rows of a
 case, in the order of the table:
   gemms alone                     the layer's GEMMs in the layer dtype through torch (cuBLAS, TF32
@@ -58,7 +58,7 @@ receives compare_torch.json, rewritten after each case: every number of the tabl
 library's workspace (dst_layer_config_workspace_bytes), setup seconds (compilation included) and wall
 seconds; per case the compile seconds and speedups; the run's wall seconds.
 
-usage: DST_LIB=path/libdstransformer.so python3 bench/compare_torch.py [--dtypes fp16,bf16]
+usage: DST_LIB=path/libdstransformer.so python3 bench/compare_torch.py [--dtypes fp16,bf16[,fp32]]
            [--shapes 64x128,16x512,8x2048,2x8192,1x16384] [--skip-compile] [--skip-eager]
            [--budget SECONDS] [--out DIR]
 """
@@ -88,7 +88,8 @@ H, HEADS, I, LAYERS, P = 1024, 16, 4096, 4, 0.1
 D = H // HEADS
 MIB = 2 ** 20
 DEVICE = "cuda"
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+DEFAULT_DTYPES = "fp16,bf16"  # fp32 on request: torch and the library both without TF32
 SHAPES = "64x128,16x512,8x2048,2x8192,1x16384"
 PLAIN_MAX_S = 512
 
@@ -583,7 +584,7 @@ def parse_args():
         return names
 
     ap = argparse.ArgumentParser(description="libdstransformer against PyTorch, one table (see the module docstring)")
-    ap.add_argument("--dtypes", type=dtypes, default=",".join(DTYPES),
+    ap.add_argument("--dtypes", type=dtypes, default=DEFAULT_DTYPES,
                     help="comma-separated, in order (default %(default)s)")
     ap.add_argument("--shapes", type=shapes, default=SHAPES,
                     help="BxS, comma-separated, in order (default %(default)s)")
@@ -607,6 +608,7 @@ def main():
     else:
         lib = dc.Lib()
         torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
         measure = Runner(budget).run_row
         # torch's default stream is the legacy NULL stream, handle 0, which dst_context_set_stream takes
         # as "the context's own stream": a non-blocking stream that CUDA events on torch's stream do not
