@@ -215,6 +215,15 @@ DST_FDEV int ld_acquire(const int *p) {
 DST_FDEV void st_release(int *p, int v) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
+// Spins until *cnt == want. The turn always comes (see flash_bwd_kernel); a wait of tens of
+// seconds means a broken invariant (for example another program holding SMs that the launch counted
+// on), and the kernel then traps instead of hanging the caller forever.
+DST_FDEV void wait_turn(const int *cnt, int want) {
+    for (uint32_t spins = 0; ld_acquire(cnt) != want; ++spins) {
+        if (spins > (1u << 28)) __trap();
+        __nanosleep(64);
+    }
+}
 DST_FDEV void red_add2(float *p, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
@@ -890,8 +899,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
         };
         if (p.deterministic) {
             if (!first) {
-                if (threadIdx.x == 0)
-                    while (ld_acquire(cnt) != rank) __nanosleep(32);
+                if (threadIdx.x == 0) wait_turn(cnt, rank);
                 __syncthreads();
             }
             if (first && last) {
