@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from . import _native
-from ._config import LayerConfig, dtype_code
+from ._config import LayerConfig, TransformerConfig, dtype_code
 from ._core import PARAM_NAMES, Context, Layer, SavedActivations, cuda_device_count, native_mask
 
 __all__ = ["TransformerConfig", "TransformerLayer", "DeepSpeedTransformerConfig", "DeepSpeedTransformerLayer",
@@ -45,30 +45,6 @@ _DST_OF_TORCH = {
 }
 _NAME_OF_TORCH = {v: k for k, v in _TORCH_DTYPES.items()}
 _ALIGN = 256
-
-# DeepSpeed's positional order of DeepSpeedTransformerConfig's arguments.
-_DS_ARG_ORDER = (
-    "batch_size", "hidden_size", "intermediate_size", "heads", "attn_dropout_ratio", "hidden_dropout_ratio",
-    "num_hidden_layers", "initializer_range", "layer_norm_eps", "local_rank", "seed", "fp16",
-    "pre_layer_norm", "normalize_invertible", "gelu_checkpoint", "adjust_init_range",
-    "attn_dropout_checkpoint", "stochastic_mode", "return_tuple", "training",
-)
-
-
-class TransformerConfig(LayerConfig):
-    """``DeepSpeedTransformerConfig`` with the same arguments (positional order included), plus the
-    library's fields (``max_seq_length``, ``dtype``, ``max_batch_tokens``, ``gelu``, ``causal``,
-    ``allow_tf32``); see :class:`dstransformer.LayerConfig`."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        if len(args) > len(_DS_ARG_ORDER):
-            raise TypeError(f"TransformerConfig takes at most {len(_DS_ARG_ORDER)} positional arguments")
-        for name, value in zip(_DS_ARG_ORDER, args):
-            if name in kwargs:
-                raise TypeError(f"TransformerConfig got multiple values for argument {name!r}")
-            kwargs[name] = value
-        super().__init__(**kwargs)
-
 
 # ---- shared contexts: one per device, so that the layers of a model share one dropout RNG stream ----
 _CONTEXTS: Dict[tuple, Context] = {}
