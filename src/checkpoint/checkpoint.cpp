@@ -619,6 +619,12 @@ dst_status checkpoint_describe(const char *fn, const char *path, char *summary, 
     s += "other tensors: " + std::to_string(other) + "\n";
     s += "metadata: " + std::to_string(h.metadata.size()) + " entries\n";
     for (const auto &kv : h.metadata) s += "  " + kv.first + ": " + kv.second + "\n";
+    s += "tensor list (name: dtype [shape], bytes):\n";
+    for (const st::Entry &e : h.tensors) {
+        s += "  " + e.name + ": " + e.dtype + " [";
+        for (size_t d = 0; d < e.shape.size(); ++d) s += (d ? ", " : "") + std::to_string(e.shape[d]);
+        s += "], " + std::to_string(e.bytes()) + "\n";
+    }
     copy_text(s, summary, summary_size, summary_len);
     return DST_OK;
 }

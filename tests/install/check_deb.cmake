@@ -1,0 +1,57 @@
+# ctest package_deb: `cpack -G DEB` in the build folder, then the package checked and "installed" by
+# unpacking it into an empty root (dpkg-deb -x, no root rights needed): its fields, its programs run
+# from there with no LD_LIBRARY_PATH (dst-convert; the Python package when the build has it).
+#   cmake -DBUILD_DIR= -DCPACK= -DDPKG_DEB= -DWORK= -DVERSION= [-DPYTHON= -DPYCHECK=] -P check_deb.cmake
+cmake_minimum_required(VERSION 3.25)
+foreach(_v BUILD_DIR CPACK DPKG_DEB WORK VERSION)
+  if(NOT DEFINED ${_v})
+    message(FATAL_ERROR "check_deb.cmake: -D${_v}=... is required")
+  endif()
+endforeach()
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}/root")
+execute_process(COMMAND "${CPACK}" -G DEB -B "${WORK}/out" WORKING_DIRECTORY "${BUILD_DIR}"
+                OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "cpack -G DEB failed (${_rc}):\n${_out}${_err}")
+endif()
+file(GLOB _debs "${WORK}/out/libdstransformer_${VERSION}_*.deb")
+list(LENGTH _debs _n)
+if(NOT _n EQUAL 1)
+  message(FATAL_ERROR "expected one libdstransformer_${VERSION}_<arch>.deb in ${WORK}/out, found: ${_debs}")
+endif()
+file(SIZE "${_debs}" _size)
+message(STATUS "built ${_debs} (${_size} bytes)")
+
+execute_process(COMMAND "${DPKG_DEB}" --field "${_debs}" Package Version Depends OUTPUT_VARIABLE _fields)
+foreach(_want "Package: libdstransformer" "Version: ${VERSION}" "libopenblas0")
+  string(FIND "${_fields}" "${_want}" _at)
+  if(_at LESS 0)
+    message(FATAL_ERROR "the package's control fields lack '${_want}':\n${_fields}")
+  endif()
+endforeach()
+execute_process(COMMAND "${DPKG_DEB}" -x "${_debs}" "${WORK}/root" RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "dpkg-deb -x failed (${_rc})")
+endif()
+foreach(_f usr/bin/dst-convert usr/include/dstransformer/dstransformer.h usr/lib/pkgconfig/dstransformer.pc
+           usr/lib/cmake/dstransformer/dstransformerConfig.cmake)
+  if(NOT EXISTS "${WORK}/root/${_f}")
+    message(FATAL_ERROR "the package lacks /${_f}")
+  endif()
+endforeach()
+
+unset(ENV{LD_LIBRARY_PATH})
+execute_process(COMMAND "${WORK}/root/usr/bin/dst-convert" --version OUTPUT_VARIABLE _out RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0 OR NOT _out MATCHES "libdstransformer ${VERSION}")
+  message(FATAL_ERROR "the packaged dst-convert does not run (${_rc}): ${_out}")
+endif()
+message(STATUS "unpacked /usr/bin/dst-convert: ${_out}")
+if(PYTHON AND EXISTS "${WORK}/root/usr/lib/python3/dist-packages/dstransformer")
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env "PYTHONPATH=${WORK}/root/usr/lib/python3/dist-packages"
+                          PYTHONDONTWRITEBYTECODE=1 "${PYTHON}" "${PYCHECK}" "${WORK}/root"
+                  WORKING_DIRECTORY "${WORK}" RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "the packaged Python binding does not import or run (${_rc})")
+  endif()
+endif()
