@@ -584,6 +584,26 @@ def gen_ctypes(structs: Dict[str, Struct], enums: Dict[str, List[Tuple[str, int]
     return "\n".join(out) + "\n"
 
 
+#: DeepSpeed fields whose C field of the same name differs in some way.
+SAME_NAME_NOTES = {
+    "intermediate_size": "`intermediate_size`; 0 (DeepSpeed: ≤ 0) means 4·H",
+    "seed": "`seed` seeds the initial weights; dropout's seed (DeepSpeed's use of it) is the context's: "
+            "`dst_context_set_rng_state(ctx, seed, 0)`",
+}
+
+
+def gen_api_md_table(cfg: Struct) -> str:
+    c_names = {f.name for f in cfg.fields}
+    same = [n for n in DS_ORDER if n in c_names and n not in SAME_NAME_NOTES]
+    out = ["| `DeepSpeedTransformerConfig` field | in `dst_layer_config` |", "|---|---|"]
+    out.append("| " + ", ".join(f"`{n}`" for n in same) + " | the field of the same name |")
+    for n, note in SAME_NAME_NOTES.items():
+        out.append(f"| `{n}` | {note} |")
+    for p in PY_ONLY:
+        out.append(f"| `{p.name}` | {p.replaced_by} |")
+    return "\n".join(out) + "\n"
+
+
 # ---- regions ------------------------------------------------------------------------------------------
 
 
@@ -595,8 +615,8 @@ class Region:
 
 
 def _replace_region(content: str, name: str, text: str, path: str) -> str:
-    pat = re.compile(r"(^[ \t]*(?://|#) BEGIN GENERATED " + re.escape(name) + r"\b[^\n]*\n)(.*?)"
-                     r"(^[ \t]*(?://|#) END GENERATED " + re.escape(name) + r"\b[^\n]*$)", re.S | re.M)
+    pat = re.compile(r"(^[ \t]*(?://|#|<!--) BEGIN GENERATED " + re.escape(name) + r"\b[^\n]*\n)(.*?)"
+                     r"(^[ \t]*(?://|#|<!--) END GENERATED " + re.escape(name) + r"\b[^\n]*$)", re.S | re.M)
     m = pat.search(content)
     if not m:
         sys.exit(f"{ME}: {path} has no region 'BEGIN GENERATED {name}' ... 'END GENERATED {name}'")
@@ -619,6 +639,7 @@ def regions() -> List[Region]:
         Region(java, "toNative", gen_java_to_native(cfg)),
         Region(java, "accessors", gen_java_accessors(cfg)),
         Region("bindings/rust/dstransformer/src/config.rs", "fields", gen_rust_config(cfg)),
+        Region("docs/api.md", "deepspeed-fields", gen_api_md_table(cfg)),
     ]
 
 

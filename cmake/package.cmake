@@ -12,6 +12,7 @@ set(CPACK_PACKAGE_DIRECTORY ${PROJECT_BINARY_DIR}/package)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_COMPRESSION_TYPE gzip)  # fast to write; the CUDA library dominates the size
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)  # a shlibs file and the ldconfig trigger for the library
 # The run-time dependencies from Debian, by hand: dpkg-shlibdeps knows no package for the CUDA libraries
 # (they come from the CUDA toolkit, which must be on the loader's path for a CUDA build).
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6, libstdc++6, libgcc-s1, libgomp1, libopenblas0 | libopenblas0-pthread")

@@ -389,7 +389,8 @@ DST_API dst_status dst_context_get_num_threads(const dst_context *ctx, int *thre
 
 /**
  * @defgroup config Layer configuration
- * @brief Every field of DeepSpeed's `DeepSpeedTransformerConfig`, plus dtype, capacity and GELU form.
+ * @brief DeepSpeed's `DeepSpeedTransformerConfig` fields that describe the layer, plus dtype, capacity and
+ * GELU form (docs/api.md says what stands for `batch_size`, `local_rank`, `fp16` and `return_tuple`).
  * @{
  */
 /** @brief Form of the GELU activation. */
