@@ -101,8 +101,29 @@ DS_DEFAULTS = {"batch_size": -1, "hidden_size": -1, "intermediate_size": -1, "he
 DS_REQUIRED = ["hidden_size", "heads", "attn_dropout_ratio", "hidden_dropout_ratio", "initializer_range",
                "num_hidden_layers"]
 
+#: The checkpoint options as the Java and Rust bindings present them: one field per option (`client_state`
+#: with its `client_state_len` is one byte string), in the header's order, with language-neutral wording
+#: ({none} is null / `None`; the defaults are the header's).
+OPTION_KINDS = {"layout": "enum", "prefix": "opt_str", "include_grads": "bool", "save_dtype": "opt_dtype",
+                "restore_rng": "bool", "client_state": "opt_bytes", "client_state_len": "len"}
+OPTION_DOCS = {
+    "layout": "Naming scheme. Default {default}.",
+    "prefix": "Prepended to `layer.<i>.`; {none} for none. Loading a Hugging Face file also accepts the "
+              "prefixes `bert.encoder.` and `encoder.` when this is {none}. Default {none}.",
+    "include_grads": "Save: also write the gradients. Load: also read them (they must be present). "
+                     "Default {default}.",
+    "save_dtype": "Save: the dtype to convert to; {none} keeps each layer's dtype. Default {none}.",
+    "restore_rng": "Load: set the first layer's context RNG state from the file. Default {default}.",
+    "client_state": "Save: opaque bytes stored with the weights (epoch, step…), kept exactly (UTF-8 text "
+                    "without NUL is stored as text, anything else base64-encoded). Default {none}.",
+}
+ENUM_LAYOUT = {"java": "WeightLayout", "rust": "WeightLayout", "rust_fallback": "DeepSpeed",
+               "values": {"DST_LAYOUT_DEEPSPEED": ("DEEPSPEED", "DeepSpeed", "deepspeed"),
+                          "DST_LAYOUT_HF_BERT": ("HF_BERT", "HfBert", "hf_bert")}}
+
 #: Enum types: binding names per language, and how the header's default names map to them.
 ENUMS = {
+    "dst_weight_layout": ENUM_LAYOUT,
     "dst_dtype": {"java": "DType", "rust": "DType", "rust_fallback": "F32",
                   "values": {"FP32": ("FP32", "F32", "fp32"), "FP16": ("FP16", "F16", "fp16"),
                              "BF16": ("BF16", "BF16", "bf16"), "FP64": ("FP64", "F64", "fp64")}},
@@ -187,7 +208,7 @@ def classify(structs: Dict[str, Struct]) -> None:
                 f.kind = "i64"
             elif f.ctype == "size_t":
                 f.kind = "size"
-            elif f.ctype in ENUMS or f.ctype == "dst_weight_layout":
+            elif f.ctype in ENUMS:
                 f.kind = "enum"
             elif f.ctype == "const char *":
                 f.kind = "str"
@@ -349,11 +370,7 @@ def gen_java_accessors(cfg: Struct) -> str:
         jt, v, cap = _java_type(f), _camel(f.name), _camel(f.name, True)
         doc = _doc_with_default(f, java_default(f))
         doc = re.sub(r"`([^`]+)`", r"{@code \1}", doc)
-        lines = _wrap(doc, 108, "    /** ", "     * ")
-        if len(lines) == 1 and len(lines[0]) + 3 <= 112:
-            out.append(lines[0] + " */")
-        else:
-            out += ["    /**"] + _wrap(doc, 108, "     * ", "     * ") + ["     */"]
+        out += _java_doc(doc)
         out.append(f"    public {jt} get{cap}() {{")
         out.append(f"        return {v};")
         out.append("    }")
@@ -604,6 +621,166 @@ def gen_api_md_table(cfg: Struct) -> str:
     return "\n".join(out) + "\n"
 
 
+def _options(opts: Struct) -> List[Field]:
+    """The options the bindings present (struct_size and client_state_len folded away); each must be in
+    the table, so that a new header field cannot slip past the bindings."""
+    out = []
+    for f in opts.fields:
+        if f.name == "struct_size":
+            continue
+        if f.name not in OPTION_KINDS:
+            sys.exit(f"{ME}: dst_checkpoint_options.{f.name} is new: add it to OPTION_KINDS and OPTION_DOCS")
+        if OPTION_KINDS[f.name] != "len":
+            out.append(f)
+    return out
+
+
+def _option_doc(f: Field, lang: str) -> str:
+    none = {"java": "null", "rust": "`None`"}[lang]
+    kind = OPTION_KINDS[f.name]
+    if kind == "enum":
+        e = ENUMS[f.ctype]
+        v = e["values"][f.default.lstrip(":")]
+        default = "{@link %s#%s}" % (e["java"], v[0]) if lang == "java" else "[`%s::%s`]" % (e["rust"], v[1])
+    elif kind == "bool":
+        default = "true" if f.default != "0" else "false"
+    else:
+        default = none
+    doc = OPTION_DOCS[f.name].format(none=none, default=default)
+    if lang == "java":
+        doc = re.sub(r"`([^`]+)`", r"{@code \1}", doc)
+    return doc
+
+
+_JAVA_OPTION_TYPES = {"enum": None, "opt_str": "String", "bool": "boolean", "opt_dtype": "DType",
+                      "opt_bytes": "byte[]"}
+
+
+def _java_option_type(f: Field) -> str:
+    k = OPTION_KINDS[f.name]
+    return ENUMS[f.ctype]["java"] if k == "enum" else _JAVA_OPTION_TYPES[k]
+
+
+def gen_java_options_fields(opts: Struct) -> str:
+    return "".join(f"    private {_java_option_type(f)} {_camel(f.name)};\n" for f in _options(opts))
+
+
+def gen_java_options_load(opts: Struct) -> str:
+    out = []
+    for f in _options(opts):
+        k, v, get = OPTION_KINDS[f.name], _camel(f.name), f"raw.get{_swig_accessor(f.name)}()"
+        expr = {"enum": f"{_java_option_type(f)}.fromRaw({get})", "opt_str": get, "bool": f"{get} != 0",
+                "opt_dtype": f"optionalDType({get})", "opt_bytes": "null"}[k]
+        out.append(f"            {v} = {expr};")
+    return "\n".join(out) + "\n"
+
+
+def gen_java_options_to_native(opts: Struct) -> str:
+    out = []
+    for f in _options(opts):
+        k, v, acc = OPTION_KINDS[f.name], _camel(f.name), _swig_accessor(f.name)
+        line = {"enum": f"raw.set{acc}({v}.raw());", "opt_str": f"raw.set{acc}({v});",
+                "bool": f"raw.set{acc}({v} ? 1 : 0);",
+                "opt_dtype": f"raw.set{acc}({v} == null ? -1 : {v}.raw().swigValue());",
+                "opt_bytes": f"raw.set_{f.name}_bytes({v});"}[k]
+        out.append("        " + line)
+    return "\n".join(out) + "\n"
+
+
+def _java_doc(doc: str, indent: str = "    ") -> List[str]:
+    lines = _wrap(doc, 108, indent + "/** ", indent + " * ")
+    if len(lines) == 1 and len(lines[0]) + 3 <= 112:
+        return [lines[0] + " */"]
+    return [indent + "/**"] + _wrap(doc, 108, indent + " * ", indent + " * ") + [indent + " */"]
+
+
+def gen_java_options_accessors(opts: Struct) -> str:
+    out = []
+    for f in _options(opts):
+        k, v, cap, jt = OPTION_KINDS[f.name], _camel(f.name), _camel(f.name, True), _java_option_type(f)
+        doc = _option_doc(f, "java")
+        if k == "opt_bytes":
+            out += _java_doc("Save: the client state as text (its bytes decoded as UTF-8); null for none. Default null.")
+            out += [f"    public String get{cap}() {{",
+                    f"        return {v} == null ? null : new String({v}, StandardCharsets.UTF_8);", "    }", ""]
+            out += _java_doc(f"Sets {{@code {v}}} as text, stored as its UTF-8 bytes (null for none); returns this.")
+            out += [f"    public CheckpointOptions set{cap}(String value) {{",
+                    f"        this.{v} = value == null ? null : value.getBytes(StandardCharsets.UTF_8);",
+                    "        return this;", "    }", ""]
+            out += _java_doc(doc)
+            out += [f"    public byte[] get{cap}Bytes() {{", f"        return {v} == null ? null : {v}.clone();",
+                    "    }", ""]
+            out += _java_doc(f"Sets {{@code {v}}} to any bytes (NUL bytes and binary data included), kept "
+                             "exactly; null for none. Returns this.")
+            out += [f"    public CheckpointOptions set{cap}Bytes(byte[] value) {{",
+                    f"        this.{v} = value == null ? null : value.clone();", "        return this;", "    }", ""]
+            continue
+        out += _java_doc(doc)
+        out += [f"    public {jt} get{cap}() {{", f"        return {v};", "    }", ""]
+        out += _java_doc(f"Sets {{@code {v}}} (see {{@link #get{cap}()}}); returns this.")
+        out.append(f"    public CheckpointOptions set{cap}({jt} value) {{")
+        if k == "enum":
+            out.append(f"        this.{v} = Objects.requireNonNull(value, \"{v}\");")
+        else:
+            out.append(f"        this.{v} = value;")
+        out += ["        return this;", "    }", ""]
+    return "\n".join(out[:-1]) + "\n"
+
+
+def _rust_option_type(f: Field) -> str:
+    k = OPTION_KINDS[f.name]
+    return {"enum": ENUMS[f.ctype]["rust"] if k == "enum" else "", "opt_str": "Option<String>", "bool": "bool",
+            "opt_dtype": "Option<DType>", "opt_bytes": "Option<Vec<u8>>"}[k]
+
+
+def gen_rust_options_fields(opts: Struct) -> str:
+    out = []
+    for f in _options(opts):
+        out += _wrap(_option_doc(f, "rust"), 108, "    /// ", "    /// ")
+        out.append(f"    pub {f.name}: {_rust_option_type(f)},")
+    return "\n".join(out) + "\n"
+
+
+def gen_rust_options_default(opts: Struct) -> str:
+    out = []
+    for f in _options(opts):
+        k = OPTION_KINDS[f.name]
+        if k == "enum":
+            e = ENUMS[f.ctype]
+            expr = f"{e['rust']}::from_raw(raw.{f.name}).unwrap_or({e['rust']}::{e['rust_fallback']})"
+        elif k == "bool":
+            expr = f"raw.{f.name} != 0"
+        elif k == "opt_dtype":
+            expr = f"optional_dtype(raw.{f.name})"
+        else:
+            expr = "None"
+        out.append(f"            {f.name}: {expr},")
+    return "\n".join(out) + "\n"
+
+
+def gen_rust_options_to_raw(opts: Struct) -> str:
+    out = []
+    for f in _options(opts):
+        k, n = OPTION_KINDS[f.name], f.name
+        if k == "enum":
+            out.append(f"        raw.{n} = self.{n}.to_raw();")
+        elif k == "opt_str":
+            out.append(f"        let {n} = self.{n}.as_deref();")
+            out.append(f"        let {n} = {n}.map(|s| cstring(s, \"checkpoint {n}\")).transpose()?;")
+            out.append(f"        raw.{n} = {n}.as_ref().map_or(ptr::null(), |c| c.as_ptr());")
+            out.append(f"        strings.push({n});")
+        elif k == "bool":
+            out.append(f"        raw.{n} = self.{n} as i32;")
+        elif k == "opt_dtype":
+            out.append(f"        raw.{n} = self.{n}.map_or(-1, |d| d.to_raw().0 as i32);")
+        else:  # bytes with a length, so that any bytes (NUL included) are kept; they live in `self`
+            out.append(f"        if let Some(c) = &self.{n} {{")
+            out.append(f"            raw.{n} = if c.is_empty() {{ b\"\\0\".as_ptr() }} else {{ c.as_ptr() }}.cast();")
+            out.append(f"            raw.{n}_len = c.len();")
+            out.append("        }")
+    return "\n".join(out) + "\n"
+
+
 # ---- regions ------------------------------------------------------------------------------------------
 
 
@@ -628,6 +805,7 @@ def regions() -> List[Region]:
     classify(structs)
     cfg, opts = structs["dst_layer_config"], structs["dst_checkpoint_options"]
     java = "bindings/java/src/main/java/org/dstransformer/LayerConfig.java"
+    jopt = "bindings/java/src/main/java/org/dstransformer/CheckpointOptions.java"
     return [
         Region("bindings/python/dstransformer/_fields.py", "", gen_py_fields_module(cfg, opts)),
         Region("bindings/python/dstransformer/_config.py", "LayerConfig.__init__", gen_py_layerconfig_init(cfg)),
@@ -640,6 +818,13 @@ def regions() -> List[Region]:
         Region(java, "accessors", gen_java_accessors(cfg)),
         Region("bindings/rust/dstransformer/src/config.rs", "fields", gen_rust_config(cfg)),
         Region("docs/api.md", "deepspeed-fields", gen_api_md_table(cfg)),
+        Region(jopt, "fields", gen_java_options_fields(opts)),
+        Region(jopt, "defaults", gen_java_options_load(opts)),
+        Region(jopt, "toNative", gen_java_options_to_native(opts)),
+        Region(jopt, "accessors", gen_java_options_accessors(opts)),
+        Region("bindings/rust/dstransformer/src/checkpoint.rs", "option fields", gen_rust_options_fields(opts)),
+        Region("bindings/rust/dstransformer/src/checkpoint.rs", "option defaults", gen_rust_options_default(opts)),
+        Region("bindings/rust/dstransformer/src/checkpoint.rs", "option to_raw", gen_rust_options_to_raw(opts)),
     ]
 
 
