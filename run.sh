@@ -75,8 +75,8 @@ build_main() {
     say "configure + build: build/ (Release)"
     local t=$SECONDS
     # shellcheck disable=SC2046  # cuda_args prints zero or one word
-    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PYTHON" \
-        -DPython_EXECUTABLE="$PYTHON" -DDST_BUILD_DOCS=ON -DDST_BUILD_PYTHON=ON -DDST_BUILD_JAVA=ON \
+    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$PYTHON" \
+        -DDST_BUILD_DOCS=ON -DDST_BUILD_PYTHON=ON -DDST_BUILD_JAVA=ON \
         -DDST_BUILD_RUST=ON $(cuda_args)
     cmake --build build -j"$JOBS"
     local cuda
@@ -125,7 +125,7 @@ run_tests() {
     say "configure + build: build-asan/ (CPU only, address,undefined)"
     local t=$SECONDS
     cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DPython3_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF -DDST_BUILD_DOCS=OFF \
+        -DPython_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF -DDST_BUILD_DOCS=OFF \
         -DDST_SANITIZE=address,undefined
     cmake --build build-asan -j"$JOBS"
     record "build-asan (RelWithDebInfo)" "ok ($(elapsed $t))"
@@ -145,7 +145,7 @@ run_tests() {
     say "configure + build: build-tsan/ (clang, CPU only, thread)"
     t=$SECONDS
     cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-        -DCMAKE_CXX_COMPILER=clang++ -DPython3_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF \
+        -DCMAKE_CXX_COMPILER=clang++ -DPython_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF \
         -DDST_SANITIZE=thread -DDST_BUILD_DOCS=OFF -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_BENCH=OFF
     cmake --build build-tsan -j"$JOBS" --target test_threads test_hostile
     record "build-tsan (clang, thread)" "ok ($(elapsed $t))"
@@ -163,7 +163,7 @@ run_tests() {
     say "configure + build: build-fuzz/ (clang, libFuzzer)"
     t=$SECONDS
     cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-        -DCMAKE_CXX_COMPILER=clang++ -DPython3_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF \
+        -DCMAKE_CXX_COMPILER=clang++ -DPython_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF \
         -DDST_BUILD_FUZZ=ON -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_BENCH=OFF
     cmake --build build-fuzz -j"$JOBS" --target fuzz_safetensors
     record "build-fuzz (clang)" "ok ($(elapsed $t))"

@@ -81,7 +81,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bindings", "ctypes"))
 import dst_ctypes as dc  # noqa: E402
 
 H, HEADS, I, LAYERS, P = 1024, 16, 4096, 4, 0.1

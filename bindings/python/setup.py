@@ -1,4 +1,7 @@
-"""Builds the SWIG module of the `dstransformer` package against an existing libdstransformer.
+"""Builds the `dstransformer` package (its SWIG module) against an existing libdstransformer, and by default
+bundles that library into the package, so that `pip wheel ./bindings/python` makes a wheel that installs
+and runs anywhere the library's own dependencies are (OpenBLAS, libgomp; the CUDA runtime for a CUDA build)
+without the build tree.
 
 Where the library is found, in this order:
   1. DST_LIB_DIR (folder of libdstransformer.so) and DST_INCLUDE_DIR (folder holding dstransformer/);
@@ -9,7 +12,9 @@ The include folder defaults to <repo>/capi/include when the package is built fro
 The wrapper C source comes from the pre-generated sources in DST_SWIG_OUT when that is set; else from SWIG
 when `swig` is on PATH (the SWIG env var names another); else from <repo>/.swig-out/python (written by
 the CMake build, and carried to machines without SWIG).
-The module gets an RPATH to the library folder, so no LD_LIBRARY_PATH is needed at run time.
+The module's run path is `$ORIGIN`, where libdstransformer.so.<major> is copied (set DST_BUNDLE_LIBRARY=0
+to leave it out: the module's run path is then the library folder, for a package that uses an installed
+library). Neither needs LD_LIBRARY_PATH at run time.
 """
 
 import glob
@@ -78,24 +83,42 @@ def version():
         return "0.0.0"
 
 
+def bundle_library() -> bool:
+    return os.environ.get("DST_BUNDLE_LIBRARY", "1") not in ("0", "no", "off", "false", "")
+
+
+def soname_file(lib_dir):
+    """The real file behind libdstransformer.so.<major> (what the module's NEEDED entry names), and that name."""
+    names = sorted(n for n in os.listdir(lib_dir) if re.fullmatch(r"libdstransformer\.so\.\d+", n))
+    if not names:
+        raise SystemExit(f"dstransformer: no libdstransformer.so.<major> in {lib_dir}")
+    return os.path.realpath(os.path.join(lib_dir, names[-1])), names[-1]
+
+
 class BuildSwigExt(build_ext):
-    """Generates (or picks up) the SWIG wrapper, compiles it, and puts the generated .py next to it."""
+    """Generates (or picks up) the SWIG wrapper, compiles it, puts the generated .py next to it and, unless
+    DST_BUNDLE_LIBRARY=0, copies libdstransformer.so.<major> beside the module."""
 
     def run(self):
         lib_dir, inc_dir = find_library()
         gen_dir = os.path.join(self.build_temp, "swig")
         os.makedirs(gen_dir, exist_ok=True)
         wrap_c, wrap_py = self._wrapper(inc_dir, gen_dir)
+        bundle = bundle_library()
         for ext in self.extensions:
             ext.sources = [wrap_c]
             ext.include_dirs = [inc_dir]
             ext.library_dirs = [lib_dir]
-            ext.runtime_library_dirs = [lib_dir]
+            ext.runtime_library_dirs = ["$ORIGIN"] if bundle else [lib_dir]
             ext.libraries = ["dstransformer"]
         super().run()
         dest = os.path.join(HERE if self.inplace else self.build_lib, "dstransformer")
         os.makedirs(dest, exist_ok=True)
         shutil.copyfile(wrap_py, os.path.join(dest, MODULE + ".py"))
+        if bundle:
+            real, name = soname_file(lib_dir)
+            self.announce(f"bundling {real} as dstransformer/{name}", level=2)
+            shutil.copyfile(real, os.path.join(dest, name))
 
     def _wrapper(self, inc_dir, gen_dir):
         swig = os.environ.get("SWIG") or shutil.which("swig") or shutil.which("swig4.0")

@@ -619,6 +619,23 @@ dst_status checkpoint_describe(const char *fn, const char *path, char *summary, 
     s += "other tensors: " + std::to_string(other) + "\n";
     s += "metadata: " + std::to_string(h.metadata.size()) + " entries\n";
     for (const auto &kv : h.metadata) s += "  " + kv.first + ": " + kv.second + "\n";
+    s += "tensor list (name: dtype [shape], bytes):\n";
+    size_t list_bytes = 0;
+    for (const st::Entry &e : h.tensors) list_bytes += e.name.size() + e.dtype.size() + 24 * e.shape.size() + 32;
+    s.reserve(s.size() + list_bytes);
+    char num[32];
+    for (const st::Entry &e : h.tensors) {  // appended piece by piece: no temporaries per tensor
+        s.append("  ").append(e.name).append(": ").append(e.dtype).append(" [");
+        for (size_t d = 0; d < e.shape.size(); ++d) {
+            if (d) s.append(", ");
+            s.append(num, static_cast<size_t>(std::snprintf(num, sizeof num, "%lld",
+                                                            static_cast<long long>(e.shape[d]))));
+        }
+        s.append("], ");
+        s.append(num, static_cast<size_t>(std::snprintf(num, sizeof num, "%llu",
+                                                        static_cast<unsigned long long>(e.bytes()))));
+        s.push_back('\n');
+    }
     copy_text(s, summary, summary_size, summary_len);
     return DST_OK;
 }

@@ -1153,7 +1153,9 @@ TEST_F(Checkpoint, Describe) {
     EXPECT_TRUE(contains(d, "tensors: 17\n")) << d;
     EXPECT_TRUE(contains(d, "layers: 1 (layout hf_bert, prefix \"bert.encoder.\", 16 tensors)")) << d;
     EXPECT_TRUE(contains(d, "other tensors: 1\n")) << d;
-    EXPECT_TRUE(contains(d, "metadata: 1 entries\n  format: pt\n")) << d;
+    EXPECT_TRUE(contains(d, "metadata: 1 entries\n  format: pt\ntensor list (name: dtype [shape], bytes):\n")) << d;
+    EXPECT_TRUE(contains(d, "\n  bert.pooler.dense.bias: F32 [16], 64\n")) << d;
+    EXPECT_TRUE(contains(d, "\n  bert.encoder.layer.4.intermediate.dense.weight: F32 [40, 16], 2560\n")) << d;
 
     // Truncated to the buffer, NUL-terminated; the full length is reported; NULL buffer: length only.
     char small[10];
@@ -1513,11 +1515,23 @@ TEST_F(Checkpoint, DstConvertTool) {
 
     EXPECT_EQ(run("", &out, &err, work), 2);
     EXPECT_TRUE(contains(err, "usage:")) << err;
+    // Usage errors name the argument at fault.
     EXPECT_EQ(run("--from nope a b", &out, &err, work), 2);
+    EXPECT_TRUE(contains(err, "--from: unknown layout 'nope'")) << err;
+    EXPECT_EQ(run("a b --to", &out, &err, work), 2);
+    EXPECT_TRUE(contains(err, "--to needs a layout")) << err;
     EXPECT_EQ(run("--bogus a b", &out, &err, work), 2);
+    EXPECT_TRUE(contains(err, "unknown option '--bogus'")) << err;
     EXPECT_EQ(run("a b c", &out, &err, work), 2);
+    EXPECT_TRUE(contains(err, "too many arguments: 'c'")) << err;
+    EXPECT_EQ(run("only_in", &out, &err, work), 2);
+    EXPECT_TRUE(contains(err, "missing OUT after IN 'only_in'")) << err;
+    EXPECT_EQ(run("--info a b", &out, &err, work), 2);
+    EXPECT_TRUE(contains(err, "unexpected argument 'b'")) << err;
     EXPECT_EQ(run("--help", &out, &err, work), 0);
     EXPECT_TRUE(contains(out, "--info")) << out;
+    EXPECT_EQ(run("--version", &out, &err, work), 0);
+    EXPECT_TRUE(contains(out, std::string("dst-convert ") + dst_version_string() + " (libdstransformer ")) << out;
 
     EXPECT_EQ(run("--from hf --to deepspeed '" + hf + "' '" + ds + "'", &out, &err, work), 0) << err;
     EXPECT_TRUE(contains(out, "2 layer(s)")) << out;
@@ -1541,6 +1555,10 @@ TEST_F(Checkpoint, DstConvertTool) {
     EXPECT_TRUE(contains(out, "other tensors: 1")) << out;
     EXPECT_TRUE(contains(out, "layout: deepspeed")) << out;
     EXPECT_TRUE(contains(out, "format: pt")) << out;
+    // every tensor with its dtype, shape and size
+    EXPECT_TRUE(contains(out, "tensor list (name: dtype [shape], bytes):\n")) << out;
+    EXPECT_TRUE(contains(out, "\n  bert.encoder.layer.1.attn_qkvw: F32 [48, 16], 3072\n")) << out;
+    EXPECT_TRUE(contains(out, "\n  bert.pooler.dense.bias: F32 [16], 64\n")) << out;
 
     spit(path("bad.safetensors"), "nonsense bytes");
     EXPECT_EQ(run("'" + path("bad.safetensors") + "' '" + path("x.safetensors") + "'", &out, &err, work), 1);

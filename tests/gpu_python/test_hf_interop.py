@@ -24,6 +24,7 @@ import copy
 import json
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -31,14 +32,15 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bindings" / "ctypes"))
 import dst_ctypes as dst  # noqa: E402  (after the skips: needs nothing but ctypes)
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOL = {"fp32": 1e-5, "fp16": 1e-3, "bf16": 1e-2}
 STACK_TOL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 3e-1}  # see test_minilm_pretrained_layers
 STACK_DRAWS = 5
 TORCH_DT = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-DST_DT = {"fp32": dst.FP32, "fp16": dst.FP16, "bf16": dst.BF16}
+DST_DT = {"fp32": dst.DTYPE_FP32, "fp16": dst.DTYPE_FP16, "bf16": dst.DTYPE_BF16}
 HF_OF_PARAM = {  # DeepSpeed parameter -> HF BertLayer parameter(s), rows concatenated
     "attn_qkvw": ["attention.self.query.weight", "attention.self.key.weight", "attention.self.value.weight"],
     "attn_qkvb": ["attention.self.query.bias", "attention.self.key.bias", "attention.self.value.bias"],
@@ -127,18 +129,18 @@ class DstStack:
 
     def close(self):
         for l in self.layers:
-            self.lib.c.dst_layer_destroy(l)
+            self.lib.lib.dst_layer_destroy(l)
         self.layers = []
         if self.ctx:
-            self.lib.c.dst_context_destroy(self.ctx)
+            self.lib.lib.dst_context_destroy(self.ctx)
             self.ctx = None
 
     def run(self, x, mask, dy, first=0, count=None):
         """Forward through layers[first:first+count], then backward; returns (y, dx)."""
         layers = self.layers[first:first + (count or len(self.layers))]
-        dt = {torch.float32: dst.FP32, torch.float16: dst.FP16, torch.bfloat16: dst.BF16}[x.dtype]
+        dt = {torch.float32: dst.DTYPE_FP32, torch.float16: dst.DTYPE_FP16, torch.bfloat16: dst.DTYPE_BF16}[x.dtype]
         shape = list(x.shape)
-        m = dst.additive_mask(mask.data_ptr(), dst.FP32, list(mask.shape)) if mask is not None else None
+        m = dst.additive_mask(mask.data_ptr(), dst.DTYPE_FP32, list(mask.shape)) if mask is not None else None
         h = x.contiguous()
         keep = [h]
         for L in layers:
@@ -152,14 +154,14 @@ class DstStack:
             self.lib.backward(L, dst.tensor(g.data_ptr(), dt, shape), dst.tensor(dx.data_ptr(), dt, shape))
             keep.append(dx)
             g = dx
-        self.lib.check(self.lib.c.dst_context_synchronize(self.ctx), "dst_context_synchronize")
+        self.lib.check(self.lib.lib.dst_context_synchronize(self.ctx), "dst_context_synchronize")
         return h, g
 
     def grad(self, i, name):
         p = dst.PARAM_NAMES.index(name)
         n = self.lib.param_numel(self.layers[i], p)
         out = torch.empty(n, dtype=torch.float64)
-        self.lib.get_grad(self.layers[i], name, out.data_ptr(), dst.FP64, n)
+        self.lib.get_grad(self.layers[i], name, out.data_ptr(), dst.DTYPE_FP64, n)
         return out
 
 

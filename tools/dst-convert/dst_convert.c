@@ -4,10 +4,12 @@
  *
  *   dst-convert [--from deepspeed|hf] [--to deepspeed|hf] [--in-prefix P] [--out-prefix P] IN OUT
  *   dst-convert --info IN
+ *   dst-convert --version | --help
  *
  * Conversion is dst_checkpoint_convert() of the public C API (defaults: --from hf --to deepspeed, the
- * prefixes detected / kept). --info prints dst_checkpoint_describe(): the tensors' dtypes, the layers it
- * recognises and the metadata. Exit status: 0 success, 1 failure (the reason on stderr), 2 usage.
+ * prefixes detected / kept). --info prints dst_checkpoint_describe(): sizes, every tensor with its dtype
+ * and shape, the layers it recognises and the metadata. Exit status: 0 success, 1 failure (the reason on
+ * stderr), 2 usage error (the message names the argument).
  * C99; uses nothing of the library but its public header.
  */
 #include <stdio.h>
@@ -22,13 +24,15 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: %s [--from deepspeed|hf] [--to deepspeed|hf] [--in-prefix P] [--out-prefix P] IN OUT\n"
             "       %s --info IN\n"
+            "       %s --version | --help\n"
             "Converts a safetensors layer checkpoint between the DeepSpeed (attn_qkvw ... norm_b) and the\n"
             "Hugging Face BertLayer (attention.self.query.weight ...) names; tensors outside the layers are\n"
             "copied unchanged. Defaults: --from hf --to deepspeed; the input prefix is detected (\"\",\n"
             "\"bert.encoder.\", \"encoder.\") and kept unless --out-prefix is given.\n"
-            "--info prints the tensors, the layers found and the metadata of a file.\n"
+            "--info prints a file's sizes, every tensor with its dtype and shape, the layers found and the\n"
+            "metadata. --version prints the versions of the program and of the library it loaded.\n"
             "Exit status: 0 success, 1 failure, 2 usage error.\n",
-            prog, prog);
+            prog, prog, prog);
 }
 
 static int parse_layout(const char *s, dst_weight_layout *out) {
@@ -70,6 +74,14 @@ static int info(const char *path) {
     return 0;
 }
 
+/* A usage error: the message (naming the argument), then how to get the usage. */
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "%s: ", prog);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry '%s --help' for the usage.\n", prog);
+    return 2;
+}
+
 /* ---- main -------------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
@@ -80,66 +92,55 @@ int main(int argc, char **argv) {
     char summary[4096];
     dst_status st;
 
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
     for (i = 1; i < argc; ++i) {
         const char *a = argv[i];
         const int has_value = i + 1 < argc;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("%s %d.%d.%d (libdstransformer %s)\n", prog, DST_VERSION_MAJOR, DST_VERSION_MINOR,
+                   DST_VERSION_PATCH, dst_version_string());
+            return 0;
         } else if (strcmp(a, "--from") == 0 || strcmp(a, "--to") == 0) {
-            if (!has_value || !parse_layout(argv[i + 1], strcmp(a, "--from") == 0 ? &from : &to)) {
-                fprintf(stderr, "%s: %s needs 'deepspeed' or 'hf'\n", prog, a);
-                usage(stderr);
+            if (!has_value) return usage_error("%s needs a layout: 'deepspeed' or 'hf'", a);
+            if (!parse_layout(argv[i + 1], strcmp(a, "--from") == 0 ? &from : &to)) {
+                fprintf(stderr, "%s: %s: unknown layout '%s' (expected 'deepspeed' or 'hf')\n", prog, a, argv[i + 1]);
+                fprintf(stderr, "Try '%s --help' for the usage.\n", prog);
                 return 2;
             }
             ++i;
         } else if (strcmp(a, "--in-prefix") == 0 || strcmp(a, "--out-prefix") == 0) {
-            if (!has_value) {
-                fprintf(stderr, "%s: %s needs a value (\"\" for none)\n", prog, a);
-                usage(stderr);
-                return 2;
-            }
+            if (!has_value) return usage_error("%s needs a value (\"\" for none)", a);
             if (strcmp(a, "--in-prefix") == 0)
                 in_prefix = argv[++i];
             else
                 out_prefix = argv[++i];
         } else if (strcmp(a, "--info") == 0) {
-            if (!has_value) {
-                fprintf(stderr, "%s: --info needs a file\n", prog);
-                usage(stderr);
-                return 2;
-            }
+            if (!has_value) return usage_error("%s needs a file", a);
+            if (info_path) return usage_error("--info given twice (second: '%s')", argv[i + 1]);
             info_path = argv[++i];
         } else if (a[0] == '-' && a[1] != '\0' && strcmp(a, "--") != 0) {
-            fprintf(stderr, "%s: unknown option '%s'\n", prog, a);
-            usage(stderr);
-            return 2;
+            return usage_error("unknown option '%s'", a);
         } else {
             if (strcmp(a, "--") == 0) {
                 if (++i >= argc) break;
                 a = argv[i];
             }
-            if (npaths == 2) {
-                fprintf(stderr, "%s: too many arguments ('%s')\n", prog, a);
-                usage(stderr);
-                return 2;
-            }
+            if (npaths == 2) return usage_error("too many arguments: '%s' after IN and OUT", a);
             paths[npaths++] = a;
         }
     }
     if (info_path) {
-        if (npaths != 0) {
-            fprintf(stderr, "%s: --info takes one file and no other arguments\n", prog);
-            usage(stderr);
-            return 2;
-        }
+        if (npaths != 0) return usage_error("--info takes one file; unexpected argument '%s'", paths[0]);
         return info(info_path);
     }
-    if (npaths != 2) {
-        fprintf(stderr, "%s: expected IN and OUT\n", prog);
-        usage(stderr);
-        return 2;
-    }
+    if (npaths == 0) return usage_error("%s", "missing IN and OUT (or --info IN)");
+    if (npaths == 1) return usage_error("missing OUT after IN '%s'", paths[0]);
     st = dst_checkpoint_convert(paths[0], from, in_prefix, paths[1], to, out_prefix, summary, sizeof summary);
     if (st != DST_OK) {
         fprintf(stderr, "%s: %s: %s\n", prog, dst_status_string(st), dst_last_error());

@@ -28,7 +28,7 @@ from ._errors import (
 _native.dstpy_register_errors(dict(_ERROR_CLASSES), DstError)
 
 from ._arrays import DeviceArray, aligned_empty, bf16_numpy_dtype  # noqa: E402
-from ._config import LayerConfig  # noqa: E402
+from ._config import LayerConfig, TransformerConfig  # noqa: E402
 from ._core import (  # noqa: E402
     PARAM_NAMES,
     Context,
@@ -89,6 +89,7 @@ __all__ = [
     "InternalError",
     "Context",
     "LayerConfig",
+    "TransformerConfig",
     "Layer",
     "SavedActivations",
     "Mask",

@@ -873,14 +873,28 @@ def _layout(value: Union[str, int]) -> int:
     return _LAYOUTS[key]
 
 
-def _handles(layers: Union[Layer, Iterable[Layer]]) -> list:
-    if isinstance(layers, Layer):
-        layers = [layers]
+def _as_layer(obj: Any) -> Optional[Layer]:
+    """A :class:`Layer`, or the native layer of an object that runs on one (``dstransformer.torch``'s
+    TransformerLayer, through its ``native`` property); None for anything else."""
+    if isinstance(obj, Layer):
+        return obj
+    if isinstance(getattr(type(obj), "native", None), property):
+        native = obj.native
+        if isinstance(native, Layer):
+            return native
+    return None
+
+
+def _handles(layers: Any) -> list:
+    single = _as_layer(layers)
+    items = [single] if single is not None else layers
     out = []
-    for i, l in enumerate(layers):
-        if not isinstance(l, Layer):
-            raise TypeError(f"layers[{i}] is a {type(l).__name__}, expected a dstransformer.Layer")
-        out.append(l.handle)
+    for i, l in enumerate(items):
+        native = _as_layer(l)
+        if native is None:
+            raise TypeError(f"layers[{i}] is a {type(l).__name__}, expected a dstransformer.Layer or a "
+                            "dstransformer.torch.TransformerLayer")
+        out.append(native.handle)
     if not out:
         raise ValueError("layers: at least one layer is required")
     return out
@@ -890,7 +904,8 @@ def save_checkpoint(layers: Union[Layer, Iterable[Layer]], path: Union[str, os.P
                     layout: str = "deepspeed", prefix: Optional[str] = None, include_grads: bool = False,
                     save_dtype: Any = None, client_state: Union[str, bytes, None] = None) -> None:
     """Writes the parameters (and with ``include_grads`` the gradients) of a stack of layers to a
-    safetensors file, atomically (``dst_checkpoint_save``). Layer i is stored as ``<prefix>layer.<i>.``;
+    safetensors file, atomically (``dst_checkpoint_save``). ``layers`` is one layer or a sequence of them:
+    :class:`Layer` objects or ``dstransformer.torch.TransformerLayer`` modules (a ``ModuleList`` too). Layer i is stored as ``<prefix>layer.<i>.``;
     ``layout`` is "deepspeed" (attn_qkvw …) or "hf_bert" (Post-LN only); ``save_dtype`` converts
     (default: each layer's dtype); ``client_state`` (str, stored as UTF-8, or any bytes) is kept with the
     weights exactly."""
@@ -913,7 +928,8 @@ def load_checkpoint(layers: Union[Layer, Iterable[Layer]], path: Union[str, os.P
                     layout: str = "deepspeed", prefix: Optional[str] = None, include_grads: bool = False,
                     restore_rng: bool = True) -> Union[str, bytes, None]:
     """Reads parameters (and with ``include_grads`` gradients) into a stack of layers
-    (``dst_checkpoint_load``); every tensor is checked before any layer changes. With ``restore_rng`` the
+    (``dst_checkpoint_load``), given as for :func:`save_checkpoint` (a torch layer's ``flat_params`` is
+    written in place); every tensor is checked before any layer changes. With ``restore_rng`` the
     first layer's context gets the stored RNG state. Returns the stored client state (a str when it is
     UTF-8 text, else its bytes), or None."""
     handles = _handles(layers)

@@ -7,11 +7,15 @@ Importing this module imports torch; ``import dstransformer`` alone does not.
                             attn_dropout_ratio=0.1, hidden_dropout_ratio=0.1, num_hidden_layers=24,
                             initializer_range=0.02, local_rank=0, seed=1234, fp16=True,
                             pre_layer_norm=True)
-    layer = TransformerLayer(cfg)            # on cuda:local_rank (CPU when no GPU is usable)
+    layer = TransformerLayer(cfg)            # on cuda:local_rank (an error when no GPU is usable)
     y = layer(x, attention_mask)             # x [B, S, H]; mask [B, 1, 1, S] or [B, S] additive
 
-Differences from DeepSpeed, all deliberate: any sequence length (no padding to a multiple of 16), the mask
-may be omitted, an int32 [B] tensor of key lengths is accepted as a mask; each layer is self-contained
+As in DeepSpeed, the sizes left at -1 must be set (making a layer raises otherwise) and ``local_rank >= 0``
+needs a usable CUDA device. Differences from DeepSpeed, all deliberate: ``local_rank=-1`` (or
+``device="cpu"``) without a GPU runs on the library's CPU backend; any sequence length (no padding to a
+multiple of 16); the mask may be omitted, and Hugging Face's integer [B, S] mask (1 attend, 0 padding) or
+integer key lengths [B] are accepted as masks; the checkpoint functions of :mod:`dstransformer`
+(``save_checkpoint``, ``load_checkpoint``) take these layers (or a ``ModuleList`` of them); each layer is self-contained
 (no global registry; ``copy.deepcopy`` gives an independent layer); the weights of layer ``layer_id`` are
 drawn from the library's Philox stream with seed ``config.seed + layer_id`` (DeepSpeed draws from torch's
 RNG; call :meth:`TransformerLayer.init_transformer_weights` for that); ``adjust_init_range`` applies on
@@ -29,7 +33,7 @@ import torch
 from torch import nn
 
 from . import _native
-from ._config import LayerConfig, dtype_code
+from ._config import LayerConfig, TransformerConfig, dtype_code
 from ._core import PARAM_NAMES, Context, Layer, SavedActivations, cuda_device_count, native_mask
 
 __all__ = ["TransformerConfig", "TransformerLayer", "DeepSpeedTransformerConfig", "DeepSpeedTransformerLayer",
@@ -45,30 +49,7 @@ _DST_OF_TORCH = {
 }
 _NAME_OF_TORCH = {v: k for k, v in _TORCH_DTYPES.items()}
 _ALIGN = 256
-
-# DeepSpeed's positional order of DeepSpeedTransformerConfig's arguments.
-_DS_ARG_ORDER = (
-    "batch_size", "hidden_size", "intermediate_size", "heads", "attn_dropout_ratio", "hidden_dropout_ratio",
-    "num_hidden_layers", "initializer_range", "layer_norm_eps", "local_rank", "seed", "fp16",
-    "pre_layer_norm", "normalize_invertible", "gelu_checkpoint", "adjust_init_range",
-    "attn_dropout_checkpoint", "stochastic_mode", "return_tuple", "training",
-)
-
-
-class TransformerConfig(LayerConfig):
-    """``DeepSpeedTransformerConfig`` with the same arguments (positional order included), plus the
-    library's fields (``max_seq_length``, ``dtype``, ``max_batch_tokens``, ``gelu``, ``causal``,
-    ``allow_tf32``); see :class:`dstransformer.LayerConfig`."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        if len(args) > len(_DS_ARG_ORDER):
-            raise TypeError(f"TransformerConfig takes at most {len(_DS_ARG_ORDER)} positional arguments")
-        for name, value in zip(_DS_ARG_ORDER, args):
-            if name in kwargs:
-                raise TypeError(f"TransformerConfig got multiple values for argument {name!r}")
-            kwargs[name] = value
-        super().__init__(**kwargs)
-
+_MASKED = -10000.0  # what a masked key gets in the additive mask made from a Hugging Face integer mask
 
 # ---- shared contexts: one per device, so that the layers of a model share one dropout RNG stream ----
 _CONTEXTS: Dict[tuple, Context] = {}
@@ -84,18 +65,39 @@ def _context_for(device: torch.device) -> Context:
 
 
 def _choose_device(config: LayerConfig, device: Any) -> torch.device:
+    """``device=`` when given; else DeepSpeed's rule: ``local_rank ≥ 0`` asks for ``cuda:local_rank``, which
+    must be usable (DeepSpeed's layer is CUDA-only, so it fails there too); ``local_rank = -1`` takes the
+    current CUDA device, or the CPU backend when no CUDA device is usable."""
     if device is not None:
         dev = torch.device(device)
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
         return dev
-    if torch.cuda.is_available() and cuda_device_count() > 0:
-        rank = int(config.local_rank) if config.local_rank is not None else -1
-        if rank >= 0:
-            torch.cuda.set_device(rank)  # as DeepSpeed does
-            return torch.device("cuda", rank)
+    rank = int(config.local_rank) if config.local_rank is not None else -1
+    usable = _cuda_usable()
+    if rank >= 0:
+        if usable is not None:
+            raise RuntimeError(
+                f"TransformerLayer: local_rank={rank} asks for cuda:{rank}, but {usable}. DeepSpeed's layer needs "
+                "CUDA as well; for the library's CPU backend pass local_rank=-1 (DeepSpeed's default) or "
+                "device='cpu'")
+        if rank >= torch.cuda.device_count():
+            raise RuntimeError(f"TransformerLayer: local_rank={rank}, but torch sees "
+                               f"{torch.cuda.device_count()} CUDA device(s)")
+        torch.cuda.set_device(rank)  # as DeepSpeed does
+        return torch.device("cuda", rank)
+    if usable is None:
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def _cuda_usable() -> Optional[str]:
+    """None when torch and the library can both run on a CUDA device, else the reason they cannot."""
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device (torch.cuda.is_available() is False)"
+    if cuda_device_count() == 0:
+        return "libdstransformer sees no CUDA device (a build without the CUDA backend, or no usable GPU)"
+    return None
 
 
 def _aligned_empty(numel: int, dtype: torch.dtype, device: torch.device, zero: bool = True) -> torch.Tensor:
@@ -365,22 +367,34 @@ class TransformerLayer(nn.Module):
     # ---- running ------------------------------------------------------------------------------------
     def _prepare_mask(self, mask: Optional[torch.Tensor], B: int, S: int, dev: torch.device,
                       dtype: torch.dtype) -> Optional[torch.Tensor]:
+        """The mask as the library takes it: additive float ``[B, 1, 1, S]``/``[B, S]`` (fp32 or the layer
+        dtype), or int32 key lengths ``[B]``. A Hugging Face integer ``[B, S]`` mask (1 attend, 0 padding)
+        becomes the additive mask DeepSpeed's users build from it: 0 where it is non-zero, -10000 where 0."""
         if mask is None:
             return None
         if not isinstance(mask, torch.Tensor):
             raise TypeError(f"attention_mask must be a torch.Tensor or None, got {type(mask).__name__}")
         if mask.device != dev:
             raise ValueError(f"attention_mask is on {mask.device}, hidden_states on {dev}")
+        shape = tuple(mask.shape)
         if mask.dtype == torch.bool:
-            raise TypeError("attention_mask: boolean masks are ambiguous; pass an additive float mask "
-                            "(0 keep, -10000 drop) of shape [B, 1, 1, S] or [B, S], or int32 key lengths [B]")
+            raise TypeError(
+                "attention_mask: boolean masks are ambiguous (True means 'attend' to some APIs, 'masked' to "
+                "others); pass Hugging Face's integer mask (1 attend, 0 padding, [B, S]: mask.long()), an "
+                "additive float mask (0 attend, -10000 masked; [B, 1, 1, S] or [B, S]: "
+                "(1.0 - mask.float()) * -10000.0), or int32 key lengths [B] (mask.sum(-1).int())")
         if not mask.is_floating_point():
-            if tuple(mask.shape) != (B,):
-                raise ValueError(f"attention_mask: an integer mask holds key lengths and must have shape ({B},), "
-                                 f"got {tuple(mask.shape)}")
+            if shape == (B, S):  # Hugging Face's attention_mask
+                additive = torch.zeros(shape, dtype=torch.float32, device=dev)
+                return additive.masked_fill_(mask.detach() == 0, _MASKED)
+            if shape != (B,):
+                raise ValueError(
+                    f"attention_mask: an integer mask is Hugging Face's [B, S] = {(B, S)} (1 attend, 0 padding) "
+                    f"or key lengths [B] = ({B},), got {shape}; for DeepSpeed's extended [B, 1, 1, S] form "
+                    "pass it as an additive float mask")
             return mask.detach().to(torch.int32).contiguous()
-        if tuple(mask.shape) not in ((B, 1, 1, S), (B, S)):
-            raise ValueError(f"attention_mask: shape {tuple(mask.shape)}, expected [B, 1, 1, S] = {(B, 1, 1, S)} "
+        if shape not in ((B, 1, 1, S), (B, S)):
+            raise ValueError(f"attention_mask: shape {shape}, expected [B, 1, 1, S] = {(B, 1, 1, S)} "
                              f"or [B, S] = {(B, S)} (an additive key mask)")
         mask = mask.detach()
         if mask.dtype not in (torch.float32, dtype):
@@ -419,7 +433,8 @@ class TransformerLayer(nn.Module):
                 head_mask=None, layer_head_mask=None, encoder_hidden_states=None,
                 encoder_attention_mask=None, past_key_value=None, output_attentions=False, grads=None):
         """``hidden_states`` [B, S, H] in the layer dtype; ``attention_mask`` None, additive [B, 1, 1, S]
-        or [B, S] (fp32 or the layer dtype; other float dtypes are converted), or int32 key lengths [B].
+        or [B, S] (fp32 or the layer dtype; other float dtypes are converted), Hugging Face's integer
+        [B, S] mask (1 attend, 0 padding; converted to the additive form), or integer key lengths [B].
         The Hugging Face extras are accepted and ignored, as in DeepSpeed.
 
         ``grads``: DeepSpeed's test hook. A list (anything with ``append``): when this call's backward

@@ -118,3 +118,25 @@ def test_checkpoint_errors(ctx, tmp_path):
         layer.save(tmp_path / "y.safetensors", layout="onnx")
     with pytest.raises(TypeError):
         dst.save_checkpoint([layer, "not a layer"], tmp_path / "z.safetensors")
+
+
+def test_objects_running_on_a_layer_are_accepted(tmp_path, ctx):
+    """The checkpoint functions take anything whose ``native`` property is a Layer (what
+    dstransformer.torch.TransformerLayer offers), alone or in a sequence."""
+
+    class Wrapper:
+        def __init__(self, layer):
+            self._layer = layer
+
+        @property
+        def native(self):
+            return self._layer
+
+    cfg = small_config(dtype="fp32")
+    with dst.Layer(ctx, cfg) as a, dst.Layer(ctx, cfg) as b:
+        path = tmp_path / "w.safetensors"
+        dst.save_checkpoint(Wrapper(a), path)
+        dst.load_checkpoint([Wrapper(b)], path)
+        assert np.array_equal(a.param("attn_qkvw"), b.param("attn_qkvw"))
+        with pytest.raises(TypeError, match="layers\\[1\\] is a str"):
+            dst.save_checkpoint([a, "b"], path)

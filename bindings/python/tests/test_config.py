@@ -89,3 +89,86 @@ def test_saved_and_workspace_bytes_queries():
     assert c.workspace_bytes(2, 16) >= 0
     with pytest.raises(dst.InvalidArgumentError):
         c.saved_bytes(0, 16)
+
+
+# ---- the generated field lists and DeepSpeed's TransformerConfig (no torch needed) ----------------------
+from dstransformer import _fields  # noqa: E402
+import inspect  # noqa: E402
+
+
+def test_header_defaults_are_the_librarys():
+    """The defaults the generated lists take from the header's comments are what dst_layer_config_default
+    writes, so the signatures, docstrings and the other bindings' docs tell the truth."""
+    c = dst._native.dst_layer_config()
+    dst._native.dst_layer_config_default(c)
+    for name, want in _fields.C_DEFAULTS.items():
+        got = getattr(c, name)
+        if name == "dtype":
+            got = dst._config.dtype_name(int(got))
+        elif name == "gelu":
+            got = "tanh" if got == dst._native.DST_GELU_TANH else "erf"
+        elif isinstance(want, bool):
+            got = bool(got)
+        if isinstance(want, float):
+            assert got == pytest.approx(want, rel=1e-6), name
+        else:
+            assert got == want, name
+    # every C field (but struct_size) is in the Python field list
+    c_fields = [n for n in dir(c) if not n.startswith("_") and n not in ("this", "thisown", "struct_size")]
+    assert sorted(c_fields) == sorted(f[1] for f in _fields.LAYER_CONFIG_FIELDS if f[1])
+
+
+@pytest.mark.parametrize("cls", [dst.LayerConfig, dst.TransformerConfig])
+def test_real_signatures(cls):
+    params = inspect.signature(cls).parameters
+    kinds = {p.kind for p in params.values()}
+    assert inspect.Parameter.VAR_KEYWORD not in kinds and inspect.Parameter.VAR_POSITIONAL not in kinds
+    assert list(params) == [f[0] for f in _fields.LAYER_CONFIG_FIELDS]  # DeepSpeed's order, then ours
+    import pydoc
+
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    for name in ("hidden_size", "attn_dropout_ratio", "max_seq_length", "return_tuple", "allow_tf32"):
+        assert name in text
+
+
+def test_transformer_config_is_deepspeeds():
+    T = dst.TransformerConfig
+    params = inspect.signature(T).parameters
+    positional = [n for n, p in params.items() if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    assert tuple(positional) == _fields.DEEPSPEED_ORDER
+    assert [params[n].default for n in ("batch_size", "hidden_size", "heads", "attn_dropout_ratio", "seed")] == \
+        [-1, -1, -1, -1, -1]
+    # DeepSpeed's tests build an empty config and set attributes: allowed, but a layer needs the sizes
+    cfg = T()
+    with pytest.raises(ValueError, match="hidden_size, heads, attn_dropout_ratio, hidden_dropout_ratio, "
+                                         "initializer_range, num_hidden_layers not set"):
+        cfg.validate()
+    with pytest.raises(ValueError, match="not set"), dst.Context("cpu") as ctx:
+        dst.Layer(ctx, cfg)
+    cfg.hidden_size, cfg.heads, cfg.attn_dropout_ratio, cfg.hidden_dropout_ratio = 64, 4, 0.0, 0.0
+    cfg.initializer_range = 0.02
+    with pytest.raises(ValueError, match="^TransformerConfig: num_hidden_layers not set"):
+        cfg.validate()
+    cfg.adjust_init_range = False  # num_hidden_layers is read only by the init rule
+    cfg.validate()
+    cfg.adjust_init_range, cfg.num_hidden_layers = True, 2
+    n = cfg.validate().to_native()
+    assert (n.hidden_size, n.heads, n.intermediate_size, n.seed) == (64, 4, 0, 2**64 - 1)
+    # positional, in DeepSpeed's order; complete, so validated at once by the library
+    c = T(8, 64, 256, 4, 0.1, 0.1, 2, 0.02)
+    assert (c.batch_size, c.intermediate_size, c.num_hidden_layers, c.resolved_max_batch_tokens) == (8, 256, 2, 4096)
+    with pytest.raises(dst.InvalidArgumentError, match="heads"):
+        T(8, 30, 256, 4, 0.1, 0.1, 2, 0.02)
+    with pytest.raises(TypeError):
+        T(8, 64, 256, 4, 0.1, 0.1, 2, 0.02, 1e-12, -1, 1, False, True, False, False, True, False, False,
+          False, True, 512)  # the library's fields are keywords only
+    d = T.from_dict({"hidden_size": 64, "heads": 4})
+    assert d.attn_dropout_ratio == -1 and d.missing_fields() == ["attn_dropout_ratio", "hidden_dropout_ratio",
+                                                                 "initializer_range", "num_hidden_layers"]
+
+
+def test_checkpoint_functions_cover_every_option():
+    save = inspect.signature(dst.save_checkpoint).parameters
+    load = inspect.signature(dst.load_checkpoint).parameters
+    keywords = {n for n, p in list(save.items()) + list(load.items()) if p.kind == inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == set(_fields.CHECKPOINT_OPTIONS_FIELDS)

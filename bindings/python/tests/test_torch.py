@@ -562,10 +562,67 @@ def test_given_weights_create_the_native_layer_on_first_use():
 def test_planned_layout_is_the_librarys(dtype, H, I):
     from dstransformer.torch import _Layout
 
-    cfg = TransformerConfig(hidden_size=H, heads=4, intermediate_size=I, batch_size=1, max_seq_length=4, dtype=dtype)
+    cfg = TransformerConfig(hidden_size=H, heads=4, intermediate_size=I, batch_size=1, max_seq_length=4, dtype=dtype,
+                            attn_dropout_ratio=0.0, hidden_dropout_ratio=0.0, initializer_range=0.02,
+                            num_hidden_layers=2)
     with dst.Context("cpu") as ctx:
         native = dst.Layer(ctx, cfg)
         got = _Layout(native)
         plan = _Layout.planned(cfg, dtype)
         assert (plan.entries, plan.arena_bytes, plan.numel) == (got.entries, got.arena_bytes, got.numel)
         native.close()
+
+
+# ---- DeepSpeed fidelity: errors where DeepSpeed errors, Hugging Face masks, checkpoints of torch layers ----
+def test_unset_deepspeed_sizes_are_an_error():
+    cfg = TransformerConfig()  # DeepSpeed's defaults: -1 sizes, which its layer cannot use either
+    with pytest.raises(ValueError, match="hidden_size, heads, .* not set"):
+        TransformerLayer(cfg, device="cpu")
+    cfg.hidden_size, cfg.heads, cfg.intermediate_size = 64, 4, 96
+    cfg.attn_dropout_ratio = cfg.hidden_dropout_ratio = 0.0
+    cfg.initializer_range, cfg.num_hidden_layers = 0.02, 2
+    layer = TransformerLayer(cfg, device="cpu")  # completed attribute by attribute, as DeepSpeed's tests do
+    assert layer.flat_params.dtype == torch.float32
+
+
+@pytest.mark.skipif(HAVE_CUDA, reason="checks the machine without a usable CUDA device")
+def test_gpu_layer_without_cuda_raises():
+    with pytest.raises(RuntimeError, match="local_rank=0 asks for cuda:0"):
+        TransformerLayer(make_config(torch.float16, local_rank=0, fp16=True, dtype=None))
+    layer = TransformerLayer(make_config(torch.float16, local_rank=-1, fp16=True, dtype=None))
+    assert layer.flat_params.device.type == "cpu"  # DeepSpeed's default local_rank: the CPU backend here
+
+
+@pytest.mark.parametrize("device,dtype", cases()[:1] + cases()[2:3])
+def test_hugging_face_integer_mask(device, dtype):
+    layer = TransformerLayer(make_config(dtype), device=device).eval()
+    B, S = 3, 9
+    x = torch.randn(B, S, 64, device=device, dtype=dtype)
+    hf = torch.ones(B, S, dtype=torch.int64, device=device)
+    hf[1, 5:] = 0
+    hf[2, 2:] = 0
+    with torch.no_grad():
+        y_hf = layer(x, hf)
+        y_add = layer(x, ((1.0 - hf.float()) * -10000.0).view(B, 1, 1, S))
+        y_len = layer(x, hf.sum(-1).int())
+    assert torch.equal(y_hf, y_add)
+    assert rel(y_hf, y_len) < 1e-6
+    with pytest.raises(ValueError, match="Hugging Face's \\[B, S\\]"):
+        layer(x, hf.view(B, 1, 1, S))
+    with pytest.raises(TypeError, match="mask.long\\(\\)"):
+        layer(x, hf.bool())
+
+
+def test_checkpoint_functions_take_torch_layers(tmp_path):
+    a = nn.ModuleList([TransformerLayer(make_config(torch.float32), device="cpu") for _ in range(2)])
+    b = nn.ModuleList([TransformerLayer(make_config(torch.float32), device="cpu") for _ in range(2)])
+    for i, layer in enumerate(a):
+        randomize_(layer, gen_seed=i + 1)
+    path = tmp_path / "stack.safetensors"
+    dst.save_checkpoint(a, path, client_state="step=3")
+    assert dst.load_checkpoint(b, path) == "step=3"
+    for la, lb in zip(a, b):
+        assert all(torch.equal(la.state_dict()[k], lb.state_dict()[k]) for k in la.state_dict())
+    dst.save_checkpoint(a[0], tmp_path / "one.safetensors")  # a single layer too
+    dst.load_checkpoint(b[1], tmp_path / "one.safetensors")
+    assert torch.equal(b[1].attn_qkvw, a[0].attn_qkvw)

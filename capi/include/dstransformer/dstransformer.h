@@ -389,7 +389,8 @@ DST_API dst_status dst_context_get_num_threads(const dst_context *ctx, int *thre
 
 /**
  * @defgroup config Layer configuration
- * @brief Every field of DeepSpeed's `DeepSpeedTransformerConfig`, plus dtype, capacity and GELU form.
+ * @brief DeepSpeed's `DeepSpeedTransformerConfig` fields that describe the layer, plus dtype, capacity and
+ * GELU form (docs/api.md says what stands for `batch_size`, `local_rank`, `fp16` and `return_tuple`).
  * @{
  */
 /** @brief Form of the GELU activation. */
@@ -984,8 +985,8 @@ DST_API dst_status dst_checkpoint_convert(const char *in_path, dst_weight_layout
  * The header is validated as by dst_checkpoint_load() (bounds, offsets, sizes, dtypes). The text gives
  * the file, header and data sizes, the tensor count and dtypes, the encoder layers found under each
  * layout and prefix (weights and gradient sets separately: "[grad.]<prefix>layer.<i>.<name>" with a
- * DeepSpeed or Hugging Face BERT name), the count of other tensors, and the metadata — what
- * `dst-convert --info` prints.
+ * DeepSpeed or Hugging Face BERT name), the count of other tensors, the metadata, then one line per tensor
+ * in file order ("  <name>: <dtype> [<shape>], <bytes>") — what `dst-convert --info` prints.
  * @param path File to describe.
  * @param summary Buffer for the text (NUL-terminated, truncated to fit), or NULL.
  * @param summary_size Size of that buffer in bytes.

@@ -383,7 +383,8 @@ impl dst_gelu {
 }
 #[repr(transparent)]
 #[doc = " @defgroup config Layer configuration"]
-#[doc = " @brief Every field of DeepSpeed's `DeepSpeedTransformerConfig`, plus dtype, capacity and GELU form."]
+#[doc = " @brief DeepSpeed's `DeepSpeedTransformerConfig` fields that describe the layer, plus dtype, capacity and"]
+#[doc = " GELU form (docs/api.md says what stands for `batch_size`, `local_rank`, `fp16` and `return_tuple`)."]
 #[doc = " @{"]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct dst_gelu(pub ::std::os::raw::c_uint);
@@ -1127,8 +1128,8 @@ extern "C" {
     #[doc = " The header is validated as by dst_checkpoint_load() (bounds, offsets, sizes, dtypes). The text gives"]
     #[doc = " the file, header and data sizes, the tensor count and dtypes, the encoder layers found under each"]
     #[doc = " layout and prefix (weights and gradient sets separately: \"[grad.]<prefix>layer.<i>.<name>\" with a"]
-    #[doc = " DeepSpeed or Hugging Face BERT name), the count of other tensors, and the metadata — what"]
-    #[doc = " `dst-convert --info` prints."]
+    #[doc = " DeepSpeed or Hugging Face BERT name), the count of other tensors, the metadata, then one line per tensor"]
+    #[doc = " in file order (\"  <name>: <dtype> [<shape>], <bytes>\") — what `dst-convert --info` prints."]
     #[doc = " @param path File to describe."]
     #[doc = " @param summary Buffer for the text (NUL-terminated, truncated to fit), or NULL."]
     #[doc = " @param summary_size Size of that buffer in bytes."]

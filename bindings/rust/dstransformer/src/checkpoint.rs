@@ -16,10 +16,11 @@ use crate::{DType, Error, Layer, Result, WeightLayout};
 /// the library's (`dst_checkpoint_options_default`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointOptions {
+    // BEGIN GENERATED option fields (bindings/gen_fields.py from dstransformer.h; do not edit)
     /// Naming scheme. Default [`WeightLayout::DeepSpeed`].
     pub layout: WeightLayout,
-    /// Prepended to `layer.<i>.`; `None` for none. Loading a Hugging Face file also accepts the
-    /// prefixes `bert.encoder.` and `encoder.` when this is `None`. Default `None`.
+    /// Prepended to `layer.<i>.`; `None` for none. Loading a Hugging Face file also accepts the prefixes
+    /// `bert.encoder.` and `encoder.` when this is `None`. Default `None`.
     pub prefix: Option<String>,
     /// Save: also write the gradients. Load: also read them (they must be present). Default false.
     pub include_grads: bool,
@@ -27,9 +28,10 @@ pub struct CheckpointOptions {
     pub save_dtype: Option<DType>,
     /// Load: set the first layer's context RNG state from the file. Default true.
     pub restore_rng: bool,
-    /// Save: opaque bytes stored with the weights (epoch, step…), kept exactly (UTF-8 text without
-    /// NUL is stored as text, anything else base64-encoded). Default `None`.
+    /// Save: opaque bytes stored with the weights (epoch, step…), kept exactly (UTF-8 text without NUL is
+    /// stored as text, anything else base64-encoded). Default `None`.
     pub client_state: Option<Vec<u8>>,
+    // END GENERATED option fields
 }
 
 impl Default for CheckpointOptions {
@@ -41,24 +43,29 @@ impl Default for CheckpointOptions {
             raw.assume_init()
         };
         CheckpointOptions {
+            // BEGIN GENERATED option defaults (bindings/gen_fields.py from dstransformer.h; do not edit)
             layout: WeightLayout::from_raw(raw.layout).unwrap_or(WeightLayout::DeepSpeed),
             prefix: None,
             include_grads: raw.include_grads != 0,
-            save_dtype: if raw.save_dtype < 0 {
-                None
-            } else {
-                DType::from_raw(sys::dst_dtype(raw.save_dtype as u32))
-            },
+            save_dtype: optional_dtype(raw.save_dtype),
             restore_rng: raw.restore_rng != 0,
             client_state: None,
+            // END GENERATED option defaults
         }
     }
 }
 
-/// The raw options and the strings they point to.
+/// The raw options and the strings they point to (the byte strings point into the options themselves).
 struct RawOptions {
     raw: sys::dst_checkpoint_options,
-    _prefix: Option<CString>,
+    _strings: Vec<Option<CString>>,
+}
+
+/// The [`DType`] of a raw `save_dtype`: `None` for -1 (keep each layer's dtype) or an unknown value.
+fn optional_dtype(raw: i32) -> Option<DType> {
+    u32::try_from(raw)
+        .ok()
+        .and_then(|v| DType::from_raw(sys::dst_dtype(v)))
 }
 
 impl CheckpointOptions {
@@ -69,25 +76,24 @@ impl CheckpointOptions {
             sys::dst_checkpoint_options_default(raw.as_mut_ptr());
             raw.assume_init()
         };
-        let prefix = self
-            .prefix
-            .as_deref()
-            .map(|p| cstring(p, "checkpoint prefix"))
-            .transpose()?;
+        let mut strings: Vec<Option<CString>> = Vec::new();
+        // BEGIN GENERATED option to_raw (bindings/gen_fields.py from dstransformer.h; do not edit)
         raw.layout = self.layout.to_raw();
+        let prefix = self.prefix.as_deref();
+        let prefix = prefix.map(|s| cstring(s, "checkpoint prefix")).transpose()?;
         raw.prefix = prefix.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        strings.push(prefix);
         raw.include_grads = self.include_grads as i32;
         raw.save_dtype = self.save_dtype.map_or(-1, |d| d.to_raw().0 as i32);
         raw.restore_rng = self.restore_rng as i32;
-        // Bytes with a length (client_state_len), so any bytes, NUL included, are kept; they live in
-        // `self`, which outlives the raw options.
         if let Some(c) = &self.client_state {
             raw.client_state = if c.is_empty() { b"\0".as_ptr() } else { c.as_ptr() }.cast();
             raw.client_state_len = c.len();
         }
+        // END GENERATED option to_raw
         Ok(RawOptions {
             raw,
-            _prefix: prefix,
+            _strings: strings,
         })
     }
 }

@@ -82,6 +82,7 @@ macro_rules! config_fields {
     };
 }
 
+// BEGIN GENERATED fields (bindings/gen_fields.py from dstransformer.h; do not edit)
 config_fields! {
     /// H, the model width. Default 1024.
     hidden_size: i32 => |r| r, |v| v;
@@ -95,7 +96,7 @@ config_fields! {
     hidden_dropout_ratio: f32 => |r| r, |v| v;
     /// Layers in the model (for the init rule). Default 24.
     num_hidden_layers: i32 => |r| r, |v| v;
-    /// Standard deviation of the weight init. Default 0.02.
+    /// Std. deviation of weight init. Default 0.02.
     initializer_range: f32 => |r| r, |v| v;
     /// LayerNorm ε, added to the variance. Default 1e-12.
     layer_norm_eps: f32 => |r| r, |v| v;
@@ -107,11 +108,14 @@ config_fields! {
     normalize_invertible: bool => |r| r != 0, |v| v as i32;
     /// Keep only the pre-GELU value; recompute GELU. Default false.
     gelu_checkpoint: bool => |r| r != 0, |v| v as i32;
-    /// Keep no S×S probabilities; recompute scores. Default false.
+    /// Accepted for DeepSpeed configs; has no effect: attention is fused and never keeps anything S×S
+    /// (docs/memory.md). Default false.
     attn_dropout_checkpoint: bool => |r| r != 0, |v| v as i32;
     /// Scale the output-projection init by 1/sqrt(2·layers). Default true.
     adjust_init_range: bool => |r| r != 0, |v| v as i32;
-    /// Allow non-deterministic fast paths. Default false.
+    /// Allow non-deterministic fast paths (CUDA: the attention backward adds its partial dQs in arrival
+    /// order instead of a fixed order; results then differ in the last bits from run to run). Default
+    /// false: every backward is bit-reproducible.
     stochastic_mode: bool => |r| r != 0, |v| v as i32;
     /// Initial mode: training (dropout, saved state) or inference. Default true.
     training: bool => |r| r != 0, |v| v as i32;
@@ -128,6 +132,7 @@ config_fields! {
     /// Let FP32 GEMMs use TF32 tensor cores (CUDA). Default false.
     allow_tf32: bool => |r| r != 0, |v| v as i32;
 }
+// END GENERATED fields
 
 impl LayerConfig {
     /// A builder starting from the library's defaults.

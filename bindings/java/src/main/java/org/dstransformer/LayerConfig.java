@@ -15,6 +15,7 @@ import org.dstransformer.internal.dstransformer_native;
  * <p>A plain Java object: it holds no native resource.
  */
 public final class LayerConfig {
+    // BEGIN GENERATED fields (bindings/gen_fields.py from dstransformer.h; do not edit)
     private int hiddenSize;
     private int heads;
     private int intermediateSize;
@@ -37,6 +38,7 @@ public final class LayerConfig {
     private Gelu gelu;
     private boolean causal;
     private boolean allowTf32;
+    // END GENERATED fields
 
     /** A configuration holding the library's defaults. */
     public LayerConfig() {
@@ -66,6 +68,7 @@ public final class LayerConfig {
     }
 
     private void load(dst_layer_config raw) {
+        // BEGIN GENERATED load (bindings/gen_fields.py from dstransformer.h; do not edit)
         hiddenSize = raw.getHidden_size();
         heads = raw.getHeads();
         intermediateSize = raw.getIntermediate_size();
@@ -88,12 +91,14 @@ public final class LayerConfig {
         gelu = Gelu.fromRaw(raw.getGelu());
         causal = raw.getCausal() != 0;
         allowTf32 = raw.getAllow_tf32() != 0;
+        // END GENERATED load
     }
 
     /** A native struct holding this configuration; the caller deletes it. */
     dst_layer_config toNative() {
         dst_layer_config raw = new dst_layer_config();
         dstransformer_native.dst_layer_config_default(raw);
+        // BEGIN GENERATED toNative (bindings/gen_fields.py from dstransformer.h; do not edit)
         raw.setHidden_size(hiddenSize);
         raw.setHeads(heads);
         raw.setIntermediate_size(intermediateSize);
@@ -116,6 +121,7 @@ public final class LayerConfig {
         raw.setGelu(gelu.raw());
         raw.setCausal(causal ? 1 : 0);
         raw.setAllow_tf32(allowTf32 ? 1 : 0);
+        // END GENERATED toNative
         return raw;
     }
 
@@ -166,6 +172,7 @@ public final class LayerConfig {
         return bytes[0];
     }
 
+    // BEGIN GENERATED accessors (bindings/gen_fields.py from dstransformer.h; do not edit)
     /** H, the model width. Default 1024. */
     public int getHiddenSize() {
         return hiddenSize;
@@ -256,7 +263,7 @@ public final class LayerConfig {
         return this;
     }
 
-    /** Standard deviation of the weight init. Default 0.02. */
+    /** Std. deviation of weight init. Default 0.02. */
     public float getInitializerRange() {
         return initializerRange;
     }
@@ -286,7 +293,7 @@ public final class LayerConfig {
         return this;
     }
 
-    /** Seed of the initial weights (Philox key, all 64 bits). Default 42. */
+    /** Seed of the initial weights (Philox key). Default 42. */
     public long getSeed() {
         return seed;
     }
@@ -346,7 +353,10 @@ public final class LayerConfig {
         return this;
     }
 
-    /** Keep no S×S probabilities; recompute scores. Default false. */
+    /**
+     * Accepted for DeepSpeed configs; has no effect: attention is fused and never keeps anything S×S
+     * (docs/memory.md). Default false.
+     */
     public boolean getAttnDropoutCheckpoint() {
         return attnDropoutCheckpoint;
     }
@@ -376,7 +386,11 @@ public final class LayerConfig {
         return this;
     }
 
-    /** Allow non-deterministic fast paths. Default false. */
+    /**
+     * Allow non-deterministic fast paths (CUDA: the attention backward adds its partial dQs in arrival
+     * order instead of a fixed order; results then differ in the last bits from run to run). Default false:
+     * every backward is bit-reproducible.
+     */
     public boolean getStochasticMode() {
         return stochasticMode;
     }
@@ -406,7 +420,7 @@ public final class LayerConfig {
         return this;
     }
 
-    /** Storage type of parameters and activations. Default FP32. */
+    /** Storage type of parameters and activations. Default {@link DType#FP32}. */
     public DType getDtype() {
         return dtype;
     }
@@ -451,7 +465,7 @@ public final class LayerConfig {
         return this;
     }
 
-    /** GELU form. Default ERF. */
+    /** GELU form. Default {@link Gelu#ERF}. */
     public Gelu getGelu() {
         return gelu;
     }
@@ -498,6 +512,9 @@ public final class LayerConfig {
 
     @Override
     public boolean equals(Object other) {
+        if (this == other) {
+            return true;
+        }
         if (!(other instanceof LayerConfig)) {
             return false;
         }
@@ -528,7 +545,10 @@ public final class LayerConfig {
 
     @Override
     public int hashCode() {
-        return java.util.Objects.hash(hiddenSize, heads, intermediateSize, attnDropoutRatio, hiddenDropoutRatio, numHiddenLayers, initializerRange, layerNormEps, seed, preLayerNorm, normalizeInvertible, geluCheckpoint, attnDropoutCheckpoint, adjustInitRange, stochasticMode, training, dtype, maxBatchTokens, maxSeqLen, gelu, causal, allowTf32);
+        return java.util.Objects.hash(hiddenSize, heads, intermediateSize, attnDropoutRatio, hiddenDropoutRatio,
+                numHiddenLayers, initializerRange, layerNormEps, seed, preLayerNorm, normalizeInvertible,
+                geluCheckpoint, attnDropoutCheckpoint, adjustInitRange, stochasticMode, training, dtype,
+                maxBatchTokens, maxSeqLen, gelu, causal, allowTf32);
     }
 
     @Override
@@ -556,4 +576,5 @@ public final class LayerConfig {
                 + "causal=" + causal + ", "
                 + "allowTf32=" + allowTf32 + "]";
     }
+    // END GENERATED accessors
 }
