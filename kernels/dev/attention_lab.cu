@@ -11,12 +11,15 @@
 // lab"). Earlier kernels (2026-12-01, separate dK/dV and dQ backward kernels, one Philox block per
 // 4 elements traded through shuffles) reached 81.5 TFLOP/s forward, 115.8 dK/dV, 106.8 dQ.
 //   fwd  f1 (BN 64, 4 warps, 4 blocks/SM)  f2 = f1 at 3 blocks/SM  f3 (BN 128, 4 warps, 2)
-//        f4 (BN 64, 8 warps, 2)  f5 (BN 32, 4 warps, 4)
+//        f4 (BN 64, 8 warps, 2)  f5 (BN 32, 4 warps, 4)  f6 (BN 32, 4 warps, 5: 96 registers)
+//        f7 (BN 64, 2 warps, 8)
 //        all: 16 query rows per warp, Q fragments held in registers, perm16 key columns so that a
 //        lane's four columns of a row are one Philox block (no shuffles), the scale folded into
 //        the exponent's FFMA, the first Philox round's uniform products folded on the host.
 //   bwd  b1 (BM 64 queries per step, 4 warps = 64 keys, 2 blocks/SM)  b2 (BM 32, 4 warps, 2)
 //        b3 (BM 32, 8 warps = 128 keys, 1)  b4 (BM 64, 8 warps, 1)  b5 (BM 16, 4 warps, 3)
+//        b4a = b4 with the ascending dQ order (the fallback when a (batch, head) has more key blocks
+//        than fit on the GPU at once)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -509,7 +512,8 @@ BwdVersion bwd_version(const char *name) {
 template <typename T>
 std::vector<FwdVersion> fwd_versions() {
     return {fwd_version<T, 64, 4, 4>("f1"), fwd_version<T, 64, 4, 3>("f2"), fwd_version<T, 128, 4, 2>("f3"),
-            fwd_version<T, 64, 8, 2>("f4"), fwd_version<T, 32, 4, 4>("f5")};
+            fwd_version<T, 64, 8, 2>("f4"), fwd_version<T, 32, 4, 4>("f5"), fwd_version<T, 32, 4, 5>("f6"),
+            fwd_version<T, 64, 2, 8>("f7")};
 }
 template <typename T>
 std::vector<BwdVersion> bwd_versions() {
