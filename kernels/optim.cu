@@ -9,6 +9,8 @@
 // Later kernels read the skip decision from the device state, so nothing waits for the host. The
 // element and scalar math is kernels/optim_math.h, shared with the CPU twin (src/backend/cpu/optim.cpp).
 // Parameters and gradients are FP32, FP16 or BF16, switched per tensor at run time (one instantiation).
+// The arguments are __grid_constant__: the kernels index the groups' hyperparameters at run time,
+// which would otherwise give every thread a local copy of the whole argument block.
 #include "kernels/optim.cuh"
 
 #include "kernels/dispatch.cuh"
@@ -56,10 +58,10 @@ __device__ void zero_grad_chunk(const TensorDesc &t, const Chunk &c) {
     for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) store_f(t.grad, t.grad_dtype, i, 0.0f);
 }
 
-__global__ void norm_kernel(const StepArgs a) {
+__global__ void norm_kernel(__grid_constant__ const StepArgs a) {
     __shared__ double scratch[33];
     const Chunk c = a.chunks[blockIdx.x];
-    const TensorDesc &t = a.tensors[c.tensor];
+    const TensorDesc t = a.tensors[c.tensor];
     double s = 0.0;
     for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
         const double g = load_f(t.grad, t.grad_dtype, i);
@@ -69,7 +71,7 @@ __global__ void norm_kernel(const StepArgs a) {
     if (threadIdx.x == 0) a.partials[blockIdx.x] = s;
 }
 
-__global__ void finalize_kernel(const StepArgs a) {
+__global__ void finalize_kernel(__grid_constant__ const StepArgs a) {
     __shared__ double scratch[33];
     __shared__ int skip;
     double s = 0.0;
@@ -82,11 +84,11 @@ __global__ void finalize_kernel(const StepArgs a) {
     for (int t = threadIdx.x; t < a.num_tensors; t += blockDim.x) *a.tensors[t].step += 1;
 }
 
-__global__ void lamb_kernel(const StepArgs a) {
+__global__ void lamb_kernel(__grid_constant__ const StepArgs a) {
     __shared__ double scratch[33];
     const TrainState &st = *a.state;
     const Chunk c = a.chunks[blockIdx.x];
-    const TensorDesc &t = a.tensors[c.tensor];
+    const TensorDesc t = a.tensors[c.tensor];
     if (st.skipped) {
         if (a.zero_grads) zero_grad_chunk(t, c);
         return;
@@ -114,10 +116,10 @@ __global__ void lamb_kernel(const StepArgs a) {
     }
 }
 
-__global__ void lamb_ratio_kernel(const StepArgs a) {
+__global__ void lamb_ratio_kernel(__grid_constant__ const StepArgs a) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= a.num_tensors || a.state->skipped) return;
-    const TensorDesc &d = a.tensors[t];
+    const TensorDesc d = a.tensors[t];
     const double *p2 = a.partials + a.num_chunks, *u2 = a.partials + 2 * static_cast<int64_t>(a.num_chunks);
     double sp = 0.0, su = 0.0;
     for (int c = d.first_chunk; c < d.first_chunk + d.num_chunks; ++c) {
@@ -127,10 +129,10 @@ __global__ void lamb_ratio_kernel(const StepArgs a) {
     *d.lamb_coeff = optim::lamb_ratio(sp, su, a.max_coeff, a.min_coeff);
 }
 
-__global__ void update_kernel(const StepArgs a) {
+__global__ void update_kernel(__grid_constant__ const StepArgs a) {
     const TrainState &st = *a.state;
     const Chunk c = a.chunks[blockIdx.x];
-    const TensorDesc &t = a.tensors[c.tensor];
+    const TensorDesc t = a.tensors[c.tensor];
     const bool lamb = a.rule == optim::kRuleLamb;
     if (st.skipped) {
         if (a.zero_grads && !lamb) zero_grad_chunk(t, c);

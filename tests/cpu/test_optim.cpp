@@ -645,6 +645,19 @@ TEST(OptimApi, TensorsBadArguments) {
     EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "index", dst_optimizer_set_step(o.get(), 1000, 1));
     EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "opt", dst_optimizer_refresh_masters(nullptr));
 
+    // A NULL optimizer, everywhere.
+    dst_param_group pg;
+    dst_param_group_default(&pg);
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "opt", dst_optimizer_get_group(nullptr, 0, &pg));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "opt", dst_optimizer_set_group(nullptr, 0, &pg));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "opt", dst_optimizer_num_tensors(nullptr, &n));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "opt", dst_optimizer_find_tensor(nullptr, "x", &index));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "name", dst_optimizer_find_tensor(o.get(), nullptr, &index));
+    info.struct_size = sizeof info;
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "opt", dst_optimizer_get_tensor_info(nullptr, 0, &info));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "opt", dst_optimizer_get_state(nullptr, 0, DST_OPTIMIZER_STATE_EXP_AVG, &view));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "opt", dst_optimizer_set_step(nullptr, 0, 1));
+
     // Steps: bad arguments change no parameter.
     const auto before = x.p.bytes();
     EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "opt", dst_optimizer_step(nullptr, 1.0f, 0.0f));
