@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"  // defines: Backend, make_cpu_backend
-#include "capi/guard.h"       // defines: guarded
+#include "capi/guard.h"       // defines: guarded, DST_REQUIRE
 #include "capi/handles.h"     // defines: dst_context, dst_layer, dst_saved
 #include "capi/tensor_view.h" // defines: views_overlap
 #include "core/context.h"     // defines: Context
@@ -30,11 +30,6 @@ using dst::capi::guarded;
 using dst::capi::views_overlap;
 
 namespace {
-
-#define DST_REQUIRE(fn, ptr)                                                            \
-    do {                                                                                \
-        if (!(ptr)) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, #ptr); \
-    } while (0)
 
 const char *dt_name(dst_dtype dt) { return dst_dtype_string(dt); }
 

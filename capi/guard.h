@@ -7,6 +7,12 @@
 
 #include "core/error.h"  // defines: set_error
 
+// Returns DST_ERR_INVALID_ARGUMENT with "<fn>: <ptr> is NULL" from the enclosing function when `ptr` is NULL.
+#define DST_REQUIRE(fn, ptr)                                                                     \
+    do {                                                                                         \
+        if (!(ptr)) return ::dst::set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, #ptr); \
+    } while (0)
+
 namespace dst::capi {
 
 // Runs `body` and turns any C++ exception into a status with a message naming `fn`.

@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "dstransformer/dstransformer.h"  // defines: dst_status, dst_dtype, dst_gelu, dst_mask_kind
+#include "kernels/optim_args.h"            // defines: optim::StepArgs
 #include "kernels/philox.h"                // defines: DropoutSite
 
 namespace dst {
@@ -159,6 +160,18 @@ public:
     // lse. ctx is the forward output (for Σ_j P̃·dP̃ = dctx·ctx).
     virtual dst_status attention_bwd(dst_dtype dt, const AttentionParams &p, const void *qkv,
                                      const void *ctx, const void *dctx, const void *lse, void *dqkv) = 0;
+
+    // ---- training (optimizer steps, loss scaling) ------------------------------------------------
+    // One optimizer step over the tensor table of `a`: the passes of kernels/optim_args.h (norm,
+    // finalize, LAMB moments and ratios, update), reading and writing the device state a.state. It
+    // never waits for the device: on CUDA it only enqueues kernels, so the step, the decision to skip
+    // it and the loss scaler stay on the device. Math: kernels/optim_math.h.
+    virtual dst_status optim_step(const optim::StepArgs &a) = 0;
+    // x[i] ← x[i]·f with f = (*factor)·mult rounded to fp32, over count elements of dtype dt (any
+    // floating dtype); `factor` is one float in the backend's memory (the device loss scale).
+    virtual dst_status scale_by(dst_dtype dt, void *x, int64_t count, const float *factor, float mult) = 0;
+    // dst[i] = src[i] between floating dtypes (round to nearest even when narrowing); no overlap.
+    virtual dst_status convert(dst_dtype src_dt, const void *src, dst_dtype dst_dt, void *dst, int64_t count) = 0;
 };
 
 // Backend factories. They return DST_ERR_UNSUPPORTED with a message where the backend is missing.

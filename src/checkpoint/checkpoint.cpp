@@ -20,6 +20,7 @@
 #include "core/context.h"            // defines: Context
 #include "core/dtype.h"              // defines: dtype_size, convert_host, is_float_dtype
 #include "core/error.h"              // defines: set_error, DST_TRY
+#include "core/text.h"               // defines: copy_text
 #include "layer/layer.h"             // defines: Layer
 
 namespace dst {
@@ -35,17 +36,6 @@ std::string shape_text(const Shape &s) {
         t += std::to_string(s[i]);
     }
     return t + "]";
-}
-
-// Copies `text` into buf[size] (NUL-terminated, truncated to fit; nothing when buf is NULL or size 0)
-// and its full length into *len (when len is not NULL).
-void copy_text(const std::string &text, char *buf, size_t size, size_t *len) {
-    if (buf && size > 0) {
-        const size_t n = std::min(text.size(), size - 1);
-        if (n) std::memcpy(buf, text.data(), n);
-        buf[n] = '\0';
-    }
-    if (len) *len = text.size();
 }
 
 // Shape of the full parameter `p` of a layer with hidden size H and FFN size I.

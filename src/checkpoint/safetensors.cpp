@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <limits>
 #include <set>
 #include <string>
@@ -495,6 +496,69 @@ dst_status Reader::read(const char *fn, const Entry &e, uint64_t offset, uint64_
     return DST_OK;
 }
 
+namespace {
+
+// Writes `path` atomically (see write_file in the header): a locked temporary file in the same folder
+// receives the content from `emit`, is flushed and renamed over `path`. `emit` returns 0, an errno value
+// of a failed write, or -1 after storing a status (with its message set) in *status.
+dst_status write_atomic(const char *fn, const std::string &path,
+                        const std::function<int(int fd, dst_status *status)> &emit) {
+    const std::string dir = dir_of(path);
+    remove_stale_temps(path);
+    std::vector<char> tmpl(path.begin(), path.end());
+    tmpl.insert(tmpl.end(), kTempInfix, kTempInfix + sizeof kTempInfix - 1);
+    tmpl.insert(tmpl.end(), kTempRandom, 'X');
+    tmpl.push_back('\0');
+    const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
+    if (fd < 0)
+        return set_error(DST_ERR_IO, "%s: cannot create a temporary file in '%s' for '%s': %s", fn, dir.c_str(),
+                         path.c_str(), errno_text(errno).c_str());
+    const std::string tmp(tmpl.data());
+    // Held until the file is renamed or removed: a later save sees the writer is alive.
+    (void)::flock(fd, LOCK_EX);
+    auto fail = [&](int err, const char *what) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return set_error(DST_ERR_IO, "%s: cannot %s '%s' (writing '%s'): %s", fn, what, tmp.c_str(), path.c_str(),
+                         errno_text(err).c_str());
+    };
+    // mkstemp makes the file 0600; give it the mode of the file it replaces, or 0666 less the umask.
+    struct stat sb;
+    const mode_t mode = ::stat(path.c_str(), &sb) == 0 ? (sb.st_mode & 07777) : (0666 & ~current_umask());
+    if (::fchmod(fd, mode) != 0) return fail(errno, "set the mode of");
+
+    dst_status emitted = DST_OK;
+    const int err = emit(fd, &emitted);
+    if (err < 0) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return emitted;
+    }
+    if (err) return fail(err, "write");
+    if (::fsync(fd) != 0) return fail(errno, "flush (fsync)");
+    if (::close(fd) != 0) {
+        const int e = errno;
+        ::unlink(tmp.c_str());
+        return set_error(DST_ERR_IO, "%s: cannot close '%s' (writing '%s'): %s", fn, tmp.c_str(), path.c_str(),
+                         errno_text(e).c_str());
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int e = errno;
+        ::unlink(tmp.c_str());
+        return set_error(DST_ERR_IO, "%s: cannot rename '%s' to '%s': %s", fn, tmp.c_str(), path.c_str(),
+                         errno_text(e).c_str());
+    }
+    // Make the rename itself durable; the new file is complete either way, so a failure here is ignored.
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)::fsync(dfd);
+        ::close(dfd);
+    }
+    return DST_OK;
+}
+
+}  // namespace
+
 dst_status write_file(const char *fn, const std::string &path, const std::vector<OutTensor> &tensors,
                       const std::map<std::string, std::string> &metadata) {
     // Header: "__metadata__" first, then the tensors in the given order, packed back to back.
@@ -533,77 +597,34 @@ dst_status write_file(const char *fn, const std::string &path, const std::vector
     unsigned char len8[8];
     for (int i = 0; i < 8; ++i) len8[i] = static_cast<unsigned char>((uint64_t(json.size()) >> (8 * i)) & 0xff);
 
-    const std::string dir = dir_of(path);
-    remove_stale_temps(path);
-    std::vector<char> tmpl(path.begin(), path.end());
-    tmpl.insert(tmpl.end(), kTempInfix, kTempInfix + sizeof kTempInfix - 1);
-    tmpl.insert(tmpl.end(), kTempRandom, 'X');
-    tmpl.push_back('\0');
-    const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
-    if (fd < 0)
-        return set_error(DST_ERR_IO, "%s: cannot create a temporary file in '%s' for '%s': %s", fn, dir.c_str(),
-                         path.c_str(), errno_text(errno).c_str());
-    const std::string tmp(tmpl.data());
-    // Held until the file is renamed or removed: a later save sees the writer is alive.
-    (void)::flock(fd, LOCK_EX);
-    auto fail = [&](int err, const char *what) {
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        return set_error(DST_ERR_IO, "%s: cannot %s '%s' (writing '%s'): %s", fn, what, tmp.c_str(), path.c_str(),
-                         errno_text(err).c_str());
-    };
-    // mkstemp makes the file 0600; give it the mode of the file it replaces, or 0666 less the umask.
-    struct stat sb;
-    const mode_t mode = ::stat(path.c_str(), &sb) == 0 ? (sb.st_mode & 07777) : (0666 & ~current_umask());
-    if (::fchmod(fd, mode) != 0) return fail(errno, "set the mode of");
-
-    int err = write_full(fd, len8, 8);
-    if (!err) err = write_full(fd, json.data(), json.size());
-    std::vector<char> buf;
-    for (const OutTensor &t : tensors) {
-        for (const Piece &p : t.pieces) {
-            if (err) break;
-            if (p.mem || p.bytes == 0) {
-                err = write_full(fd, p.mem, static_cast<size_t>(p.bytes));
-                continue;
-            }
-            const uint64_t chunk = uint64_t(8) << 20;
-            buf.resize(static_cast<size_t>(std::min(chunk, p.bytes)));
-            for (uint64_t done = 0; done < p.bytes && !err;) {
-                const uint64_t n = std::min(chunk, p.bytes - done);
-                const dst_status s = p.src->read(fn, *p.entry, p.offset + done, n, buf.data());
-                if (s != DST_OK) {
-                    ::close(fd);
-                    ::unlink(tmp.c_str());
-                    return s;
+    return write_atomic(fn, path, [&](int fd, dst_status *status) -> int {
+        int err = write_full(fd, len8, 8);
+        if (!err) err = write_full(fd, json.data(), json.size());
+        std::vector<char> buf;
+        for (const OutTensor &t : tensors) {
+            for (const Piece &p : t.pieces) {
+                if (err) return err;
+                if (p.mem || p.bytes == 0) {
+                    err = write_full(fd, p.mem, static_cast<size_t>(p.bytes));
+                    continue;
                 }
-                err = write_full(fd, buf.data(), static_cast<size_t>(n));
-                done += n;
+                const uint64_t chunk = uint64_t(8) << 20;
+                buf.resize(static_cast<size_t>(std::min(chunk, p.bytes)));
+                for (uint64_t done = 0; done < p.bytes && !err;) {
+                    const uint64_t n = std::min(chunk, p.bytes - done);
+                    *status = p.src->read(fn, *p.entry, p.offset + done, n, buf.data());
+                    if (*status != DST_OK) return -1;
+                    err = write_full(fd, buf.data(), static_cast<size_t>(n));
+                    done += n;
+                }
             }
         }
-        if (err) break;
-    }
-    if (err) return fail(err, "write");
-    if (::fsync(fd) != 0) return fail(errno, "flush (fsync)");
-    if (::close(fd) != 0) {
-        const int e = errno;
-        ::unlink(tmp.c_str());
-        return set_error(DST_ERR_IO, "%s: cannot close '%s' (writing '%s'): %s", fn, tmp.c_str(), path.c_str(),
-                         errno_text(e).c_str());
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int e = errno;
-        ::unlink(tmp.c_str());
-        return set_error(DST_ERR_IO, "%s: cannot rename '%s' to '%s': %s", fn, tmp.c_str(), path.c_str(),
-                         errno_text(e).c_str());
-    }
-    // Make the rename itself durable; the new file is complete either way, so a failure here is ignored.
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)::fsync(dfd);
-        ::close(dfd);
-    }
-    return DST_OK;
+        return err;
+    });
+}
+
+dst_status write_text_file(const char *fn, const std::string &path, const std::string &text) {
+    return write_atomic(fn, path, [&](int fd, dst_status *) { return write_full(fd, text.data(), text.size()); });
 }
 
 }  // namespace dst::st

@@ -121,6 +121,10 @@ constexpr int kStaleTempSeconds = 60;
 dst_status write_file(const char *fn, const std::string &path, const std::vector<OutTensor> &tensors,
                       const std::map<std::string, std::string> &metadata);
 
+// Writes `text` as the whole content of `path`, atomically and with the same temporary-file rules as
+// write_file (the `latest` file of engine checkpoints).
+dst_status write_text_file(const char *fn, const std::string &path, const std::string &text);
+
 }  // namespace dst::st
 
 #endif  // DST_CHECKPOINT_SAFETENSORS_H

@@ -18,48 +18,6 @@ using namespace dsttest;
 
 namespace {
 
-std::string lower(std::string s) {
-    for (auto &c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
-
-// True when `msg` names `word` as a whole word outside the library's own identifiers: tokens that
-// start with "dst_"/"DST_" (the function name every message starts with, enum names) are removed
-// first, so "layer" is not found in "dst_layer_forward: ...".
-bool mentions(const std::string &msg, const std::string &word) {
-    auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-    std::string m;
-    for (size_t i = 0; i < msg.size();) {
-        const bool at_token_start = (i == 0 || !ident(msg[i - 1]));
-        if (at_token_start && i + 4 <= msg.size() && lower(msg.substr(i, 4)) == "dst_") {
-            while (i < msg.size() && ident(msg[i])) ++i;
-            m += ' ';
-            continue;
-        }
-        m += msg[i++];
-    }
-    for (size_t pos = m.find(word); pos != std::string::npos; pos = m.find(word, pos + 1)) {
-        const bool left = pos == 0 || !ident(m[pos - 1]) || !ident(word.front());
-        const size_t end = pos + word.size();
-        const bool right = end >= m.size() || !ident(m[end]) || !ident(word.back());
-        if (left && right) return true;
-    }
-    return false;
-}
-
-// Asserts that the call fails with `want_` and a message that names `substr_` (see mentions()); the
-// call runs on a fresh thread so the message cannot be left over from an earlier failure.
-#define EXPECT_FAILS(want_, substr_, ...)                                                         \
-    do {                                                                                          \
-        const CallResult r_ = call_fresh([&]() -> dst_status { return (__VA_ARGS__); });          \
-        EXPECT_EQ(r_.status, (want_)) << #__VA_ARGS__ << " -> " << dst_status_string(r_.status)   \
-                                      << ", message: '" << r_.message << "'";                     \
-        EXPECT_FALSE(r_.message.empty()) << #__VA_ARGS__ << ": empty dst_last_error()";           \
-        EXPECT_TRUE(mentions(r_.message, (substr_)))                                              \
-            << #__VA_ARGS__ << ": message '" << r_.message << "' does not name '" << (substr_)    \
-            << "'";                                                                               \
-    } while (0)
-
 // A layer with an input batch ready: H=16, 4 heads, I=64, FP32 unless changed.
 class LayerFixture : public ::testing::Test {
 protected:

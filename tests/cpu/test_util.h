@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -52,6 +53,18 @@ inline Ctx make_ctx() {
     dst_context *c = nullptr;
     dst_status st = dst_context_create(DST_BACKEND_CPU, 0, &c);
     EXPECT_EQ(st, DST_OK) << dst_last_error();
+    return Ctx(c);
+}
+// GPU suites: whether a CUDA device is usable, a test's early exit when not, and a CUDA context.
+inline bool have_gpu() {
+    int n = 0;
+    return dst_cuda_device_count(&n) == DST_OK && n > 0;
+}
+#define SKIP_WITHOUT_GPU() \
+    if (!::dsttest::have_gpu()) GTEST_SKIP() << "no CUDA device"
+inline Ctx make_cuda_ctx() {
+    dst_context *c = nullptr;
+    EXPECT_EQ(dst_context_create(DST_BACKEND_CUDA, 0, &c), DST_OK) << dst_last_error();
     return Ctx(c);
 }
 inline Layer make_layer(dst_context *ctx, const dst_layer_config &cfg) {
@@ -381,6 +394,49 @@ inline CallResult call_fresh(const std::function<dst_status()> &fn) {
     t.join();
     return r;
 }
+
+// ---- failure messages -------------------------------------------------------------------------
+inline std::string lower(std::string s) {
+    for (auto &c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+// True when `msg` names `word` as a whole word outside the library's own identifiers: tokens that
+// start with "dst_"/"DST_" (the function name every message starts with, enum names) are removed
+// first, so "layer" is not found in "dst_layer_forward: ...".
+inline bool mentions(const std::string &msg, const std::string &word) {
+    auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    std::string m;
+    for (size_t i = 0; i < msg.size();) {
+        const bool at_token_start = (i == 0 || !ident(msg[i - 1]));
+        if (at_token_start && i + 4 <= msg.size() && lower(msg.substr(i, 4)) == "dst_") {
+            while (i < msg.size() && ident(msg[i])) ++i;
+            m += ' ';
+            continue;
+        }
+        m += msg[i++];
+    }
+    for (size_t pos = m.find(word); pos != std::string::npos; pos = m.find(word, pos + 1)) {
+        const bool left = pos == 0 || !ident(m[pos - 1]) || !ident(word.front());
+        const size_t end = pos + word.size();
+        const bool right = end >= m.size() || !ident(m[end]) || !ident(word.back());
+        if (left && right) return true;
+    }
+    return false;
+}
+
+// Asserts that the call fails with `want_` and a message that names `substr_` (see mentions()); the
+// call runs on a fresh thread so the message cannot be left over from an earlier failure.
+#define EXPECT_FAILS(want_, substr_, ...)                                                         \
+    do {                                                                                          \
+        const CallResult r_ = call_fresh([&]() -> dst_status { return (__VA_ARGS__); });          \
+        EXPECT_EQ(r_.status, (want_)) << #__VA_ARGS__ << " -> " << dst_status_string(r_.status)   \
+                                      << ", message: '" << r_.message << "'";                     \
+        EXPECT_FALSE(r_.message.empty()) << #__VA_ARGS__ << ": empty dst_last_error()";           \
+        EXPECT_TRUE(mentions(r_.message, (substr_)))                                              \
+            << #__VA_ARGS__ << ": message '" << r_.message << "' does not name '" << (substr_)    \
+            << "'";                                                                               \
+    } while (0)
 
 }  // namespace dsttest
 

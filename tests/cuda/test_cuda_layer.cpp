@@ -28,20 +28,6 @@ using namespace dsttest;
 
 namespace {
 
-bool have_gpu() {
-    int n = 0;
-    return dst_cuda_device_count(&n) == DST_OK && n > 0;
-}
-
-#define SKIP_WITHOUT_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
-
-Ctx make_cuda_ctx() {
-    dst_context *c = nullptr;
-    EXPECT_EQ(dst_context_create(DST_BACKEND_CUDA, 0, &c), DST_OK) << dst_last_error();
-    return Ctx(c);
-}
-
 // A device copy of a host tensor, freed with the context's allocator.
 class DevTensor {
 public:

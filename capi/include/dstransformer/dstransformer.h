@@ -7,12 +7,16 @@
  * arrangement, with the memory switches of DeepSpeed's Transformer Kernel
  * (`attn_dropout_checkpoint`, `normalize_invertible`, `gelu_checkpoint`).
  *
+ * It also trains: optimizers (::dst_optimizer: DeepSpeed's FusedAdam and FusedLamb over any tensors)
+ * and a training engine (::dst_engine: a DeepSpeed JSON configuration, gradient accumulation, loss
+ * scaling, clipping, schedules and checkpoints), for these layers or any other tensors.
+ *
  * The API is plain C99 and is the only interface of the library; the bindings (Python, Java, Rust)
  * are built on it. Conventions:
  *  - Every fallible call returns a ::dst_status; ::DST_OK is 0. On failure, dst_last_error() gives a
  *    message naming the argument and what was expected, and nothing the caller owns was changed.
- *  - Handles (::dst_context, ::dst_layer, ::dst_saved) are opaque; each has a create/destroy pair and
- *    every destroy function accepts NULL.
+ *  - Handles (::dst_context, ::dst_layer, ::dst_saved, ::dst_optimizer, ::dst_engine) are opaque; each
+ *    has a create/destroy pair and every destroy function accepts NULL.
  *  - Tensors cross the API as non-owning views (::dst_tensor) in the memory space of the context
  *    (host memory for ::DST_BACKEND_CPU). Shapes are row-major.
  *  - Configuration structs start with `struct_size` and are filled by a `*_default()` function;
@@ -1000,6 +1004,643 @@ DST_API dst_status dst_checkpoint_convert(const char *in_path, dst_weight_layout
  */
 DST_API dst_status dst_checkpoint_describe(const char *path, char *summary, size_t summary_size,
                                            size_t *summary_len);
+/** @} */
+
+/**
+ * @defgroup optim Optimizers
+ * @brief Adam, AdamW and LAMB (DeepSpeed's FusedAdam and FusedLamb) over any set of tensors.
+ *
+ * An optimizer updates tensors registered with it: caller tensors (embeddings, heads) with
+ * dst_optimizer_add_tensor() and the twelve parameters of a layer with dst_optimizer_add_layer().
+ * Tensors belong to parameter groups, each with its own lr, betas, eps and weight decay (group 0
+ * exists from the start, with the configuration's values). For every tensor the optimizer owns fp32
+ * moments and, for FP16 and BF16 parameters, an fp32 master copy: the update runs on the master, and
+ * the parameter receives the master rounded once. The state is readable and writable as tensors
+ * (dst_optimizer_get_state()) and can be saved to and loaded from a file.
+ *
+ * A step is one call, dst_optimizer_step(), over every registered tensor: on CUDA a fixed handful of
+ * multi-tensor kernels however many tensors there are, with the global gradient norm for clipping
+ * computed on the device, and no wait for the device. The math is DeepSpeed's (docs/engine.md):
+ *  - Adam/AdamW: m ← β1·m + (1−β1)·g, v ← β2·v + (1−β2)·g², u = (m/bc1)/(sqrt(v/bc2) + eps),
+ *    p ← p − lr·(u + wd·p) (AdamW, decoupled) or with g ← g + wd·p first (Adam in L2 mode); bc1,
+ *    bc2 = 1 − β^t with bias correction, else 1.
+ *  - LAMB: raw moments, u = m/(sqrt(v) + eps) + wd·p, trust ratio r = ‖p‖/‖u‖ per tensor clamped to
+ *    [min_coeff, max_coeff] (1 when either norm is 0), p ← p − step_size·r·u with
+ *    step_size = lr·sqrt(1 − β2^t)/(1 − β1^t) (bias correction) or lr.
+ *
+ * The training engine (::dst_engine) owns an optimizer and adds loss scaling, accumulation and
+ * schedules; dst_engine_get_optimizer() gives it to register tensors and read state.
+ * @{
+ */
+/** @brief Opaque optimizer handle. */
+typedef struct dst_optimizer dst_optimizer;
+
+/** @brief The update rule of an optimizer. */
+typedef DST_ENUM(dst_optimizer_kind) {
+    DST_OPTIMIZER_ADAM = 0,   /**< DeepSpeed's "adam" (FusedAdam): decoupled weight decay when
+                                   dst_optimizer_config::adam_w_mode is set (the default), else L2. */
+    DST_OPTIMIZER_ADAMW = 1,  /**< DeepSpeed's "adamw": FusedAdam with decoupled weight decay always. */
+    DST_OPTIMIZER_LAMB = 2    /**< DeepSpeed's "lamb" (FusedLamb): layer-wise trust ratio. */
+} dst_optimizer_kind;
+
+/** @brief Most parameter groups an optimizer can have. */
+#define DST_OPTIMIZER_MAX_GROUPS 32
+
+/** @brief Configuration of an optimizer. Fill with dst_optimizer_config_default(), then change fields. */
+typedef struct dst_optimizer_config {
+    size_t struct_size;        /**< sizeof(dst_optimizer_config) of the caller's header; set by default(). An
+                                    older header's smaller size is accepted as for dst_layer_config. */
+    dst_optimizer_kind kind;   /**< Update rule. Default ::DST_OPTIMIZER_ADAM. */
+    float lr;                  /**< Learning rate of group 0. Default 1e-3. */
+    float beta1;               /**< β1 of group 0, in [0, 1). Default 0.9. */
+    float beta2;               /**< β2 of group 0, in [0, 1). Default 0.999. */
+    float eps;                 /**< ε of group 0, ≥ 0. Default 1e-8. */
+    float weight_decay;        /**< Weight decay of group 0, ≥ 0. Default 0. */
+    int32_t bias_correction;   /**< Adam and LAMB bias correction (1 on, 0 off). Default 1. */
+    int32_t adam_w_mode;       /**< ::DST_OPTIMIZER_ADAM only: 1 decoupled (AdamW) weight decay, 0 L2. Default 1. */
+    float max_coeff;           /**< LAMB: upper bound of the trust ratio, > 0. Default 10. */
+    float min_coeff;           /**< LAMB: lower bound of the trust ratio, in (0, max_coeff]. Default 0.01. */
+    int32_t eps_inside_sqrt;   /**< LAMB: 1 uses sqrt(v + eps), 0 sqrt(v) + eps. Default 0. */
+} dst_optimizer_config;
+
+/** @brief Hyperparameters of one parameter group. */
+typedef struct dst_param_group {
+    size_t struct_size;   /**< sizeof(dst_param_group) of the caller's header; set by default(). */
+    float lr;             /**< Learning rate, finite and ≥ 0. Default 1e-3. */
+    float beta1;          /**< β1, in [0, 1). Default 0.9. */
+    float beta2;          /**< β2, in [0, 1). Default 0.999. */
+    float eps;            /**< ε, finite and ≥ 0. Default 1e-8. */
+    float weight_decay;   /**< Weight decay, finite and ≥ 0. Default 0. */
+} dst_param_group;
+
+/** @brief Which fp32 state tensor of a registered tensor dst_optimizer_get_state() gives. */
+typedef DST_ENUM(dst_optimizer_state) {
+    DST_OPTIMIZER_STATE_EXP_AVG = 0,     /**< The first moment m. */
+    DST_OPTIMIZER_STATE_EXP_AVG_SQ = 1,  /**< The second moment v. */
+    DST_OPTIMIZER_STATE_MASTER = 2       /**< The fp32 master weights (FP16 and BF16 parameters only). */
+} dst_optimizer_state;
+
+/** @brief What dst_optimizer_get_tensor_info() reports about a registered tensor. */
+typedef struct dst_optimizer_tensor_info {
+    size_t struct_size;              /**< Set by the caller to sizeof(dst_optimizer_tensor_info); only that
+                                          many bytes are written. */
+    const char *name;                /**< The registered name; owned by the optimizer, valid while it lives. */
+    int32_t group;                   /**< Its parameter group. */
+    dst_dtype dtype;                 /**< The parameter's dtype. */
+    dst_dtype grad_dtype;            /**< The gradient's dtype. */
+    int32_t ndim;                    /**< Number of dimensions. */
+    int64_t shape[DST_MAX_DIMS];     /**< Shape; entries past ndim are 0. */
+    int64_t numel;                   /**< Number of elements. */
+    int64_t step;                    /**< Steps applied to it (t of the bias corrections). */
+    float lamb_coeff;                /**< LAMB: the trust ratio of its last step (0 before the first). */
+} dst_optimizer_tensor_info;
+
+/**
+ * @brief Fills an optimizer configuration with the defaults listed on each field.
+ * @param[out] config The struct to fill; `struct_size` is set to sizeof(dst_optimizer_config).
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_optimizer_config_default(dst_optimizer_config *config);
+
+/**
+ * @brief Creates an optimizer in a context, with group 0 holding the configuration's hyperparameters.
+ * @param ctx The context; every registered tensor and the optimizer's state live in its memory space.
+ *            The optimizer keeps the context alive.
+ * @param config The configuration, or NULL for the defaults; copied.
+ * @param[out] out Receives the optimizer; unchanged on failure.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL `ctx` or `out`, a field out of range: the message
+ *         names it); ::DST_ERR_UNSUPPORTED (a struct_size from a newer header); ::DST_ERR_OUT_OF_MEMORY.
+ * Ownership: the caller owns the optimizer and frees it with dst_optimizer_destroy().
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_create(dst_context *ctx, const dst_optimizer_config *config, dst_optimizer **out);
+
+/**
+ * @brief Destroys an optimizer and its state; registered tensors are not touched.
+ * @param opt The optimizer, or NULL (no effect). The optimizer of an engine (dst_engine_get_optimizer())
+ *            belongs to the engine: destroying it here has no effect.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API void dst_optimizer_destroy(dst_optimizer *opt);
+
+/**
+ * @brief Fills a parameter group with the defaults listed on each field (FusedAdam's).
+ * @param[out] group The struct to fill; `struct_size` is set to sizeof(dst_param_group).
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_param_group_default(dst_param_group *group);
+
+/**
+ * @brief Adds a parameter group.
+ * @param opt The optimizer.
+ * @param group Its hyperparameters, or NULL for those of group 0; copied.
+ * @param[out] index Receives the new group's index (1, 2, …), or NULL.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL `opt`, a field out of range);
+ *         ::DST_ERR_CAPACITY (already ::DST_OPTIMIZER_MAX_GROUPS groups). On failure nothing changes.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_add_group(dst_optimizer *opt, const dst_param_group *group, int *index);
+
+/**
+ * @brief Number of parameter groups.
+ * @param opt The optimizer.
+ * @param[out] count Receives the count (≥ 1).
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_num_groups(const dst_optimizer *opt, int *count);
+
+/**
+ * @brief Reads the hyperparameters of a group.
+ * @param opt The optimizer.
+ * @param index The group, 0 … count − 1.
+ * @param[out] group Receives them; its `struct_size` must be set (dst_param_group_default() does) and only
+ *             that many bytes are written.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, index out of range, bad struct_size).
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_get_group(const dst_optimizer *opt, int index, dst_param_group *group);
+
+/**
+ * @brief Changes the hyperparameters of a group; the next step uses them.
+ *
+ * An engine's schedule overrides the lr of every group (DeepSpeed's schedulers do the same).
+ * @param opt The optimizer.
+ * @param index The group.
+ * @param group The new values; copied.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, index out of range, a field out of range). On
+ *         failure nothing changes.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_set_group(dst_optimizer *opt, int index, const dst_param_group *group);
+
+/**
+ * @brief Registers a tensor and its gradient with the optimizer.
+ *
+ * The optimizer allocates the tensor's fp32 state (zero moments, and a master copy of the current
+ * values for FP16/BF16 parameters) and, from then on, updates `param` in place on every step, reading
+ * `grad`. Inside an engine the parameter dtype must match the precision of its configuration: FP16
+ * with fp16 enabled, BF16 with bf16 enabled, FP32 always.
+ * @param opt The optimizer.
+ * @param group Its parameter group.
+ * @param name A unique name: the key of its state in saved files and checkpoints (UTF-8, 1 to 1024 bytes).
+ * @param param The parameter: FP32, FP16 or BF16, 1 to ::DST_MAX_DIMS dimensions of extent ≥ 1, in the
+ *              context's memory space, aligned to its element size.
+ * @param grad Its gradient: the same shape, the parameter's dtype or FP32.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, group out of range, a name that is empty, taken or not
+ *         UTF-8, a bad shape or dtype, memory that overlaps the other view or a tensor registered before);
+ *         ::DST_ERR_UNSUPPORTED (FP64 parameters; a dtype the engine's precision excludes);
+ *         ::DST_ERR_OUT_OF_MEMORY. On failure nothing is registered.
+ * Ownership: the optimizer keeps both pointers (unlike other calls, which never keep a view): the caller
+ * keeps the memory alive and in place while the optimizer exists.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_add_tensor(dst_optimizer *opt, int group, const char *name,
+                                            const dst_tensor *param, const dst_tensor *grad);
+
+/**
+ * @brief Registers the twelve parameters of a layer, each as one tensor.
+ *
+ * Parameter p is named `<prefix><name of p>` ("attn_qkvw" … "norm_b") and reads its gradient from the
+ * layer's gradient arena. The four weight matrices go to `decay_group`; the biases and LayerNorm
+ * parameters (the one-dimensional ones) to `no_decay_group`, the grouping of DeepSpeed's BERT example.
+ * The trust ratio of LAMB is per parameter, as with separate tensors. When the caller binds other
+ * arenas to the layer later, the next step uses them.
+ * @param opt The optimizer.
+ * @param layer A layer of the optimizer's context (FP32, FP16 or BF16).
+ * @param prefix Name prefix, e.g. "bert.encoder.layer.3."; NULL gives "layer.<layer id>.".
+ * @param decay_group Group of the weight matrices.
+ * @param no_decay_group Group of the biases and LayerNorm parameters (may equal `decay_group`).
+ * @return As dst_optimizer_add_tensor(); also ::DST_ERR_INVALID_ARGUMENT for a layer of another context.
+ *         On failure none of the twelve is registered.
+ * Ownership: the layer must outlive the optimizer. Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_add_layer(dst_optimizer *opt, dst_layer *layer, const char *prefix, int decay_group,
+                                           int no_decay_group);
+
+/**
+ * @brief Number of registered tensors (a layer counts twelve).
+ * @param opt The optimizer.
+ * @param[out] count Receives the count.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_num_tensors(const dst_optimizer *opt, int *count);
+
+/**
+ * @brief Index of a registered tensor, by name.
+ * @param opt The optimizer.
+ * @param name The name it was registered under.
+ * @param[out] index Receives the index, 0 … count − 1 in registration order.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, or no tensor of that name).
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_find_tensor(const dst_optimizer *opt, const char *name, int *index);
+
+/**
+ * @brief Describes a registered tensor, with its step count and last LAMB trust ratio.
+ *
+ * Waits for the context's queued work (the counts live in device memory).
+ * @param opt The optimizer.
+ * @param index The tensor.
+ * @param[out] info Receives the description; its `struct_size` must be set by the caller.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, index out of range, bad struct_size); ::DST_ERR_BACKEND.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_get_tensor_info(const dst_optimizer *opt, int index, dst_optimizer_tensor_info *info);
+
+/**
+ * @brief A view of one fp32 state tensor of a registered tensor (its moments or master weights).
+ * @param opt The optimizer.
+ * @param index The tensor.
+ * @param which ::DST_OPTIMIZER_STATE_EXP_AVG, ::DST_OPTIMIZER_STATE_EXP_AVG_SQ or ::DST_OPTIMIZER_STATE_MASTER.
+ * @param[out] view Receives an FP32 view with the parameter's shape, in the context's memory space.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, index out of range, an unknown `which`, or a master of
+ *         an FP32 parameter, which is its own master).
+ * Ownership: the memory belongs to the optimizer and stays valid while it exists. The caller may read and
+ * write it between calls (dst_memcpy() for device memory); after changing FP16/BF16 parameters
+ * directly, dst_optimizer_refresh_masters() copies them into the masters.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_get_state(dst_optimizer *opt, int index, dst_optimizer_state which, dst_tensor *view);
+
+/**
+ * @brief Sets the step count of a registered tensor (t of its next step is `step` + 1).
+ * @param opt The optimizer.
+ * @param index The tensor.
+ * @param step The count, ≥ 0.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, index out of range, negative step); ::DST_ERR_BACKEND.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_set_step(dst_optimizer *opt, int index, int64_t step);
+
+/**
+ * @brief Copies the current FP16/BF16 parameter values into their fp32 masters.
+ *
+ * For when the caller changed the parameters themselves (loaded weights, for instance); FP32
+ * parameters are their own masters.
+ * @param opt The optimizer.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_BACKEND.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_refresh_masters(dst_optimizer *opt);
+
+/**
+ * @brief Runs one optimizer step over every registered tensor.
+ *
+ * The gradients are divided by `grad_scale` (a loss scale the caller applied), then, when
+ * `max_grad_norm` > 0, multiplied by min(1, max_grad_norm/(N + 1e-6)) with N the global L2 norm of the
+ * divided gradients over every group. The gradients are read, not changed. On CUDA the call only
+ * enqueues work on the context's stream (nothing waits, the norm stays on the device).
+ * @param opt The optimizer.
+ * @param grad_scale Finite and > 0; 1 when the gradients are not scaled.
+ * @param max_grad_norm Global-norm clipping threshold, finite and ≥ 0; 0 disables it.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, scale or norm out of range); ::DST_ERR_STATE (the
+ *         optimizer of an engine: use dst_engine_step()); ::DST_ERR_OUT_OF_MEMORY (its first step after
+ *         new tensors allocates their tables); ::DST_ERR_BACKEND.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_step(dst_optimizer *opt, float grad_scale, float max_grad_norm);
+
+/**
+ * @brief The global gradient norm of the last step (of the unscaled gradients, before clipping).
+ *
+ * Waits for the context's queued work.
+ * @param opt The optimizer.
+ * @param[out] norm Receives the norm; 0 when the last step computed none (no clipping, no loss scaling).
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_BACKEND.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_get_grad_norm(const dst_optimizer *opt, float *norm);
+
+/**
+ * @brief Writes the optimizer's state to a safetensors file, atomically as dst_checkpoint_save() does.
+ *
+ * The file holds `exp_avg.<name>`, `exp_avg_sq.<name>` and (FP16/BF16) `master.<name>` of every tensor
+ * in FP32, and in its metadata the configuration, the groups, every tensor's step count and trust
+ * ratio, the device state (loss scaler, counters) and a checksum of the data. Parameters themselves
+ * are not in it (dst_engine_save_checkpoint() writes both).
+ * @param opt The optimizer.
+ * @param path Destination file.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL or empty path); ::DST_ERR_IO (the old file is left as
+ *         it was); ::DST_ERR_BACKEND.
+ * Ownership: nothing is retained. Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_save(const dst_optimizer *opt, const char *path);
+
+/**
+ * @brief Reads the optimizer's state from a file written by dst_optimizer_save().
+ *
+ * The file must describe the same tensors (names, shapes, dtypes, groups) and the same number of groups;
+ * the groups' hyperparameters are restored too. Everything is read and checked (checksum included)
+ * before anything changes.
+ * @param opt The optimizer.
+ * @param path Source file.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL or empty path); ::DST_ERR_IO; ::DST_ERR_FORMAT (not an
+ *         optimizer file, a checksum mismatch, a tensor missing, extra or of another shape, dtype or
+ *         group: the message names it). On failure the optimizer is unchanged.
+ * Ownership: nothing is retained. Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_optimizer_load(dst_optimizer *opt, const char *path);
+/** @} */
+
+/**
+ * @defgroup engine Training engine
+ * @brief DeepSpeed's training engine for C trainers: a JSON configuration, loss scaling, gradient
+ * accumulation, clipping, learning-rate schedules and training-state checkpoints around an optimizer.
+ *
+ * An engine is created from a DeepSpeed-style JSON configuration (the keys of DeepSpeed's
+ * `ds_config`, checked strictly: an unknown or mistyped key is an error naming its JSON path; see
+ * docs/engine.md). It owns an optimizer (dst_engine_get_optimizer()) with which the caller registers
+ * the tensors it trains: layers and any caller tensors. A training loop, per micro-batch:
+ * @code
+ *   // forward; compute dL/d(output) of the micro-batch's mean loss into `dy` (context memory)
+ *   dst_engine_scale_loss_gradient(engine, &dy);   // dy *= loss scale / gradient_accumulation_steps
+ *   // backward with DST_GRAD_ACCUMULATE into the registered gradients
+ *   dst_engine_step(engine);                       // every micro-batch; steps at the boundary
+ * @endcode
+ * At each accumulation boundary dst_engine_step() runs, on the device: the global gradient norm and the
+ * inf/NaN check, the loss scaler, the skip of an overflowed step, unscaling and clipping, the
+ * optimizer update with the scheduled learning rates, and zeroed gradients. The loss scale lives in
+ * device memory: no call of a step waits for the device; only the queries (dst_engine_get_state(),
+ * dst_engine_get_lr()) do. The engine works on any registered tensors, with or without layers.
+ *
+ * Checkpoints (dst_engine_save_checkpoint()) hold the registered tensors, the optimizer state, the
+ * loss scaler, the schedule, the counters, the context's RNG state and a client state of any JSON value,
+ * in `save_dir/<tag>/` with a `save_dir/latest` file, as DeepSpeed lays them out; loading one and
+ * continuing gives the same losses and weights, bit for bit, as a run that never stopped.
+ * @{
+ */
+/** @brief Opaque engine handle. */
+typedef struct dst_engine dst_engine;
+
+/**
+ * @brief Checks a DeepSpeed-style JSON configuration without creating anything.
+ *
+ * Parses the text, checks every key, type and value, and resolves the batch sizes as DeepSpeed does:
+ * any two of `train_batch_size`, `train_micro_batch_size_per_gpu` and `gradient_accumulation_steps`
+ * determine the third with train_batch_size = micro × accumulation × world_size, and inconsistent
+ * values are an error.
+ * @param config_json The configuration, NUL-terminated JSON text (a JSON object).
+ * @param world_size Data-parallel processes, ≥ 1 (engines of this version run with 1).
+ * @param reason Buffer for the reason the configuration is refused ("" when it is accepted), or NULL;
+ *        NUL-terminated, truncated to fit.
+ * @param reason_size Size of that buffer.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL config_json, world_size < 1, malformed JSON with its
+ *         position, an unknown key, a wrong type or a value out of range: the reason names the key's JSON
+ *         path, e.g. `optimizer.params.betas[1]`); ::DST_ERR_UNSUPPORTED (a valid DeepSpeed setting this
+ *         library does not implement, e.g. ZeRO stage 1 or the "lion" optimizer). The reason is also
+ *         dst_last_error().
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_engine_config_validate(const char *config_json, int world_size, char *reason,
+                                              size_t reason_size);
+
+/**
+ * @brief Creates an engine from a DeepSpeed-style JSON configuration.
+ *
+ * The configuration is validated as by dst_engine_config_validate(); it must have an `optimizer`
+ * section (adam, adamw or lamb, any case). Group 0 of the engine's optimizer gets the optimizer's
+ * params. The engine zeroes the gradients of the tensors registered with it at each boundary; before
+ * the first micro-batch the caller starts from zero gradients (dst_engine_zero_grads()).
+ * @param ctx The context; the engine keeps it alive and uses its RNG state in checkpoints.
+ * @param config_json The configuration (JSON text); copied (checkpoints store it).
+ * @param world_size Data-parallel processes; must be 1 in this version.
+ * @param[out] out Receives the engine; unchanged on failure.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT and ::DST_ERR_UNSUPPORTED as for
+ *         dst_engine_config_validate() (also a missing optimizer section, world_size > 1);
+ *         ::DST_ERR_OUT_OF_MEMORY.
+ * Ownership: the caller owns the engine and frees it with dst_engine_destroy().
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_engine_create(dst_context *ctx, const char *config_json, int world_size, dst_engine **out);
+
+/**
+ * @brief Destroys an engine and its optimizer; registered tensors are not touched.
+ * @param engine The engine, or NULL (no effect).
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API void dst_engine_destroy(dst_engine *engine);
+
+/**
+ * @brief The engine's optimizer, to register tensors and groups with and to read its state.
+ *
+ * dst_optimizer_step() refuses it (the engine steps it); every other optimizer call accepts it.
+ * @param engine The engine.
+ * @param[out] opt Receives the optimizer.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Ownership: owned by the engine and valid while it lives; dst_optimizer_destroy() ignores it.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_get_optimizer(dst_engine *engine, dst_optimizer **opt);
+
+/**
+ * @brief Adds a tensor that checkpoints save and load with the model but that is not trained.
+ *
+ * For model state outside the optimizer (a frozen pooler, buffers); its gradient, if any, is never
+ * checked, clipped or zeroed by the engine.
+ * @param engine The engine.
+ * @param name Its name in checkpoints: unique among the model tensors and the optimizer's tensors.
+ * @param tensor The tensor (any floating dtype or INT32), in the context's memory space.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, a name that is empty, taken or not UTF-8, a bad shape,
+ *         memory that overlaps a registered tensor). On failure nothing is registered.
+ * Ownership: the engine keeps the pointer; the caller keeps the memory alive while the engine exists.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_add_model_tensor(dst_engine *engine, const char *name, const dst_tensor *tensor);
+
+/**
+ * @brief Multiplies the gradient of a micro-batch's loss by loss scale / gradient_accumulation_steps.
+ *
+ * What DeepSpeed's `engine.backward(loss)` does to the loss before backward: the factor is read from
+ * device memory (the current dynamic, static or unit scale), so nothing waits. Call it on dL/d(output)
+ * of the last op before backward through the layers.
+ * @param engine The engine.
+ * @param grad The tensor to scale in place (any floating dtype), in the context's memory space.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, bad view); ::DST_ERR_BACKEND.
+ * Ownership: the tensor stays the caller's. Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_scale_loss_gradient(dst_engine *engine, const dst_tensor *grad);
+
+/**
+ * @brief Where the engine keeps the current loss scale: one float in the context's memory space.
+ *
+ * For callers that scale losses in their own kernels; read it on the device (in stream order), not
+ * from the host.
+ * @param engine The engine.
+ * @param[out] scale Receives the pointer.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Ownership: owned by the engine, valid while it lives; read only. Thread safety: as for its context.
+ * @since v0.1
+ */
+DST_API dst_status dst_engine_loss_scale_pointer(const dst_engine *engine, const float **scale);
+
+/**
+ * @brief Whether the next dst_engine_step() is an accumulation boundary (it updates the weights).
+ * @param engine The engine.
+ * @param[out] boundary Receives 1 when (micro steps + 1) is a multiple of gradient_accumulation_steps.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL. Nothing waits (a host counter).
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_is_boundary(const dst_engine *engine, int *boundary);
+
+/**
+ * @brief Ends a micro-batch; at an accumulation boundary, runs the optimizer step.
+ *
+ * Call it after the backward of every micro-batch, as DeepSpeed's `engine.step()`. At a boundary:
+ * global norm and overflow check of the registered gradients (fp16: an inf or NaN skips the step and
+ * halves the dynamic scale), unscaling, clipping (`gradient_clipping`), the optimizer update with the
+ * schedule's learning rate (not advanced by a skipped step), zeroed gradients; the global step and
+ * sample counters advance either way. Nothing waits for the device.
+ * @param engine The engine.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_STATE (no tensor registered);
+ *         ::DST_ERR_OUT_OF_MEMORY (the first step after new tensors allocates their tables);
+ *         ::DST_ERR_BACKEND.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_step(dst_engine *engine);
+
+/**
+ * @brief Sets the gradients of every tensor registered with the engine's optimizer to zero.
+ * @param engine The engine.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_BACKEND.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_zero_grads(dst_engine *engine);
+
+/** @brief The resolved configuration and the counters of an engine (dst_engine_get_state()). */
+typedef struct dst_engine_state {
+    size_t struct_size;                        /**< Set by the caller to sizeof(dst_engine_state); only that
+                                                    many bytes are written. */
+    int32_t train_batch_size;                  /**< Resolved train_batch_size. */
+    int32_t train_micro_batch_size_per_gpu;    /**< Resolved micro-batch size. */
+    int32_t gradient_accumulation_steps;       /**< Resolved accumulation steps. */
+    int32_t world_size;                        /**< Data-parallel processes. */
+    dst_optimizer_kind optimizer;              /**< The optimizer's rule. */
+    int32_t fp16_enabled;                      /**< fp16.enabled. */
+    int32_t bf16_enabled;                      /**< bf16.enabled. */
+    int32_t dynamic_loss_scale;                /**< fp16 with loss_scale 0. */
+    int32_t steps_per_print;                   /**< steps_per_print (0 when absent); the library itself never
+                                                    prints. */
+    float gradient_clipping;                   /**< Global-norm clipping threshold (0: off). */
+    int64_t micro_steps;                       /**< dst_engine_step() calls. */
+    int64_t global_steps;                      /**< Boundary steps, skipped ones included. */
+    int64_t global_samples;                    /**< global_steps × train_batch_size. */
+    int64_t skipped_steps;                     /**< Boundary steps skipped for an overflow. */
+    float loss_scale;                          /**< The current loss scale (1 without fp16). */
+    float grad_norm;                           /**< Global norm of the last boundary's true gradients (0 when
+                                                    none was computed). */
+    int32_t last_step_applied;                 /**< The last boundary updated the weights (0 before any). */
+    int32_t last_overflow;                     /**< The last boundary's gradients held inf or NaN. */
+} dst_engine_state;
+
+/**
+ * @brief Reads the resolved configuration and the counters. Waits for the context's queued work.
+ * @param engine The engine.
+ * @param[out] state Receives them; its `struct_size` must be set by the caller.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, bad struct_size); ::DST_ERR_BACKEND.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_get_state(const dst_engine *engine, dst_engine_state *state);
+
+/**
+ * @brief The learning rate the next optimizer step of a group will use. Waits for the context's queued work.
+ * @param engine The engine.
+ * @param group The parameter group.
+ * @param[out] lr Receives the rate.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, group out of range); ::DST_ERR_BACKEND.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_get_lr(const dst_engine *engine, int group, float *lr);
+
+/**
+ * @brief Saves the training state to `save_dir/<tag>/` and, optionally, names it in `save_dir/latest`.
+ *
+ * Writes `mp_rank_00_model_states.safetensors` (every registered tensor and model tensor, in its dtype,
+ * under its name; the counters, schedule, RNG state, configuration and client state in the metadata)
+ * and `mp_rank_00_optim_states.safetensors` (as dst_optimizer_save()), each with a checksum. The tag
+ * folder is written under a temporary name and renamed into place, so `save_dir/<tag>` holds either
+ * the previous checkpoint or the complete new one; `latest` (the tag, no newline) is replaced
+ * atomically last. Call it at an accumulation boundary.
+ * @param engine The engine.
+ * @param save_dir Folder of the checkpoints; created when missing.
+ * @param tag Name of this checkpoint (one path component: no '/', not starting with '.'), or NULL for
+ *            "global_step<global steps>".
+ * @param client_state_json Any JSON value (an object with the epoch, say), stored as it is and returned
+ *            by dst_engine_load_checkpoint(); NULL stores {}.
+ * @param save_latest Non-zero: write `save_dir/latest`.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL engine or save_dir, a bad tag, client state that is
+ *         not JSON: the message gives the position); ::DST_ERR_STATE (between boundaries: gradients are
+ *         not saved); ::DST_ERR_IO (the previous checkpoint of that tag is left as it was);
+ *         ::DST_ERR_BACKEND.
+ * Ownership: nothing is retained. Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_save_checkpoint(dst_engine *engine, const char *save_dir, const char *tag,
+                                              const char *client_state_json, int save_latest);
+
+/** @brief Options of dst_engine_load_checkpoint(). Fill with dst_engine_load_options_default(). */
+typedef struct dst_engine_load_options {
+    size_t struct_size;                 /**< sizeof(dst_engine_load_options) of the caller's header; set by
+                                             default(). */
+    int32_t load_optimizer_states;      /**< Load moments, masters, step counts, group hyperparameters and
+                                             the loss scaler; when 0 the masters are refreshed from the loaded
+                                             weights instead. Default 1. */
+    int32_t load_lr_scheduler_states;   /**< Load the schedule's position. Default 1. */
+    int32_t load_module_only;           /**< Load the tensors only (masters refreshed from them), nothing else.
+                                             Default 0. */
+    int32_t strict;                     /**< Every registered tensor must be in the checkpoint, and nothing
+                                             else; when 0, missing ones keep their values and extra ones are
+                                             ignored. Default 1. */
+    int32_t restore_rng;                /**< Set the context's RNG state from the checkpoint. Default 1. */
+} dst_engine_load_options;
+
+/**
+ * @brief Fills load options with the defaults listed on each field.
+ * @param[out] options The struct to fill.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_engine_load_options_default(dst_engine_load_options *options);
+
+/**
+ * @brief Loads a checkpoint written by dst_engine_save_checkpoint() and returns its client state.
+ *
+ * Both files are read and checked (framing, checksums, that they come from the same save, every
+ * tensor's name, shape and dtype against the registered ones) before anything changes. Counters
+ * (global steps, samples, skipped steps) are always restored. A schedule with `rewarm` restarts at
+ * s = 0 on the first load of a checkpoint that was not itself written under that rewarmed schedule.
+ * @param engine The engine, with the same tensors registered as when it was saved.
+ * @param load_dir Folder of the checkpoints.
+ * @param tag The checkpoint, or NULL for the one `load_dir/latest` names.
+ * @param options Options, or NULL for the defaults.
+ * @param client_state Buffer for the client state as JSON text, or NULL: truncated to client_state_size − 1
+ *        bytes, then a NUL.
+ * @param client_state_size Size of that buffer.
+ * @param[out] client_state_len Receives the full length of the client state text, or NULL.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL engine or load_dir, a bad tag or options);
+ *         ::DST_ERR_IO (no `latest` file, no such tag, unreadable files); ::DST_ERR_FORMAT (corrupt or
+ *         mismatched files, a tensor missing, extra (strict) or of another shape or dtype: the message names
+ *         it). On failure nothing changes: not the tensors, the optimizer, the RNG nor the buffer.
+ * Ownership: nothing is retained. Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_load_checkpoint(dst_engine *engine, const char *load_dir, const char *tag,
+                                              const dst_engine_load_options *options, char *client_state,
+                                              size_t client_state_size, size_t *client_state_len);
+
+/**
+ * @brief Reads the tag that `dir/latest` names.
+ * @param dir Folder of the checkpoints.
+ * @param tag Buffer for the tag (NUL-terminated, truncated to fit), or NULL.
+ * @param tag_size Size of that buffer.
+ * @param[out] tag_len Receives the full length of the tag, or NULL.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL or empty dir); ::DST_ERR_IO (no `latest` file, or not a
+ *         regular file); ::DST_ERR_FORMAT (its content is not a valid tag). On failure the buffer is
+ *         unchanged.
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_checkpoint_latest_tag(const char *dir, char *tag, size_t tag_size, size_t *tag_len);
 /** @} */
 
 #ifdef __cplusplus

@@ -54,6 +54,10 @@ public:
                              const void *dctx, const void *lse,
                              void *dqkv) override;
 
+    dst_status optim_step(const optim::StepArgs &a) override;
+    dst_status scale_by(dst_dtype dt, void *x, int64_t count, const float *factor, float mult) override;
+    dst_status convert(dst_dtype src_dt, const void *src, dst_dtype dst_dt, void *dst, int64_t count) override;
+
 private:
     int threads_ = 0;  // 0: OpenMP's default
 };

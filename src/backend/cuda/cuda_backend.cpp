@@ -26,6 +26,7 @@
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/layernorm.cuh"
+#include "kernels/optim.cuh"
 
 namespace dst {
 
@@ -467,6 +468,26 @@ dst_status CudaBackend::dropout_bwd(dst_dtype dt, const void *dy, void *dx, int6
 dst_status CudaBackend::add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) {
     DST_TRY(activate());
     DST_CUDA_CHECK(cuda::add(stream_, dt, a, b, y, count));
+    return DST_OK;
+}
+
+// ---- training --------------------------------------------------------------------------------------
+
+dst_status CudaBackend::optim_step(const optim::StepArgs &a) {
+    DST_TRY(activate());
+    DST_CUDA_CHECK(cuda::optim_step(stream_, a));
+    return DST_OK;
+}
+
+dst_status CudaBackend::scale_by(dst_dtype dt, void *x, int64_t count, const float *factor, float mult) {
+    DST_TRY(activate());
+    DST_CUDA_CHECK(cuda::scale_by(stream_, dt, x, count, factor, mult));
+    return DST_OK;
+}
+
+dst_status CudaBackend::convert(dst_dtype src_dt, const void *src, dst_dtype dst_dt, void *dst, int64_t count) {
+    DST_TRY(activate());
+    DST_CUDA_CHECK(cuda::convert(stream_, src_dt, src, dst_dt, dst, count));
     return DST_OK;
 }
 

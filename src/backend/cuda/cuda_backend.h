@@ -71,6 +71,9 @@ public:
                              void *lse) override;
     dst_status attention_bwd(dst_dtype dt, const AttentionParams &p, const void *qkv, const void *ctx,
                              const void *dctx, const void *lse, void *dqkv) override;
+    dst_status optim_step(const optim::StepArgs &a) override;
+    dst_status scale_by(dst_dtype dt, void *x, int64_t count, const float *factor, float mult) override;
+    dst_status convert(dst_dtype src_dt, const void *src, dst_dtype dst_dt, void *dst, int64_t count) override;
     size_t scratch_bytes(const ScratchNeeds &n) const override { return cuda_scratch_bytes(n); }
     void set_scratch(void *ptr, size_t bytes) override;
 

@@ -6,6 +6,7 @@ pub const DST_VERSION_PATCH: u32 = 0;
 pub const DST_VERSION_NUMBER: u32 = 100;
 pub const DST_MAX_DIMS: u32 = 4;
 pub const DST_MAX_NUM_THREADS: u32 = 1024;
+pub const DST_OPTIMIZER_MAX_GROUPS: u32 = 32;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
@@ -1145,5 +1146,735 @@ extern "C" {
         summary: *mut ::std::os::raw::c_char,
         summary_size: usize,
         summary_len: *mut usize,
+    ) -> dst_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dst_optimizer {
+    _unused: [u8; 0],
+}
+impl dst_optimizer_kind {
+    #[doc = "< DeepSpeed's \"adam\" (FusedAdam): decoupled weight decay when"]
+    #[doc = "dst_optimizer_config::adam_w_mode is set (the default), else L2."]
+    pub const DST_OPTIMIZER_ADAM: dst_optimizer_kind = dst_optimizer_kind(0);
+}
+impl dst_optimizer_kind {
+    #[doc = "< DeepSpeed's \"adamw\": FusedAdam with decoupled weight decay always."]
+    pub const DST_OPTIMIZER_ADAMW: dst_optimizer_kind = dst_optimizer_kind(1);
+}
+impl dst_optimizer_kind {
+    #[doc = "< DeepSpeed's \"lamb\" (FusedLamb): layer-wise trust ratio."]
+    pub const DST_OPTIMIZER_LAMB: dst_optimizer_kind = dst_optimizer_kind(2);
+}
+#[repr(transparent)]
+#[doc = " @brief The update rule of an optimizer."]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct dst_optimizer_kind(pub ::std::os::raw::c_uint);
+#[doc = " @brief Configuration of an optimizer. Fill with dst_optimizer_config_default(), then change fields."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dst_optimizer_config {
+    #[doc = "< sizeof(dst_optimizer_config) of the caller's header; set by default(). An"]
+    #[doc = "older header's smaller size is accepted as for dst_layer_config."]
+    pub struct_size: usize,
+    #[doc = "< Update rule. Default ::DST_OPTIMIZER_ADAM."]
+    pub kind: dst_optimizer_kind,
+    #[doc = "< Learning rate of group 0. Default 1e-3."]
+    pub lr: f32,
+    #[doc = "< β1 of group 0, in [0, 1). Default 0.9."]
+    pub beta1: f32,
+    #[doc = "< β2 of group 0, in [0, 1). Default 0.999."]
+    pub beta2: f32,
+    #[doc = "< ε of group 0, ≥ 0. Default 1e-8."]
+    pub eps: f32,
+    #[doc = "< Weight decay of group 0, ≥ 0. Default 0."]
+    pub weight_decay: f32,
+    #[doc = "< Adam and LAMB bias correction (1 on, 0 off). Default 1."]
+    pub bias_correction: i32,
+    #[doc = "< ::DST_OPTIMIZER_ADAM only: 1 decoupled (AdamW) weight decay, 0 L2. Default 1."]
+    pub adam_w_mode: i32,
+    #[doc = "< LAMB: upper bound of the trust ratio, > 0. Default 10."]
+    pub max_coeff: f32,
+    #[doc = "< LAMB: lower bound of the trust ratio, in (0, max_coeff]. Default 0.01."]
+    pub min_coeff: f32,
+    #[doc = "< LAMB: 1 uses sqrt(v + eps), 0 sqrt(v) + eps. Default 0."]
+    pub eps_inside_sqrt: i32,
+}
+#[doc = " @brief Hyperparameters of one parameter group."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dst_param_group {
+    #[doc = "< sizeof(dst_param_group) of the caller's header; set by default()."]
+    pub struct_size: usize,
+    #[doc = "< Learning rate, finite and ≥ 0. Default 1e-3."]
+    pub lr: f32,
+    #[doc = "< β1, in [0, 1). Default 0.9."]
+    pub beta1: f32,
+    #[doc = "< β2, in [0, 1). Default 0.999."]
+    pub beta2: f32,
+    #[doc = "< ε, finite and ≥ 0. Default 1e-8."]
+    pub eps: f32,
+    #[doc = "< Weight decay, finite and ≥ 0. Default 0."]
+    pub weight_decay: f32,
+}
+impl dst_optimizer_state {
+    #[doc = "< The first moment m."]
+    pub const DST_OPTIMIZER_STATE_EXP_AVG: dst_optimizer_state = dst_optimizer_state(0);
+}
+impl dst_optimizer_state {
+    #[doc = "< The second moment v."]
+    pub const DST_OPTIMIZER_STATE_EXP_AVG_SQ: dst_optimizer_state = dst_optimizer_state(1);
+}
+impl dst_optimizer_state {
+    #[doc = "< The fp32 master weights (FP16 and BF16 parameters only)."]
+    pub const DST_OPTIMIZER_STATE_MASTER: dst_optimizer_state = dst_optimizer_state(2);
+}
+#[repr(transparent)]
+#[doc = " @brief Which fp32 state tensor of a registered tensor dst_optimizer_get_state() gives."]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct dst_optimizer_state(pub ::std::os::raw::c_uint);
+#[doc = " @brief What dst_optimizer_get_tensor_info() reports about a registered tensor."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dst_optimizer_tensor_info {
+    #[doc = "< Set by the caller to sizeof(dst_optimizer_tensor_info); only that"]
+    #[doc = "many bytes are written."]
+    pub struct_size: usize,
+    #[doc = "< The registered name; owned by the optimizer, valid while it lives."]
+    pub name: *const ::std::os::raw::c_char,
+    #[doc = "< Its parameter group."]
+    pub group: i32,
+    #[doc = "< The parameter's dtype."]
+    pub dtype: dst_dtype,
+    #[doc = "< The gradient's dtype."]
+    pub grad_dtype: dst_dtype,
+    #[doc = "< Number of dimensions."]
+    pub ndim: i32,
+    #[doc = "< Shape; entries past ndim are 0."]
+    pub shape: [i64; 4usize],
+    #[doc = "< Number of elements."]
+    pub numel: i64,
+    #[doc = "< Steps applied to it (t of the bias corrections)."]
+    pub step: i64,
+    #[doc = "< LAMB: the trust ratio of its last step (0 before the first)."]
+    pub lamb_coeff: f32,
+}
+extern "C" {
+    #[doc = " @brief Fills an optimizer configuration with the defaults listed on each field."]
+    #[doc = " @param[out] config The struct to fill; `struct_size` is set to sizeof(dst_optimizer_config)."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
+    #[doc = " Thread safety: any thread. @since v0.1"]
+    pub fn dst_optimizer_config_default(config: *mut dst_optimizer_config) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Creates an optimizer in a context, with group 0 holding the configuration's hyperparameters."]
+    #[doc = " @param ctx The context; every registered tensor and the optimizer's state live in its memory space."]
+    #[doc = "            The optimizer keeps the context alive."]
+    #[doc = " @param config The configuration, or NULL for the defaults; copied."]
+    #[doc = " @param[out] out Receives the optimizer; unchanged on failure."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL `ctx` or `out`, a field out of range: the message"]
+    #[doc = "         names it); ::DST_ERR_UNSUPPORTED (a struct_size from a newer header); ::DST_ERR_OUT_OF_MEMORY."]
+    #[doc = " Ownership: the caller owns the optimizer and frees it with dst_optimizer_destroy()."]
+    #[doc = " Thread safety: as for the context. @since v0.1"]
+    pub fn dst_optimizer_create(
+        ctx: *mut dst_context,
+        config: *const dst_optimizer_config,
+        out: *mut *mut dst_optimizer,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Destroys an optimizer and its state; registered tensors are not touched."]
+    #[doc = " @param opt The optimizer, or NULL (no effect). The optimizer of an engine (dst_engine_get_optimizer())"]
+    #[doc = "            belongs to the engine: destroying it here has no effect."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_destroy(opt: *mut dst_optimizer);
+}
+extern "C" {
+    #[doc = " @brief Fills a parameter group with the defaults listed on each field (FusedAdam's)."]
+    #[doc = " @param[out] group The struct to fill; `struct_size` is set to sizeof(dst_param_group)."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
+    #[doc = " Thread safety: any thread. @since v0.1"]
+    pub fn dst_param_group_default(group: *mut dst_param_group) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Adds a parameter group."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param group Its hyperparameters, or NULL for those of group 0; copied."]
+    #[doc = " @param[out] index Receives the new group's index (1, 2, …), or NULL."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL `opt`, a field out of range);"]
+    #[doc = "         ::DST_ERR_CAPACITY (already ::DST_OPTIMIZER_MAX_GROUPS groups). On failure nothing changes."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_add_group(
+        opt: *mut dst_optimizer,
+        group: *const dst_param_group,
+        index: *mut ::std::os::raw::c_int,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Number of parameter groups."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param[out] count Receives the count (≥ 1)."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_num_groups(
+        opt: *const dst_optimizer,
+        count: *mut ::std::os::raw::c_int,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Reads the hyperparameters of a group."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param index The group, 0 … count − 1."]
+    #[doc = " @param[out] group Receives them; its `struct_size` must be set (dst_param_group_default() does) and only"]
+    #[doc = "             that many bytes are written."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, index out of range, bad struct_size)."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_get_group(
+        opt: *const dst_optimizer,
+        index: ::std::os::raw::c_int,
+        group: *mut dst_param_group,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Changes the hyperparameters of a group; the next step uses them."]
+    #[doc = ""]
+    #[doc = " An engine's schedule overrides the lr of every group (DeepSpeed's schedulers do the same)."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param index The group."]
+    #[doc = " @param group The new values; copied."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, index out of range, a field out of range). On"]
+    #[doc = "         failure nothing changes."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_set_group(
+        opt: *mut dst_optimizer,
+        index: ::std::os::raw::c_int,
+        group: *const dst_param_group,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Registers a tensor and its gradient with the optimizer."]
+    #[doc = ""]
+    #[doc = " The optimizer allocates the tensor's fp32 state (zero moments, and a master copy of the current"]
+    #[doc = " values for FP16/BF16 parameters) and, from then on, updates `param` in place on every step, reading"]
+    #[doc = " `grad`. Inside an engine the parameter dtype must match the precision of its configuration: FP16"]
+    #[doc = " with fp16 enabled, BF16 with bf16 enabled, FP32 always."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param group Its parameter group."]
+    #[doc = " @param name A unique name: the key of its state in saved files and checkpoints (UTF-8, 1 to 1024 bytes)."]
+    #[doc = " @param param The parameter: FP32, FP16 or BF16, 1 to ::DST_MAX_DIMS dimensions of extent ≥ 1, in the"]
+    #[doc = "              context's memory space, aligned to its element size."]
+    #[doc = " @param grad Its gradient: the same shape, the parameter's dtype or FP32."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, group out of range, a name that is empty, taken or not"]
+    #[doc = "         UTF-8, a bad shape or dtype, memory that overlaps the other view or a tensor registered before);"]
+    #[doc = "         ::DST_ERR_UNSUPPORTED (FP64 parameters; a dtype the engine's precision excludes);"]
+    #[doc = "         ::DST_ERR_OUT_OF_MEMORY. On failure nothing is registered."]
+    #[doc = " Ownership: the optimizer keeps both pointers (unlike other calls, which never keep a view): the caller"]
+    #[doc = " keeps the memory alive and in place while the optimizer exists."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_add_tensor(
+        opt: *mut dst_optimizer,
+        group: ::std::os::raw::c_int,
+        name: *const ::std::os::raw::c_char,
+        param: *const dst_tensor,
+        grad: *const dst_tensor,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Registers the twelve parameters of a layer, each as one tensor."]
+    #[doc = ""]
+    #[doc = " Parameter p is named `<prefix><name of p>` (\"attn_qkvw\" … \"norm_b\") and reads its gradient from the"]
+    #[doc = " layer's gradient arena. The four weight matrices go to `decay_group`; the biases and LayerNorm"]
+    #[doc = " parameters (the one-dimensional ones) to `no_decay_group`, the grouping of DeepSpeed's BERT example."]
+    #[doc = " The trust ratio of LAMB is per parameter, as with separate tensors. When the caller binds other"]
+    #[doc = " arenas to the layer later, the next step uses them."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param layer A layer of the optimizer's context (FP32, FP16 or BF16)."]
+    #[doc = " @param prefix Name prefix, e.g. \"bert.encoder.layer.3.\"; NULL gives \"layer.<layer id>.\"."]
+    #[doc = " @param decay_group Group of the weight matrices."]
+    #[doc = " @param no_decay_group Group of the biases and LayerNorm parameters (may equal `decay_group`)."]
+    #[doc = " @return As dst_optimizer_add_tensor(); also ::DST_ERR_INVALID_ARGUMENT for a layer of another context."]
+    #[doc = "         On failure none of the twelve is registered."]
+    #[doc = " Ownership: the layer must outlive the optimizer. Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_add_layer(
+        opt: *mut dst_optimizer,
+        layer: *mut dst_layer,
+        prefix: *const ::std::os::raw::c_char,
+        decay_group: ::std::os::raw::c_int,
+        no_decay_group: ::std::os::raw::c_int,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Number of registered tensors (a layer counts twelve)."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param[out] count Receives the count."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_num_tensors(
+        opt: *const dst_optimizer,
+        count: *mut ::std::os::raw::c_int,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Index of a registered tensor, by name."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param name The name it was registered under."]
+    #[doc = " @param[out] index Receives the index, 0 … count − 1 in registration order."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, or no tensor of that name)."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_find_tensor(
+        opt: *const dst_optimizer,
+        name: *const ::std::os::raw::c_char,
+        index: *mut ::std::os::raw::c_int,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Describes a registered tensor, with its step count and last LAMB trust ratio."]
+    #[doc = ""]
+    #[doc = " Waits for the context's queued work (the counts live in device memory)."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param index The tensor."]
+    #[doc = " @param[out] info Receives the description; its `struct_size` must be set by the caller."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, index out of range, bad struct_size); ::DST_ERR_BACKEND."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_get_tensor_info(
+        opt: *const dst_optimizer,
+        index: ::std::os::raw::c_int,
+        info: *mut dst_optimizer_tensor_info,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief A view of one fp32 state tensor of a registered tensor (its moments or master weights)."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param index The tensor."]
+    #[doc = " @param which ::DST_OPTIMIZER_STATE_EXP_AVG, ::DST_OPTIMIZER_STATE_EXP_AVG_SQ or ::DST_OPTIMIZER_STATE_MASTER."]
+    #[doc = " @param[out] view Receives an FP32 view with the parameter's shape, in the context's memory space."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, index out of range, an unknown `which`, or a master of"]
+    #[doc = "         an FP32 parameter, which is its own master)."]
+    #[doc = " Ownership: the memory belongs to the optimizer and stays valid while it exists. The caller may read and"]
+    #[doc = " write it between calls (dst_memcpy() for device memory); after changing FP16/BF16 parameters"]
+    #[doc = " directly, dst_optimizer_refresh_masters() copies them into the masters."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_get_state(
+        opt: *mut dst_optimizer,
+        index: ::std::os::raw::c_int,
+        which: dst_optimizer_state,
+        view: *mut dst_tensor,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Sets the step count of a registered tensor (t of its next step is `step` + 1)."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param index The tensor."]
+    #[doc = " @param step The count, ≥ 0."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, index out of range, negative step); ::DST_ERR_BACKEND."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_set_step(
+        opt: *mut dst_optimizer,
+        index: ::std::os::raw::c_int,
+        step: i64,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Copies the current FP16/BF16 parameter values into their fp32 masters."]
+    #[doc = ""]
+    #[doc = " For when the caller changed the parameters themselves (loaded weights, for instance); FP32"]
+    #[doc = " parameters are their own masters."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_BACKEND."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_refresh_masters(opt: *mut dst_optimizer) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Runs one optimizer step over every registered tensor."]
+    #[doc = ""]
+    #[doc = " The gradients are divided by `grad_scale` (a loss scale the caller applied), then, when"]
+    #[doc = " `max_grad_norm` > 0, multiplied by min(1, max_grad_norm/(N + 1e-6)) with N the global L2 norm of the"]
+    #[doc = " divided gradients over every group. The gradients are read, not changed. On CUDA the call only"]
+    #[doc = " enqueues work on the context's stream (nothing waits, the norm stays on the device)."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param grad_scale Finite and > 0; 1 when the gradients are not scaled."]
+    #[doc = " @param max_grad_norm Global-norm clipping threshold, finite and ≥ 0; 0 disables it."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, scale or norm out of range); ::DST_ERR_STATE (the"]
+    #[doc = "         optimizer of an engine: use dst_engine_step()); ::DST_ERR_OUT_OF_MEMORY (its first step after"]
+    #[doc = "         new tensors allocates their tables); ::DST_ERR_BACKEND."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_step(
+        opt: *mut dst_optimizer,
+        grad_scale: f32,
+        max_grad_norm: f32,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief The global gradient norm of the last step (of the unscaled gradients, before clipping)."]
+    #[doc = ""]
+    #[doc = " Waits for the context's queued work."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param[out] norm Receives the norm; 0 when the last step computed none (no clipping, no loss scaling)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_BACKEND."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_get_grad_norm(opt: *const dst_optimizer, norm: *mut f32) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Writes the optimizer's state to a safetensors file, atomically as dst_checkpoint_save() does."]
+    #[doc = ""]
+    #[doc = " The file holds `exp_avg.<name>`, `exp_avg_sq.<name>` and (FP16/BF16) `master.<name>` of every tensor"]
+    #[doc = " in FP32, and in its metadata the configuration, the groups, every tensor's step count and trust"]
+    #[doc = " ratio, the device state (loss scaler, counters) and a checksum of the data. Parameters themselves"]
+    #[doc = " are not in it (dst_engine_save_checkpoint() writes both)."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param path Destination file."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL or empty path); ::DST_ERR_IO (the old file is left as"]
+    #[doc = "         it was); ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: nothing is retained. Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_save(
+        opt: *const dst_optimizer,
+        path: *const ::std::os::raw::c_char,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Reads the optimizer's state from a file written by dst_optimizer_save()."]
+    #[doc = ""]
+    #[doc = " The file must describe the same tensors (names, shapes, dtypes, groups) and the same number of groups;"]
+    #[doc = " the groups' hyperparameters are restored too. Everything is read and checked (checksum included)"]
+    #[doc = " before anything changes."]
+    #[doc = " @param opt The optimizer."]
+    #[doc = " @param path Source file."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL or empty path); ::DST_ERR_IO; ::DST_ERR_FORMAT (not an"]
+    #[doc = "         optimizer file, a checksum mismatch, a tensor missing, extra or of another shape, dtype or"]
+    #[doc = "         group: the message names it). On failure the optimizer is unchanged."]
+    #[doc = " Ownership: nothing is retained. Thread safety: as for its context. @since v0.1"]
+    pub fn dst_optimizer_load(
+        opt: *mut dst_optimizer,
+        path: *const ::std::os::raw::c_char,
+    ) -> dst_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dst_engine {
+    _unused: [u8; 0],
+}
+extern "C" {
+    #[doc = " @brief Checks a DeepSpeed-style JSON configuration without creating anything."]
+    #[doc = ""]
+    #[doc = " Parses the text, checks every key, type and value, and resolves the batch sizes as DeepSpeed does:"]
+    #[doc = " any two of `train_batch_size`, `train_micro_batch_size_per_gpu` and `gradient_accumulation_steps`"]
+    #[doc = " determine the third with train_batch_size = micro × accumulation × world_size, and inconsistent"]
+    #[doc = " values are an error."]
+    #[doc = " @param config_json The configuration, NUL-terminated JSON text (a JSON object)."]
+    #[doc = " @param world_size Data-parallel processes, ≥ 1 (engines of this version run with 1)."]
+    #[doc = " @param reason Buffer for the reason the configuration is refused (\"\" when it is accepted), or NULL;"]
+    #[doc = "        NUL-terminated, truncated to fit."]
+    #[doc = " @param reason_size Size of that buffer."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL config_json, world_size < 1, malformed JSON with its"]
+    #[doc = "         position, an unknown key, a wrong type or a value out of range: the reason names the key's JSON"]
+    #[doc = "         path, e.g. `optimizer.params.betas[1]`); ::DST_ERR_UNSUPPORTED (a valid DeepSpeed setting this"]
+    #[doc = "         library does not implement, e.g. ZeRO stage 1 or the \"lion\" optimizer). The reason is also"]
+    #[doc = "         dst_last_error()."]
+    #[doc = " Thread safety: any thread. @since v0.1"]
+    pub fn dst_engine_config_validate(
+        config_json: *const ::std::os::raw::c_char,
+        world_size: ::std::os::raw::c_int,
+        reason: *mut ::std::os::raw::c_char,
+        reason_size: usize,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Creates an engine from a DeepSpeed-style JSON configuration."]
+    #[doc = ""]
+    #[doc = " The configuration is validated as by dst_engine_config_validate(); it must have an `optimizer`"]
+    #[doc = " section (adam, adamw or lamb, any case). Group 0 of the engine's optimizer gets the optimizer's"]
+    #[doc = " params. The engine zeroes the gradients of the tensors registered with it at each boundary; before"]
+    #[doc = " the first micro-batch the caller starts from zero gradients (dst_engine_zero_grads())."]
+    #[doc = " @param ctx The context; the engine keeps it alive and uses its RNG state in checkpoints."]
+    #[doc = " @param config_json The configuration (JSON text); copied (checkpoints store it)."]
+    #[doc = " @param world_size Data-parallel processes; must be 1 in this version."]
+    #[doc = " @param[out] out Receives the engine; unchanged on failure."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT and ::DST_ERR_UNSUPPORTED as for"]
+    #[doc = "         dst_engine_config_validate() (also a missing optimizer section, world_size > 1);"]
+    #[doc = "         ::DST_ERR_OUT_OF_MEMORY."]
+    #[doc = " Ownership: the caller owns the engine and frees it with dst_engine_destroy()."]
+    #[doc = " Thread safety: as for the context. @since v0.1"]
+    pub fn dst_engine_create(
+        ctx: *mut dst_context,
+        config_json: *const ::std::os::raw::c_char,
+        world_size: ::std::os::raw::c_int,
+        out: *mut *mut dst_engine,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Destroys an engine and its optimizer; registered tensors are not touched."]
+    #[doc = " @param engine The engine, or NULL (no effect)."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_destroy(engine: *mut dst_engine);
+}
+extern "C" {
+    #[doc = " @brief The engine's optimizer, to register tensors and groups with and to read its state."]
+    #[doc = ""]
+    #[doc = " dst_optimizer_step() refuses it (the engine steps it); every other optimizer call accepts it."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @param[out] opt Receives the optimizer."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
+    #[doc = " Ownership: owned by the engine and valid while it lives; dst_optimizer_destroy() ignores it."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_get_optimizer(
+        engine: *mut dst_engine,
+        opt: *mut *mut dst_optimizer,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Adds a tensor that checkpoints save and load with the model but that is not trained."]
+    #[doc = ""]
+    #[doc = " For model state outside the optimizer (a frozen pooler, buffers); its gradient, if any, is never"]
+    #[doc = " checked, clipped or zeroed by the engine."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @param name Its name in checkpoints: unique among the model tensors and the optimizer's tensors."]
+    #[doc = " @param tensor The tensor (any floating dtype or INT32), in the context's memory space."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, a name that is empty, taken or not UTF-8, a bad shape,"]
+    #[doc = "         memory that overlaps a registered tensor). On failure nothing is registered."]
+    #[doc = " Ownership: the engine keeps the pointer; the caller keeps the memory alive while the engine exists."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_add_model_tensor(
+        engine: *mut dst_engine,
+        name: *const ::std::os::raw::c_char,
+        tensor: *const dst_tensor,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Multiplies the gradient of a micro-batch's loss by loss scale / gradient_accumulation_steps."]
+    #[doc = ""]
+    #[doc = " What DeepSpeed's `engine.backward(loss)` does to the loss before backward: the factor is read from"]
+    #[doc = " device memory (the current dynamic, static or unit scale), so nothing waits. Call it on dL/d(output)"]
+    #[doc = " of the last op before backward through the layers."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @param grad The tensor to scale in place (any floating dtype), in the context's memory space."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, bad view); ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: the tensor stays the caller's. Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_scale_loss_gradient(
+        engine: *mut dst_engine,
+        grad: *const dst_tensor,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Where the engine keeps the current loss scale: one float in the context's memory space."]
+    #[doc = ""]
+    #[doc = " For callers that scale losses in their own kernels; read it on the device (in stream order), not"]
+    #[doc = " from the host."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @param[out] scale Receives the pointer."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
+    #[doc = " Ownership: owned by the engine, valid while it lives; read only. Thread safety: as for its context."]
+    #[doc = " @since v0.1"]
+    pub fn dst_engine_loss_scale_pointer(
+        engine: *const dst_engine,
+        scale: *mut *const f32,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Whether the next dst_engine_step() is an accumulation boundary (it updates the weights)."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @param[out] boundary Receives 1 when (micro steps + 1) is a multiple of gradient_accumulation_steps."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL. Nothing waits (a host counter)."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_is_boundary(
+        engine: *const dst_engine,
+        boundary: *mut ::std::os::raw::c_int,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Ends a micro-batch; at an accumulation boundary, runs the optimizer step."]
+    #[doc = ""]
+    #[doc = " Call it after the backward of every micro-batch, as DeepSpeed's `engine.step()`. At a boundary:"]
+    #[doc = " global norm and overflow check of the registered gradients (fp16: an inf or NaN skips the step and"]
+    #[doc = " halves the dynamic scale), unscaling, clipping (`gradient_clipping`), the optimizer update with the"]
+    #[doc = " schedule's learning rate (not advanced by a skipped step), zeroed gradients; the global step and"]
+    #[doc = " sample counters advance either way. Nothing waits for the device."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_STATE (no tensor registered);"]
+    #[doc = "         ::DST_ERR_OUT_OF_MEMORY (the first step after new tensors allocates their tables);"]
+    #[doc = "         ::DST_ERR_BACKEND."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_step(engine: *mut dst_engine) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Sets the gradients of every tensor registered with the engine's optimizer to zero."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_BACKEND."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_zero_grads(engine: *mut dst_engine) -> dst_status;
+}
+#[doc = " @brief The resolved configuration and the counters of an engine (dst_engine_get_state())."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dst_engine_state {
+    #[doc = "< Set by the caller to sizeof(dst_engine_state); only that"]
+    #[doc = "many bytes are written."]
+    pub struct_size: usize,
+    #[doc = "< Resolved train_batch_size."]
+    pub train_batch_size: i32,
+    #[doc = "< Resolved micro-batch size."]
+    pub train_micro_batch_size_per_gpu: i32,
+    #[doc = "< Resolved accumulation steps."]
+    pub gradient_accumulation_steps: i32,
+    #[doc = "< Data-parallel processes."]
+    pub world_size: i32,
+    #[doc = "< The optimizer's rule."]
+    pub optimizer: dst_optimizer_kind,
+    #[doc = "< fp16.enabled."]
+    pub fp16_enabled: i32,
+    #[doc = "< bf16.enabled."]
+    pub bf16_enabled: i32,
+    #[doc = "< fp16 with loss_scale 0."]
+    pub dynamic_loss_scale: i32,
+    #[doc = "< steps_per_print (0 when absent); the library itself never"]
+    #[doc = "prints."]
+    pub steps_per_print: i32,
+    #[doc = "< Global-norm clipping threshold (0: off)."]
+    pub gradient_clipping: f32,
+    #[doc = "< dst_engine_step() calls."]
+    pub micro_steps: i64,
+    #[doc = "< Boundary steps, skipped ones included."]
+    pub global_steps: i64,
+    #[doc = "< global_steps × train_batch_size."]
+    pub global_samples: i64,
+    #[doc = "< Boundary steps skipped for an overflow."]
+    pub skipped_steps: i64,
+    #[doc = "< The current loss scale (1 without fp16)."]
+    pub loss_scale: f32,
+    #[doc = "< Global norm of the last boundary's true gradients (0 when"]
+    #[doc = "none was computed)."]
+    pub grad_norm: f32,
+    #[doc = "< The last boundary updated the weights (0 before any)."]
+    pub last_step_applied: i32,
+    #[doc = "< The last boundary's gradients held inf or NaN."]
+    pub last_overflow: i32,
+}
+extern "C" {
+    #[doc = " @brief Reads the resolved configuration and the counters. Waits for the context's queued work."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @param[out] state Receives them; its `struct_size` must be set by the caller."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, bad struct_size); ::DST_ERR_BACKEND."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_get_state(
+        engine: *const dst_engine,
+        state: *mut dst_engine_state,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief The learning rate the next optimizer step of a group will use. Waits for the context's queued work."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @param group The parameter group."]
+    #[doc = " @param[out] lr Receives the rate."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, group out of range); ::DST_ERR_BACKEND."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_get_lr(
+        engine: *const dst_engine,
+        group: ::std::os::raw::c_int,
+        lr: *mut f32,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Saves the training state to `save_dir/<tag>/` and, optionally, names it in `save_dir/latest`."]
+    #[doc = ""]
+    #[doc = " Writes `mp_rank_00_model_states.safetensors` (every registered tensor and model tensor, in its dtype,"]
+    #[doc = " under its name; the counters, schedule, RNG state, configuration and client state in the metadata)"]
+    #[doc = " and `mp_rank_00_optim_states.safetensors` (as dst_optimizer_save()), each with a checksum. The tag"]
+    #[doc = " folder is written under a temporary name and renamed into place, so `save_dir/<tag>` holds either"]
+    #[doc = " the previous checkpoint or the complete new one; `latest` (the tag, no newline) is replaced"]
+    #[doc = " atomically last. Call it at an accumulation boundary."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @param save_dir Folder of the checkpoints; created when missing."]
+    #[doc = " @param tag Name of this checkpoint (one path component: no '/', not starting with '.'), or NULL for"]
+    #[doc = "            \"global_step<global steps>\"."]
+    #[doc = " @param client_state_json Any JSON value (an object with the epoch, say), stored as it is and returned"]
+    #[doc = "            by dst_engine_load_checkpoint(); NULL stores {}."]
+    #[doc = " @param save_latest Non-zero: write `save_dir/latest`."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL engine or save_dir, a bad tag, client state that is"]
+    #[doc = "         not JSON: the message gives the position); ::DST_ERR_STATE (between boundaries: gradients are"]
+    #[doc = "         not saved); ::DST_ERR_IO (the previous checkpoint of that tag is left as it was);"]
+    #[doc = "         ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: nothing is retained. Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_save_checkpoint(
+        engine: *mut dst_engine,
+        save_dir: *const ::std::os::raw::c_char,
+        tag: *const ::std::os::raw::c_char,
+        client_state_json: *const ::std::os::raw::c_char,
+        save_latest: ::std::os::raw::c_int,
+    ) -> dst_status;
+}
+#[doc = " @brief Options of dst_engine_load_checkpoint(). Fill with dst_engine_load_options_default()."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dst_engine_load_options {
+    #[doc = "< sizeof(dst_engine_load_options) of the caller's header; set by"]
+    #[doc = "default()."]
+    pub struct_size: usize,
+    #[doc = "< Load moments, masters, step counts, group hyperparameters and"]
+    #[doc = "the loss scaler; when 0 the masters are refreshed from the loaded"]
+    #[doc = "weights instead. Default 1."]
+    pub load_optimizer_states: i32,
+    #[doc = "< Load the schedule's position. Default 1."]
+    pub load_lr_scheduler_states: i32,
+    #[doc = "< Load the tensors only (masters refreshed from them), nothing else."]
+    #[doc = "Default 0."]
+    pub load_module_only: i32,
+    #[doc = "< Every registered tensor must be in the checkpoint, and nothing"]
+    #[doc = "else; when 0, missing ones keep their values and extra ones are"]
+    #[doc = "ignored. Default 1."]
+    pub strict: i32,
+    #[doc = "< Set the context's RNG state from the checkpoint. Default 1."]
+    pub restore_rng: i32,
+}
+extern "C" {
+    #[doc = " @brief Fills load options with the defaults listed on each field."]
+    #[doc = " @param[out] options The struct to fill."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
+    #[doc = " Thread safety: any thread. @since v0.1"]
+    pub fn dst_engine_load_options_default(options: *mut dst_engine_load_options) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Loads a checkpoint written by dst_engine_save_checkpoint() and returns its client state."]
+    #[doc = ""]
+    #[doc = " Both files are read and checked (framing, checksums, that they come from the same save, every"]
+    #[doc = " tensor's name, shape and dtype against the registered ones) before anything changes. Counters"]
+    #[doc = " (global steps, samples, skipped steps) are always restored. A schedule with `rewarm` restarts at"]
+    #[doc = " s = 0 on the first load of a checkpoint that was not itself written under that rewarmed schedule."]
+    #[doc = " @param engine The engine, with the same tensors registered as when it was saved."]
+    #[doc = " @param load_dir Folder of the checkpoints."]
+    #[doc = " @param tag The checkpoint, or NULL for the one `load_dir/latest` names."]
+    #[doc = " @param options Options, or NULL for the defaults."]
+    #[doc = " @param client_state Buffer for the client state as JSON text, or NULL: truncated to client_state_size − 1"]
+    #[doc = "        bytes, then a NUL."]
+    #[doc = " @param client_state_size Size of that buffer."]
+    #[doc = " @param[out] client_state_len Receives the full length of the client state text, or NULL."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL engine or load_dir, a bad tag or options);"]
+    #[doc = "         ::DST_ERR_IO (no `latest` file, no such tag, unreadable files); ::DST_ERR_FORMAT (corrupt or"]
+    #[doc = "         mismatched files, a tensor missing, extra (strict) or of another shape or dtype: the message names"]
+    #[doc = "         it). On failure nothing changes: not the tensors, the optimizer, the RNG nor the buffer."]
+    #[doc = " Ownership: nothing is retained. Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_load_checkpoint(
+        engine: *mut dst_engine,
+        load_dir: *const ::std::os::raw::c_char,
+        tag: *const ::std::os::raw::c_char,
+        options: *const dst_engine_load_options,
+        client_state: *mut ::std::os::raw::c_char,
+        client_state_size: usize,
+        client_state_len: *mut usize,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Reads the tag that `dir/latest` names."]
+    #[doc = " @param dir Folder of the checkpoints."]
+    #[doc = " @param tag Buffer for the tag (NUL-terminated, truncated to fit), or NULL."]
+    #[doc = " @param tag_size Size of that buffer."]
+    #[doc = " @param[out] tag_len Receives the full length of the tag, or NULL."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL or empty dir); ::DST_ERR_IO (no `latest` file, or not a"]
+    #[doc = "         regular file); ::DST_ERR_FORMAT (its content is not a valid tag). On failure the buffer is"]
+    #[doc = "         unchanged."]
+    #[doc = " Thread safety: any thread. @since v0.1"]
+    pub fn dst_checkpoint_latest_tag(
+        dir: *const ::std::os::raw::c_char,
+        tag: *mut ::std::os::raw::c_char,
+        tag_size: usize,
+        tag_len: *mut usize,
     ) -> dst_status;
 }
