@@ -87,7 +87,8 @@ struct ScratchNeeds {
     AttentionParams attn;
     bool stochastic = false;     // attention backward in stochastic mode
     // Model ops (dst_embedding_backward, dst_scatter_rows, dst_linear_cross_entropy, …).
-    int64_t index_range = 0;     // a distinct-index check over [0, index_range) (check_indices)
+    bool index_check = false;    // check_indices (its result words)
+    int64_t index_range = 0;     // … with a distinctness check over [0, index_range)
     int64_t emb_tokens = 0;      // embedding_bwd over emb_tokens tokens, emb_vocab word rows,
     int64_t emb_vocab = 0, emb_types = 0, emb_width = 0;  // emb_types type rows of emb_width
     bool cross_entropy = false;  // linear_cross_entropy of shape ce (its rows/dx/grads count)
