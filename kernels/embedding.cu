@@ -4,7 +4,8 @@
 //   Word table backward, without floating-point atomics: (1) token indices 0…N−1 are sorted by id
 //     with cub's radix sort, which is stable, so the tokens of one id stay in increasing order;
 //     (2) word_rows_kernel runs one block per sorted position; the block at the first position of
-//     each id's run sums that run's dout rows in order, column by column, and writes the id's row.
+//     each id's run finds the run's end (blockDim.x keys per step) and sums the run's dout rows in
+//     order, column by column, and writes the id's row.
 //     The summation order is the token order, as in the CPU twin; a long run (a frequent token) is
 //     summed by one block, which bounds the speed but not the result.
 //   type_partial_kernel + type_finalize_kernel: per (chunk of tokens, type) partial sums in token
@@ -70,13 +71,15 @@ __global__ void word_rows_kernel(const T *__restrict__ dout, const int32_t *__re
     const int64_t i = blockIdx.x;
     const int32_t id = keys[i];
     if (i > 0 && keys[i - 1] == id) return;
-    __shared__ int64_t end;
-    if (threadIdx.x == 0) {
-        int64_t e = i + 1;
-        while (e < n && keys[e] == id) ++e;
-        end = e;
+    // The run's end: keys are sorted, so "keys[r] == id" holds on a prefix of r > i; the block tests
+    // blockDim.x positions at a time and counts them.
+    int64_t end = i + 1;
+    for (;;) {
+        const int64_t r = end + threadIdx.x;
+        const int same = __syncthreads_count(r < n && keys[r] == id);
+        end += same;
+        if (same < static_cast<int>(blockDim.x)) break;
     }
-    __syncthreads();
     for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
         C acc = 0;
         for (int64_t r = i; r < end; ++r) acc += to_compute(dout[int64_t(tokens[r]) * H + j]);

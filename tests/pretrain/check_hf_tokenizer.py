@@ -3,11 +3,18 @@
 
     check_hf_tokenizer.py DST_PRETRAIN VOCAB TEXT...
 
-Tokenizes the first 400 lines of each TEXT with both and compares the ids line by line. Exits 77
-(ctest: skipped) when transformers is not importable, 1 on the first difference, 0 when all agree.
+Tokenizes the first 400 lines of each TEXT with both and compares the ids line by line, once with
+VOCAB and once with VOCAB extended by every character of the texts (as itself and as a "##"
+continuation, also lower-cased and decomposed), so that exotic characters become pieces rather than
+[UNK]. Exits 77 (ctest: skipped) when transformers is not importable, 1 on the first difference, 0
+when all agree.
 """
+import inspect
+import os
 import subprocess
 import sys
+import tempfile
+import unicodedata
 
 try:
     from transformers import BertTokenizer
@@ -16,9 +23,23 @@ except Exception as e:  # noqa: BLE001 - any import failure means "not available
     sys.exit(77)
 
 
-def main():
-    prog, vocab, texts = sys.argv[1], sys.argv[2], sys.argv[3:]
-    hf = BertTokenizer(vocab_file=vocab, do_lower_case=True, tokenize_chinese_chars=True)
+def load(vocab):
+    # transformers >= 5 takes the vocabulary as `vocab` (its BertTokenizer runs on the tokenizers
+    # library); older versions as `vocab_file` (the Python BasicTokenizer + WordpieceTokenizer).
+    if "vocab" in inspect.signature(BertTokenizer.__init__).parameters:
+        hf = BertTokenizer(vocab=vocab, do_lower_case=True, tokenize_chinese_chars=True)
+    else:
+        hf = BertTokenizer(vocab_file=vocab, do_lower_case=True, tokenize_chinese_chars=True)
+    with open(vocab, encoding="utf-8") as f:
+        n = len(set(line.rstrip("\n") for line in f))
+    if len(hf.get_vocab()) != n:
+        print(f"transformers did not load {vocab} ({len(hf.get_vocab())} of {n} tokens)")
+        sys.exit(1)
+    return hf
+
+
+def compare(prog, vocab, texts):
+    hf = load(vocab)
     checked = 0
     for path in texts:
         with open(path, encoding="utf-8") as f:
@@ -29,10 +50,35 @@ def main():
             want = hf.convert_tokens_to_ids(hf.tokenize(line))
             got = [int(t) for t in ours[i].split()]
             if got != want:
-                print(f"{path}:{i + 1}: {line!r}\n  transformers: {want}\n  dst-pretrain: {got}")
+                print(f"{path}:{i + 1} ({vocab}): {line!r}\n  transformers: {want}\n  dst-pretrain: {got}")
                 sys.exit(1)
             checked += 1
-    print(f"{checked} lines agree with transformers' BertTokenizer")
+    return checked
+
+
+def main():
+    prog, vocab, texts = sys.argv[1], sys.argv[2], sys.argv[3:]
+    checked = compare(prog, vocab, texts)
+    with open(vocab, encoding="utf-8") as f:
+        tokens = [line.rstrip("\n") for line in f]
+    have = set(tokens)
+    extra = []
+    for path in texts:
+        with open(path, encoding="utf-8") as f:
+            for ch in sorted(set(f.read())):
+                if ch.isspace() or unicodedata.category(ch).startswith("C"):
+                    continue
+                for c in [ch, ch.lower()] + list(unicodedata.normalize("NFD", ch.lower())):
+                    for t in (c, "##" + c):
+                        if t not in have:
+                            have.add(t)
+                            extra.append(t)
+    with tempfile.TemporaryDirectory() as d:
+        wide = os.path.join(d, "vocab_wide.txt")
+        with open(wide, "w", encoding="utf-8") as f:
+            f.write("\n".join(tokens + extra) + "\n")
+        checked += compare(prog, wide, texts)
+    print(f"{checked} lines agree with transformers' BertTokenizer (two vocabularies, {len(extra)} extra pieces)")
 
 
 if __name__ == "__main__":
