@@ -215,6 +215,7 @@ dst_status dst_embedding_forward(dst_context *ctx, const dst_tensor *ids, const 
         dst::Backend &be = *ctx->impl->backend;
         dst::ScratchNeeds need;
         need.dt = dt;
+        need.index_check = true;
         DST_TRY(take_workspace(ctx, need, 0, nullptr));
         DST_TRY(check_index_values(fn, "ids", be, ids, count, 0, static_cast<int32_t>(V), false));
         if (types)
@@ -256,8 +257,9 @@ dst_status dst_embedding_backward(dst_context *ctx, const dst_tensor *dout, cons
             DST_TRY(check_matrix(fn, "dtype", dtype, dt, -1, H));
             T = dtype->shape[0];
         }
-        if (V > INT32_MAX || T > INT32_MAX)
-            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: tables have more than 2^31 - 1 rows", fn);
+        if (V > INT32_MAX || T > 65535)
+            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: dword has more than 2^31 - 1 rows or dtype more than 65535",
+                             fn);
         DST_TRY(check_mode(fn, mode));
         for (dst_tensor *o : {dword, dposition, dtype})
             DST_TRY(check_no_overlap(fn, o == dword ? "dword" : o == dposition ? "dposition" : "dtype", o,
@@ -270,6 +272,7 @@ dst_status dst_embedding_backward(dst_context *ctx, const dst_tensor *dout, cons
         need.emb_vocab = V;
         need.emb_types = dtype ? T : 0;
         need.emb_width = H;
+        need.index_check = true;
         DST_TRY(take_workspace(ctx, need, 0, nullptr));
         if (dword) DST_TRY(check_index_values(fn, "ids", be, ids, count, 0, static_cast<int32_t>(V), false));
         if (dtype && types) DST_TRY(check_index_values(fn, "types", be, types, tcount, 0, static_cast<int32_t>(T), false));
@@ -386,6 +389,7 @@ dst_status dst_gather_rows(dst_context *ctx, const dst_tensor *src, const dst_te
         dst::Backend &be = *ctx->impl->backend;
         dst::ScratchNeeds need;
         need.dt = dt;
+        need.index_check = true;
         DST_TRY(take_workspace(ctx, need, 0, nullptr));
         DST_TRY(check_index_values(fn, "index", be, index, M, 0, static_cast<int32_t>(N), false));
         return be.gather_rows(dt, src->data, static_cast<const int32_t *>(index->data), dst->data, M, H);
@@ -413,6 +417,7 @@ dst_status dst_scatter_rows(dst_context *ctx, const dst_tensor *src, const dst_t
         dst::Backend &be = *ctx->impl->backend;
         dst::ScratchNeeds need;
         need.dt = dt;
+        need.index_check = true;
         need.index_range = N;
         DST_TRY(take_workspace(ctx, need, 0, nullptr));
         DST_TRY(check_index_values(fn, "index", be, index, M, 0, static_cast<int32_t>(N), true));
@@ -486,6 +491,7 @@ dst_status dst_linear_cross_entropy(dst_context *ctx, const dst_tensor *x, const
         dst::ScratchNeeds need;
         need.dt = dt;
         need.gemm = true;
+        need.index_check = true;
         need.index_range = rows ? N : 0;
         need.cross_entropy = true;
         need.ce = p;
@@ -515,6 +521,7 @@ dst_status dst_model_op_workspace_bytes(dst_model_op op, dst_dtype dtype, int64_
                 need.emb_vocab = k;
                 need.emb_types = h;
                 need.emb_width = m;
+                need.index_check = true;
                 break;
             case DST_MODEL_OP_DENSE:
                 need.gemm = true;
@@ -522,9 +529,13 @@ dst_status dst_model_op_workspace_bytes(dst_model_op op, dst_dtype dtype, int64_
                 need.colsum_width = m;
                 own = (elems_bytes(n * m, dtype) + 255) / 256 * 256;
                 break;
-            case DST_MODEL_OP_SCATTER_ROWS: need.index_range = n; break;
+            case DST_MODEL_OP_SCATTER_ROWS:
+                need.index_check = true;
+                need.index_range = n;
+                break;
             case DST_MODEL_OP_LINEAR_CROSS_ENTROPY:
                 need.gemm = true;
+                need.index_check = true;
                 need.index_range = n;
                 need.cross_entropy = true;
                 need.ce.n = n;

@@ -928,7 +928,7 @@ DST_API dst_status dst_embedding_forward(dst_context *ctx, const dst_tensor *ids
  * @param types The forward's token types, int32 [B, S], or NULL (all 0).
  * @param dword Gradient of the word table [V, H], or NULL to skip it.
  * @param dposition Gradient of the position table [P, H] (P ≥ S), or NULL to skip it.
- * @param dtype Gradient of the token-type table [T, H], or NULL to skip it.
+ * @param dtype Gradient of the token-type table [T, H] (T ≤ 65535), or NULL to skip it.
  * @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE.
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL `dout`/`ids`, dtype, shape, overlap, mode, ids or
  *         types out of range for the tables given); ::DST_ERR_CAPACITY (a caller-owned workspace that
