@@ -162,6 +162,16 @@ dst_status check_rows_of(const char *fn, const char *arg, const dst_tensor *t, c
     return DST_OK;
 }
 
+// A dense layer's x [..., K] (N rows) and W [M, K] of the dtype of x.
+dst_status check_dense_xw(const char *fn, const dst_tensor *x, const dst_tensor *w, int64_t *n, int64_t *k,
+                          int64_t *m) {
+    DST_TRY(check_float(fn, "x", x, 1, DST_MAX_DIMS));
+    rows_cols(x, n, k);
+    DST_TRY(check_matrix(fn, "w", w, x->dtype, -1, *k));
+    *m = w->shape[0];
+    return DST_OK;
+}
+
 dst_status check_activation(const char *fn, dst_activation a) {
     if (a < DST_ACTIVATION_NONE || a > DST_ACTIVATION_TANH)
         return set_error(DST_ERR_INVALID_ARGUMENT, "%s: activation is %d, expected a dst_activation", fn, (int)a);
@@ -289,12 +299,9 @@ dst_status dst_dense_forward(dst_context *ctx, const dst_tensor *x, const dst_te
     static const char fn[] = "dst_dense_forward";
     return guarded(fn, [&]() -> dst_status {
         if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
-        DST_TRY(check_float(fn, "x", x, 1, DST_MAX_DIMS));
+        int64_t n = 0, k = 0, m = 0;
+        DST_TRY(check_dense_xw(fn, x, w, &n, &k, &m));
         const dst_dtype dt = x->dtype;
-        int64_t n = 0, k = 0;
-        rows_cols(x, &n, &k);
-        DST_TRY(check_matrix(fn, "w", w, dt, -1, k));
-        const int64_t m = w->shape[0];
         if (b) DST_TRY(check_vector(fn, "b", b, dt, m));
         DST_TRY(check_activation(fn, activation));
         DST_TRY(check_rows_of(fn, "y", y, x, "x", m, dt));
@@ -330,12 +337,9 @@ dst_status dst_dense_backward(dst_context *ctx, const dst_tensor *dy, const dst_
     static const char fn[] = "dst_dense_backward";
     return guarded(fn, [&]() -> dst_status {
         if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
-        DST_TRY(check_float(fn, "x", x, 1, DST_MAX_DIMS));
+        int64_t n = 0, k = 0, m = 0;
+        DST_TRY(check_dense_xw(fn, x, w, &n, &k, &m));
         const dst_dtype dt = x->dtype;
-        int64_t n = 0, k = 0;
-        rows_cols(x, &n, &k);
-        DST_TRY(check_matrix(fn, "w", w, dt, -1, k));
-        const int64_t m = w->shape[0];
         DST_TRY(check_rows_of(fn, "dy", dy, x, "x", m, dt));
         DST_TRY(check_activation(fn, activation));
         const bool act = activation != DST_ACTIVATION_NONE;
