@@ -219,6 +219,87 @@ TEST(ModelOps, CrossEntropyWithoutValidLabels) {
         for (int64_t i = 0; i < r[s].numel(); ++i) EXPECT_EQ(r[s].get(i), 0.0) << c.slots[s].name << " " << i;
 }
 
+// The ops composed into a small BERT MLM head with the decoder tied to the word embedding:
+// embeddings → gather the masked rows → dense + GELU → linear + cross-entropy with W = word table.
+// The word table's gradient has two parts (the decoder's, written first, then the embedding's,
+// accumulated); their sum must be the finite-difference gradient of the loss.
+struct TinyBert {
+    int64_t B = 2, S = 5, H = 6, V = 11, T = 2;
+    HostTensor ids, types, rows, labels, word, pos, type, wt, bt, bdec;
+    explicit TinyBert(uint64_t seed) {
+        Rng r(seed);
+        ids = rand_ints(r, {B, S}, 0, V);
+        types = rand_ints(r, {B, S}, 0, T);
+        rows = HostTensor::from_doubles(DST_DTYPE_INT32, {3}, {1, 4, 7});
+        labels = HostTensor::from_doubles(DST_DTYPE_INT32, {3}, {3, -1, 9});
+        word = rand_float(r, DST_DTYPE_FP64, {V, H});
+        pos = rand_float(r, DST_DTYPE_FP64, {S, H});
+        type = rand_float(r, DST_DTYPE_FP64, {T, H});
+        wt = rand_float(r, DST_DTYPE_FP64, {H, H}, 0.5);
+        bt = rand_float(r, DST_DTYPE_FP64, {H}, 0.1);
+        bdec = rand_float(r, DST_DTYPE_FP64, {V}, 0.1);
+    }
+    // Loss, and with grads the word table's gradient.
+    double run(dst_context *ctx, HostTensor *dword) {
+        HostTensor x(DST_DTYPE_FP64, {B, S, H}), hm(DST_DTYPE_FP64, {3, H}), t(DST_DTYPE_FP64, {3, H}),
+            u(DST_DTYPE_FP64, {3, H}), loss(DST_DTYPE_FP64, {1});
+        dst_tensor vids = ids.view(), vty = types.view(), vw = word.view(), vp = pos.view(), vt = type.view(),
+                   vx = x.view(), vrows = rows.view(), vhm = hm.view(), vwt = wt.view(), vbt = bt.view(),
+                   vtt = t.view(), vu = u.view(), vlab = labels.view(), vbd = bdec.view(), vloss = loss.view();
+        EXPECT_EQ(dst_embedding_forward(ctx, &vids, &vty, &vw, &vp, &vt, &vx), DST_OK) << dst_last_error();
+        dst_tensor x2 = vx;
+        x2.ndim = 2;
+        x2.shape[0] = B * S;
+        x2.shape[1] = H;
+        EXPECT_EQ(dst_gather_rows(ctx, &x2, &vrows, &vhm), DST_OK) << dst_last_error();
+        EXPECT_EQ(dst_dense_forward(ctx, &vhm, &vwt, &vbt, DST_ACTIVATION_GELU_ERF, &vtt, &vu), DST_OK);
+        if (!dword) {
+            EXPECT_EQ(dst_linear_cross_entropy(ctx, &vtt, nullptr, &vw, &vbd, &vlab, 1.0f, &vloss, nullptr, nullptr,
+                                               nullptr, nullptr, DST_GRAD_WRITE),
+                      DST_OK);
+            return loss.get(0);
+        }
+        HostTensor dt(DST_DTYPE_FP64, {3, H}), dbd(DST_DTYPE_FP64, {V}), dhm(DST_DTYPE_FP64, {3, H}),
+            dx(DST_DTYPE_FP64, {B * S, H});
+        dst_tensor vdt = dt.view(), vdw = dword->view(), vdbd = dbd.view(), vdhm = dhm.view(), vdx = dx.view();
+        EXPECT_EQ(dst_linear_cross_entropy(ctx, &vtt, nullptr, &vw, &vbd, &vlab, 1.0f, &vloss, nullptr, &vdt, &vdw,
+                                           &vdbd, DST_GRAD_WRITE),
+                  DST_OK)
+            << dst_last_error();
+        EXPECT_EQ(dst_dense_backward(ctx, &vdt, &vhm, &vwt, &vu, DST_ACTIVATION_GELU_ERF, &vdhm, nullptr, nullptr,
+                                     DST_GRAD_WRITE),
+                  DST_OK);
+        EXPECT_EQ(dst_scatter_rows(ctx, &vdhm, &vrows, &vdx, DST_GRAD_WRITE), DST_OK) << dst_last_error();
+        dst_tensor vdx3 = vdx;
+        vdx3.ndim = 3;
+        vdx3.shape[0] = B;
+        vdx3.shape[1] = S;
+        vdx3.shape[2] = H;
+        EXPECT_EQ(dst_embedding_backward(ctx, &vdx3, &vids, &vty, &vdw, nullptr, nullptr, DST_GRAD_ACCUMULATE), DST_OK)
+            << dst_last_error();
+        return loss.get(0);
+    }
+};
+
+TEST(ModelOps, TiedEmbeddingHeadFiniteDifferences) {
+    Ctx ctx = make_ctx();
+    TinyBert m(31);
+    HostTensor dword(DST_DTYPE_FP64, {m.V, m.H});
+    m.run(ctx.get(), &dword);
+    double largest = 0;
+    for (int64_t i = 0; i < m.V * m.H; ++i) {
+        const double w0 = m.word.get(i), h = 1e-6;
+        m.word.set(i, w0 + h);
+        const double lp = m.run(ctx.get(), nullptr);
+        m.word.set(i, w0 - h);
+        const double lm = m.run(ctx.get(), nullptr);
+        m.word.set(i, w0);
+        EXPECT_NEAR(dword.get(i), (lp - lm) / (2 * h), 1e-7) << "dword[" << i << "]";
+        largest = std::max(largest, std::fabs(dword.get(i)));
+    }
+    EXPECT_GT(largest, 1e-3) << "the check must see a gradient";
+}
+
 // ---- 16/32-bit against FP64 --------------------------------------------------------------------------
 
 TEST(ModelOps, ReducedPrecisionAgainstFp64) {
