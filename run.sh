@@ -13,7 +13,7 @@ ROOT=$(pwd)
 JOBS=$(nproc)
 PACKAGES=(build-essential cmake ninja-build pkgconf ccache libopenblas-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev python3-numpy python3-pytest python3-dev python3-venv python3-pip
-          python3-setuptools python3-wheel doxygen
+          python3-setuptools python3-wheel doxygen libhdf5-dev libutf8proc-dev
           swig default-jdk-headless junit5 bindgen clang libclang-rt-14-dev libomp-14-dev)
 # The Rust tests need cargo: the machine's own (rustup) when present, else Debian's.
 command -v cargo >/dev/null 2>&1 || PACKAGES+=(cargo)
@@ -140,16 +140,17 @@ run_tests() {
         run_ctest "ctest build-asan/ (label cpu)" --test-dir build-asan -L cpu || failed=1
 
     # The threading contract under ThreadSanitizer: clang, with LLVM's OpenMP runtime and its archer
-    # tool, which tells TSan about OpenMP's synchronisation. Only the library's CPU parts and the two
-    # test binaries are built; the tests are the threaded ones (Threads.*) and the quick Hostile.*.
+    # tool, which tells TSan about OpenMP's synchronisation. Only the library's CPU parts and three
+    # test binaries are built; the tests are the threaded ones (Threads.*, dst-pretrain's loader thread
+    # PretrainLoader.* and PretrainShards.*) and the quick Hostile.*.
     say "configure + build: build-tsan/ (clang, CPU only, thread)"
     t=$SECONDS
     cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
         -DCMAKE_CXX_COMPILER=clang++ -DPython_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF \
         -DDST_SANITIZE=thread -DDST_BUILD_DOCS=OFF -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_BENCH=OFF
-    cmake --build build-tsan -j"$JOBS" --target test_threads test_hostile
+    cmake --build build-tsan -j"$JOBS" --target test_threads test_hostile test_pretrain_data
     record "build-tsan (clang, thread)" "ok ($(elapsed $t))"
-    say "ctest: build-tsan/ (Threads.* and Hostile.*, ThreadSanitizer)"
+    say "ctest: build-tsan/ (Threads.*, Hostile.*, PretrainLoader.*, PretrainShards.*, ThreadSanitizer)"
     # ignore_noninstrumented_modules: accesses inside the uninstrumented OpenMP and BLAS libraries are
     # not reported (archer's advice); the library's own code is instrumented and fully checked.
     local archer
@@ -157,7 +158,7 @@ run_tests() {
     [ -f "$archer" ] || archer=/usr/lib/llvm-14/lib/libarcher.so
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1" \
     OMP_TOOL_LIBRARIES="$archer" \
-        run_ctest "ctest build-tsan/ (threads)" --test-dir build-tsan -R '^(Threads|Hostile)\.' || failed=1
+        run_ctest "ctest build-tsan/ (threads)" --test-dir build-tsan -R '^(Threads|Hostile|PretrainLoader|PretrainShards)\.' || failed=1
 
     # The checkpoint parser under libFuzzer (clang, ASan + UBSan) for a bounded time.
     say "configure + build: build-fuzz/ (clang, libFuzzer)"

@@ -1,5 +1,6 @@
 // Elementwise kernels: GELU (erf: x·Φ(x); tanh: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))) and
-// their derivatives, residual + dropout, dropout backward, add, any-zero (the all_nonzero op).
+// their derivatives, tanh and its derivative (the pooler of BERT), residual + dropout, dropout
+// backward, add, any-zero (the all_nonzero op).
 // Arithmetic in compute_t<T> (double for FP64, float otherwise), one rounding on store.
 // Outputs may alias their inputs (each element is read before it is written, by the same thread).
 // Dropout: each thread owns one Philox group of 4 consecutive elements (e >> 2), so one Philox call
@@ -51,6 +52,24 @@ __global__ void gelu_bwd_kernel(const T *dg, const T *u, T *du, int64_t count,
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
          i += int64_t(gridDim.x) * blockDim.x)
         du[i] = to_storage<T>(to_compute(dg[i]) * gelu_grad(to_compute(u[i]), form));
+}
+
+// y = tanh(u); du = dy·(1 − tanh(u)²).
+template <typename T>
+__global__ void tanh_fwd_kernel(const T *u, T *y, int64_t count) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+         i += int64_t(gridDim.x) * blockDim.x)
+        y[i] = to_storage<T>(dtanh(to_compute(u[i])));
+}
+
+template <typename T>
+__global__ void tanh_bwd_kernel(const T *dy, const T *u, T *du, int64_t count) {
+    using C = compute_t<T>;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+         i += int64_t(gridDim.x) * blockDim.x) {
+        const C t = dtanh(to_compute(u[i]));
+        du[i] = to_storage<T>(to_compute(dy[i]) * (C(1) - t * t));
+    }
 }
 
 // mode 0: y = residual + keep·scale·a; mode 1 (residual == nullptr): y = keep·scale·a.
@@ -114,6 +133,28 @@ cudaError_t gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const voi
         using T = decltype(tag);
         gelu_bwd_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(
             static_cast<const T *>(dg), static_cast<const T *>(u), static_cast<T *>(du), count, form);
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
+    });
+}
+
+cudaError_t tanh_fwd(cudaStream_t stream, dst_dtype dt, const void *u, void *y, int64_t count) {
+    if (count <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
+        using T = decltype(tag);
+        tanh_fwd_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(static_cast<const T *>(u),
+                                                                                static_cast<T *>(y), count);
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
+    });
+}
+
+cudaError_t tanh_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *u, void *du, int64_t count) {
+    if (count <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
+        using T = decltype(tag);
+        tanh_bwd_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(
+            static_cast<const T *>(dy), static_cast<const T *>(u), static_cast<T *>(du), count);
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });

@@ -1,4 +1,4 @@
-// Elementwise ops of the CUDA backend: GELU forward/backward (erf and tanh forms), residual +
+// Elementwise ops of the CUDA backend: GELU forward/backward (erf and tanh forms), tanh, residual +
 // dropout, dropout backward, add, and the any-zero test behind all_nonzero. Every launcher takes the stream first,
 // then the storage dtype, returns DST_OK or a status with a message, and never synchronizes.
 #ifndef DST_KERNELS_ELEMENTWISE_CUH
@@ -20,6 +20,10 @@ cudaError_t gelu_fwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const voi
 // du = dg · GELU'(u) (du may alias dg).
 cudaError_t gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
                     void *du, int64_t count);
+// y = tanh(u) (y may alias u).
+cudaError_t tanh_fwd(cudaStream_t stream, dst_dtype dt, const void *u, void *y, int64_t count);
+// du = dy·(1 − tanh(u)²) (du may alias dy).
+cudaError_t tanh_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *u, void *du, int64_t count);
 // y = residual + dropout(a); element e kept iff philox_dropout_keep(seed, offset, e, threshold).
 cudaError_t dropout_residual_fwd(cudaStream_t stream, dst_dtype dt, const void *a, const void *residual,
                                 void *y, int64_t count, const DropoutSite &site);

@@ -54,6 +54,28 @@ struct AttentionParams {
     DropoutSite dropout;
 };
 
+// The fused linear + softmax cross-entropy of the MLM decoder and the NSP classifier
+// (dst_linear_cross_entropy). Row i of the m selected rows is h_i = x[rows ? rows[i] : i] (x has n
+// rows of length h); z_i = h_i·Wᵀ + b over v classes in the compute type (never rounded to storage);
+// ℓ_i = logsumexp(z_i) − z_i[labels[i]] for labels[i] ≥ 0 (label −1: ignored); loss = Σℓ_i / count
+// (0 when count = 0), written to `loss` (stat dtype); counts[0] = count, counts[1] = #valid rows
+// whose first largest logit is the label (counts may be nullptr). With gradients:
+// g_i = grad_scale·(softmax(z_i) − onehot)/count rounded to storage (0 for ignored rows);
+// dx[rows[i]] = g_i·W with every other row of dx zero (dx is written); dw (+)= gᵀ·h; db (+)= Σ_i g_i.
+struct CrossEntropyParams {
+    const void *x = nullptr;
+    const int32_t *rows = nullptr;  // distinct, in [0, n); nullptr: x is the m rows
+    const void *w = nullptr;
+    const void *b = nullptr;        // nullptr: no bias
+    const int32_t *labels = nullptr;
+    double grad_scale = 1.0;
+    void *loss = nullptr;           // [1], stat dtype
+    int32_t *counts = nullptr;      // [2] or nullptr
+    void *dx = nullptr, *dw = nullptr, *db = nullptr;  // each may be nullptr
+    int64_t n = 0, m = 0, v = 0, h = 0;
+    bool accumulate = false;        // dw, db
+};
+
 // What the ops of one call need as device scratch (Backend::scratch_bytes). Every op uses the
 // scratch from its start and ops run one after another, so the need is the largest single op's.
 struct ScratchNeeds {
@@ -65,6 +87,13 @@ struct ScratchNeeds {
     bool attention = false;      // attention fwd/bwd of shape `attn` (its mask kind and dtype count)
     AttentionParams attn;
     bool stochastic = false;     // attention backward in stochastic mode
+    // Model ops (dst_embedding_backward, dst_scatter_rows, dst_linear_cross_entropy, …).
+    bool index_check = false;    // check_indices (its result words)
+    int64_t index_range = 0;     // … with a distinctness check over [0, index_range)
+    int64_t emb_tokens = 0;      // embedding_bwd over emb_tokens tokens, emb_vocab word rows,
+    int64_t emb_vocab = 0, emb_types = 0, emb_width = 0;  // emb_types type rows of emb_width
+    bool cross_entropy = false;  // linear_cross_entropy of shape ce (its rows/dx/grads count)
+    CrossEntropyParams ce;
 };
 
 // Scratch bytes the CUDA backend needs for `n` (0 in a build without CUDA): what
@@ -172,6 +201,35 @@ public:
     virtual dst_status scale_by(dst_dtype dt, void *x, int64_t count, const float *factor, float mult) = 0;
     // dst[i] = src[i] between floating dtypes (round to nearest even when narrowing); no overlap.
     virtual dst_status convert(dst_dtype src_dt, const void *src, dst_dtype dst_dt, void *dst, int64_t count) = 0;
+
+    // ---- model ops of BERT pre-training (around the layers) ---------------------------------------
+    // Index check of an int32 vector in the backend's memory: *first_bad = the smallest i with
+    // idx[i] ∉ [lo, hi), or −1; when `distinct`, *first_repeat = the smallest i whose value occurs
+    // more than once, or −1 (first_repeat may be nullptr otherwise). Read on the host: the CUDA
+    // backend waits for the answer.
+    virtual dst_status check_indices(const int32_t *idx, int64_t count, int32_t lo, int32_t hi, bool distinct,
+                                     int64_t *first_bad, int64_t *first_repeat) = 0;
+    // out[b,s,:] = word[ids[b,s]] + pos[s] + type[types[b,s]] (types nullptr: type row 0), one rounding.
+    virtual dst_status embedding_fwd(dst_dtype dt, const int32_t *ids, const int32_t *types, const void *word,
+                                     const void *pos, const void *type, void *out, int64_t B, int64_t S,
+                                     int64_t H) = 0;
+    // dword[v] = Σ_{t: ids[t]=v} dout[t], dpos[s] = Σ_b dout[b,s], dtype[k] = Σ_{t: types[t]=k} dout[t],
+    // each in token order in the compute type, rounded once (accumulate: old + sum on used rows;
+    // write: every row, unused rows 0). Any of the three outputs may be nullptr.
+    virtual dst_status embedding_bwd(dst_dtype dt, const void *dout, const int32_t *ids, const int32_t *types,
+                                     void *dword, void *dpos, void *dtype, int64_t B, int64_t S, int64_t H,
+                                     int64_t V, int64_t P, int64_t T, bool accumulate) = 0;
+    // dst[i,:] = src[idx[i],:] for i < m.
+    virtual dst_status gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
+                                   int64_t h) = 0;
+    // dst[idx[i],:] (+)= src[i,:] for i < m, idx distinct; write: the other rows of dst [n, h] become 0.
+    virtual dst_status scatter_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n,
+                                    int64_t m, int64_t h, bool accumulate) = 0;
+    // y = tanh(u); du = dy·(1 − tanh(u)²) (outputs may alias inputs).
+    virtual dst_status tanh_fwd(dst_dtype dt, const void *u, void *y, int64_t count) = 0;
+    virtual dst_status tanh_bwd(dst_dtype dt, const void *dy, const void *u, void *du, int64_t count) = 0;
+    // See CrossEntropyParams.
+    virtual dst_status linear_cross_entropy(dst_dtype dt, const CrossEntropyParams &p) = 0;
 };
 
 // Backend factories. They return DST_ERR_UNSUPPORTED with a message where the backend is missing.

@@ -865,6 +865,231 @@ DST_API dst_status dst_layernorm_backward(dst_context *ctx, const dst_tensor *dy
 /** @} */
 
 /**
+ * @defgroup modelops Model ops for BERT pre-training
+ * @brief The ops a BERT-for-pre-training model needs around its layers: the embeddings, dense layers
+ * (the MLM transform, the pooler), row gathers and scatters, and a linear layer fused with
+ * cross-entropy (the MLM decoder with its loss at the masked positions only, and the NSP classifier).
+ *
+ * Every op runs on a context: tensors are in its memory space (device memory for a CUDA context,
+ * host memory for a CPU one) and all float tensors of one call share one dtype (fp32, fp16, bf16 or
+ * fp64), in which they are stored; arithmetic is in fp32 (fp64 for fp64 data) with one rounding on
+ * store, as for the layer. Integer inputs (token ids, token types, row indices, labels) are int32.
+ *
+ * Gradients follow the layer's rule: an op's input gradient (`dx`, `dhidden`) is written; parameter
+ * gradients (tables, weights, biases) are written or added according to a ::dst_grad_mode, so that a
+ * tied weight (the word embedding, which is also the MLM decoder) collects both contributions.
+ *
+ * Indices are checked: an id, type, row or label outside its range is ::DST_ERR_INVALID_ARGUMENT
+ * naming the tensor, the element and the value, and nothing is written. On a CUDA context the check
+ * runs on the device and the call waits for its one-word answer (one stream synchronisation per
+ * call that takes indices). Every op is deterministic: two calls with the same inputs give
+ * bit-identical outputs (no floating-point atomics; docs/model-ops.md).
+ *
+ * Scratch memory comes from the context's workspace; dst_model_op_workspace_bytes() gives what a call
+ * needs, for a caller-owned workspace (dst_context_set_workspace()).
+ * @{
+ */
+/** @brief Activation applied after a dense layer's bias. */
+typedef DST_ENUM(dst_activation) {
+    DST_ACTIVATION_NONE = 0,      /**< y = u. */
+    DST_ACTIVATION_GELU_ERF = 1,  /**< y = u·Φ(u), the exact GELU (Hugging Face BERT's MLM transform). */
+    DST_ACTIVATION_GELU_TANH = 2, /**< The tanh approximation of GELU. */
+    DST_ACTIVATION_TANH = 3       /**< y = tanh(u) (BERT's pooler). */
+} dst_activation;
+
+/**
+ * @brief Embedding lookup: out[b,s] = word[ids[b,s]] + position[s] + type[types[b,s]].
+ *
+ * The sum is formed in the compute type and rounded once. Positions are 0…S−1 for every sequence.
+ * A LayerNorm (dst_layernorm_forward()) and dropout usually follow; they are not part of this op.
+ * @param ctx The context; every tensor is in its memory space.
+ * @param ids Token ids, int32 [B, S], each in [0, V).
+ * @param types Token types (segment ids), int32 [B, S], each in [0, T); NULL: all 0.
+ * @param word Word embedding table [V, H] (fp32, fp16, bf16 or fp64).
+ * @param position Position table [P, H] with P ≥ S, dtype of `word`.
+ * @param type Token-type table [T, H], dtype of `word`.
+ * @param out Output [B, S, H], dtype of `word`; may not overlap any input.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, an id or type out of range:
+ *         the message names the element); ::DST_ERR_BACKEND. On failure `out` is unchanged except after
+ *         ::DST_ERR_BACKEND.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_embedding_forward(dst_context *ctx, const dst_tensor *ids, const dst_tensor *types,
+                                         const dst_tensor *word, const dst_tensor *position,
+                                         const dst_tensor *type, dst_tensor *out);
+
+/**
+ * @brief Embedding backward: scatter-adds the output gradient into the three tables.
+ *
+ * dword[v] = Σ over tokens with id v of dout[token], dposition[s] = Σ_b dout[b,s],
+ * dtype[t] = Σ over tokens of type t, each sum taken in token order (b·S + s) in the compute type and
+ * rounded once; with ::DST_GRAD_WRITE every row of a table is written (rows no token uses get 0),
+ * with ::DST_GRAD_ACCUMULATE the sums are added to the rows the tokens use and the other rows keep
+ * their values. Deterministic on every backend (docs/model-ops.md says how the CUDA kernels order
+ * the sums without atomics).
+ * @param ctx The context.
+ * @param dout Gradient of the output, [B, S, H].
+ * @param ids The forward's token ids, int32 [B, S].
+ * @param types The forward's token types, int32 [B, S], or NULL (all 0).
+ * @param dword Gradient of the word table [V, H], or NULL to skip it.
+ * @param dposition Gradient of the position table [P, H] (P ≥ S), or NULL to skip it.
+ * @param dtype Gradient of the token-type table [T, H] (T ≤ 65535), or NULL to skip it.
+ * @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL `dout`/`ids`, dtype, shape, overlap, mode, ids or
+ *         types out of range for the tables given); ::DST_ERR_CAPACITY (a caller-owned workspace that
+ *         is too small); ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure the tables are unchanged
+ *         except after ::DST_ERR_BACKEND.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_embedding_backward(dst_context *ctx, const dst_tensor *dout, const dst_tensor *ids,
+                                          const dst_tensor *types, dst_tensor *dword, dst_tensor *dposition,
+                                          dst_tensor *dtype, dst_grad_mode mode);
+
+/**
+ * @brief Dense layer: u = x·Wᵀ + b (nn.Linear convention, W is [M, K]), y = act(u).
+ *
+ * u is rounded to the storage dtype before the activation, so a backward from the `pre_act` this call
+ * wrote sees exactly the forward's value.
+ * @param ctx The context.
+ * @param x Input [..., K] (ndim 1..4); N = product of the leading dims.
+ * @param w Weight [M, K], dtype of `x`.
+ * @param b Bias [M], dtype of `x`, or NULL for none.
+ * @param activation The activation.
+ * @param y Output [..., M] with the leading dims of `x`; may not overlap `x`, `w` or `b`.
+ * @param pre_act Where u goes ([..., M] like `y`), or NULL; dst_dense_backward() needs it when the
+ *        activation is not ::DST_ACTIVATION_NONE.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, activation);
+ *         ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND.
+ *         On failure the outputs are unchanged except after ::DST_ERR_BACKEND.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_dense_forward(dst_context *ctx, const dst_tensor *x, const dst_tensor *w,
+                                     const dst_tensor *b, dst_activation activation, dst_tensor *y,
+                                     dst_tensor *pre_act);
+
+/**
+ * @brief Dense layer backward: du = dy·act'(u), dx = du·W, dW = duᵀ·x, db = Σ_rows du.
+ * @param ctx The context.
+ * @param dy Gradient of the output, [..., M].
+ * @param x The forward's input [..., K].
+ * @param w Weight [M, K].
+ * @param pre_act The forward's u (shape of `dy`); required unless the activation is ::DST_ACTIVATION_NONE
+ *        (then it must be NULL or is ignored).
+ * @param activation The forward's activation.
+ * @param dx Gradient of the input (shape of `x`, written), or NULL.
+ * @param dw Gradient of W [M, K], or NULL.
+ * @param db Gradient of b [M], or NULL.
+ * @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE for `dw` and `db` (`dx` is written).
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, activation, mode, a missing
+ *         `pre_act`); ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND.
+ *         On failure the outputs are unchanged except after ::DST_ERR_BACKEND.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_dense_backward(dst_context *ctx, const dst_tensor *dy, const dst_tensor *x,
+                                      const dst_tensor *w, const dst_tensor *pre_act, dst_activation activation,
+                                      dst_tensor *dx, dst_tensor *dw, dst_tensor *db, dst_grad_mode mode);
+
+/**
+ * @brief Gathers rows: dst[i] = src[index[i]] (the masked tokens before the MLM head, the [CLS]
+ * rows before the pooler).
+ * @param ctx The context.
+ * @param src Source [N, H] (ndim 2; a [B, S, H] tensor is viewed as [B·S, H] by the caller).
+ * @param index Row indices, int32 [M], each in [0, N); repeats are allowed.
+ * @param dst Destination [M, H], dtype of `src`; may not overlap it.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, an index out of range);
+ *         ::DST_ERR_BACKEND. On failure `dst` is unchanged except after ::DST_ERR_BACKEND.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_gather_rows(dst_context *ctx, const dst_tensor *src, const dst_tensor *index,
+                                   dst_tensor *dst);
+
+/**
+ * @brief Scatters rows, the backward of dst_gather_rows(): dst[index[i]] (+)= src[i].
+ *
+ * With ::DST_GRAD_WRITE every row of `dst` is written (rows no index names get 0); with
+ * ::DST_GRAD_ACCUMULATE the named rows are added to and the others keep their values.
+ * @param ctx The context.
+ * @param src Source [M, H].
+ * @param index Row indices, int32 [M], each in [0, N) and all distinct (a repeated index is refused, so
+ *        that no order of additions has to be chosen).
+ * @param dst Destination [N, H], dtype of `src`; may not overlap it.
+ * @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, mode, an index out of range
+ *         or repeated); ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure `dst` is
+ *         unchanged except after ::DST_ERR_BACKEND.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_scatter_rows(dst_context *ctx, const dst_tensor *src, const dst_tensor *index,
+                                    dst_tensor *dst, dst_grad_mode mode);
+
+/**
+ * @brief A linear layer fused with softmax cross-entropy, forward and backward in one call: the MLM
+ * decoder and loss at the masked positions, or the NSP classifier (V = 2).
+ *
+ * For each row i of the M selected rows h_i (row `rows[i]` of `x`, or row i when `rows` is NULL):
+ * z_i = h_i·Wᵀ + b (logits over V classes, fp32, or fp64 for fp64 data), ℓ_i = logsumexp(z_i) −
+ * z_i[labels[i]]. Rows whose label is −1 are ignored. loss = Σ ℓ_i / n over the n valid rows (0 when
+ * n = 0). The logits exist only for the M rows, in the workspace ([M, V] in the compute type, see
+ * dst_model_op_workspace_bytes()); nothing [N, V] is ever formed.
+ *
+ * Gradients, when asked for, are those of `grad_scale`·loss (pass the loss scale of mixed-precision
+ * training, or 1): with g_i = grad_scale·(softmax(z_i) − onehot(labels[i]))/n rounded to the storage
+ * dtype (0 for ignored rows), dx[rows[i]] = g_i·W (the other rows of `dx` are 0), dW (+)= gᵀ·h,
+ * db (+)= Σ_i g_i.
+ * @param ctx The context.
+ * @param x Hidden rows [N, H]: the M rows to classify are selected by `rows`, or x is [M, H] itself.
+ * @param rows Row indices, int32 [M], each in [0, N) and distinct; NULL when `x` holds the M rows.
+ * @param w Weight [V, H] (for the MLM decoder, the word-embedding table it is tied to), dtype of `x`.
+ * @param b Bias [V], dtype of `x`, or NULL for none.
+ * @param labels Target classes, int32 [M], each in [0, V) or −1 (ignored).
+ * @param grad_scale Factor of the gradients; finite.
+ * @param loss Output: the mean loss, [1] in fp32 (fp64 for fp64 data).
+ * @param counts Output, or NULL: int32 [2], the number of valid labels n and the number of valid rows
+ *        whose largest logit (the first, on ties) is at the label — the accuracy is counts[1]/counts[0].
+ * @param dx Gradient of `x` (shape of `x`, written), or NULL.
+ * @param dw Gradient of `w` [V, H], or NULL.
+ * @param db Gradient of `b` [V], or NULL (must be NULL when `b` is).
+ * @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE for `dw` and `db`; ::DST_GRAD_ACCUMULATE is what a
+ *        tied decoder weight needs.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, mode, grad_scale, a row or
+ *         label out of range, a repeated row); ::DST_ERR_CAPACITY (a caller-owned workspace that is too
+ *         small); ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure the outputs are unchanged except
+ *         after ::DST_ERR_BACKEND.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_linear_cross_entropy(dst_context *ctx, const dst_tensor *x, const dst_tensor *rows,
+                                            const dst_tensor *w, const dst_tensor *b, const dst_tensor *labels,
+                                            float grad_scale, dst_tensor *loss, dst_tensor *counts,
+                                            dst_tensor *dx, dst_tensor *dw, dst_tensor *db, dst_grad_mode mode);
+
+/** @brief The model ops, for dst_model_op_workspace_bytes(). */
+typedef DST_ENUM(dst_model_op) {
+    DST_MODEL_OP_EMBEDDING_BACKWARD = 0,  /**< dst_embedding_backward(): n = B·S tokens, k = V word rows, m = H,
+                                               h = T token-type rows. */
+    DST_MODEL_OP_DENSE = 1,               /**< dst_dense_forward() and backward: n rows, k = K, m = M. */
+    DST_MODEL_OP_SCATTER_ROWS = 2,        /**< dst_scatter_rows() (and the gather): n = N rows, k = M, m = H. */
+    DST_MODEL_OP_LINEAR_CROSS_ENTROPY = 3 /**< dst_linear_cross_entropy(): n = N rows of x, k = M selected rows,
+                                               m = V classes, h = H. */
+} dst_model_op;
+
+/**
+ * @brief Bytes of workspace a model op needs for a shape (the CUDA backend's need, the larger one).
+ * @param op The op.
+ * @param dtype The dtype of its float tensors.
+ * @param n First size listed at ::dst_model_op.
+ * @param k Second size listed at ::dst_model_op.
+ * @param m Third size listed at ::dst_model_op.
+ * @param h Fourth size listed at ::dst_model_op (ignored by the ops that list three).
+ * @param[out] bytes Receives the size; a context whose caller-owned workspace has at least this many
+ *        bytes runs the call without ::DST_ERR_CAPACITY.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT (NULL, unknown op or dtype, negative sizes).
+ * Thread safety: any thread. @since v0.1
+ */
+DST_API dst_status dst_model_op_workspace_bytes(dst_model_op op, dst_dtype dtype, int64_t n, int64_t k,
+                                                int64_t m, int64_t h, size_t *bytes);
+/** @} */
+
+/**
  * @defgroup checkpoint Checkpoints and weight layouts
  * @brief safetensors files of one layer or a stack; DeepSpeed and Hugging Face BERT names.
  *

@@ -25,6 +25,8 @@
 #include "kernels/bias.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/rows.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/optim.cuh"
 
@@ -233,6 +235,9 @@ size_t cuda_scratch_bytes(const ScratchNeeds &n) {
     if (n.colsum_width > 0 && n.rows > 0) need(cuda::column_sum_workspace(n.dt, n.rows, n.colsum_width));
     if (n.ln_width > 0 && n.rows > 0) need(cuda::layernorm_bwd_workspace(n.dt, n.rows, n.ln_width));
     if (n.attention) need(CudaBackend::attention_scratch(n.dt, n.attn, n.stochastic));
+    if (n.index_check) need(cuda::check_indices_workspace(n.index_range, n.index_range > 0));
+    if (n.emb_tokens > 0) need(cuda::embedding_bwd_workspace(n.dt, n.emb_tokens, n.emb_vocab, n.emb_types, n.emb_width));
+    if (n.cross_entropy) need(CudaBackend::cross_entropy_scratch(n.dt, n.ce, kGemmWorkspace));
     return (s + 255) / 256 * 256;
 }
 

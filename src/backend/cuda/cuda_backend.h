@@ -74,6 +74,25 @@ public:
     dst_status optim_step(const optim::StepArgs &a) override;
     dst_status scale_by(dst_dtype dt, void *x, int64_t count, const float *factor, float mult) override;
     dst_status convert(dst_dtype src_dt, const void *src, dst_dtype dst_dt, void *dst, int64_t count) override;
+
+    dst_status check_indices(const int32_t *idx, int64_t count, int32_t lo, int32_t hi, bool distinct,
+                             int64_t *first_bad, int64_t *first_repeat) override;
+    dst_status embedding_fwd(dst_dtype dt, const int32_t *ids, const int32_t *types, const void *word,
+                             const void *pos, const void *type, void *out, int64_t B, int64_t S,
+                             int64_t H) override;
+    dst_status embedding_bwd(dst_dtype dt, const void *dout, const int32_t *ids, const int32_t *types,
+                             void *dword, void *dpos, void *dtype, int64_t B, int64_t S, int64_t H, int64_t V,
+                             int64_t P, int64_t T, bool accumulate) override;
+    dst_status gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
+                           int64_t h) override;
+    dst_status scatter_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n, int64_t m,
+                            int64_t h, bool accumulate) override;
+    dst_status tanh_fwd(dst_dtype dt, const void *u, void *y, int64_t count) override;
+    dst_status tanh_bwd(dst_dtype dt, const void *dy, const void *u, void *du, int64_t count) override;
+    dst_status linear_cross_entropy(dst_dtype dt, const CrossEntropyParams &p) override;
+    // Scratch bytes of linear_cross_entropy (model_ops.cpp): the GEMM and column-sum region first,
+    // then the selected rows, the [m, v] logits, the storage-type gradient, dh and the row results.
+    static size_t cross_entropy_scratch(dst_dtype dt, const CrossEntropyParams &p, size_t gemm_region);
     size_t scratch_bytes(const ScratchNeeds &n) const override { return cuda_scratch_bytes(n); }
     void set_scratch(void *ptr, size_t bytes) override;
 

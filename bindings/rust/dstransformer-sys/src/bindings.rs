@@ -979,6 +979,298 @@ extern "C" {
         mode: dst_grad_mode,
     ) -> dst_status;
 }
+impl dst_activation {
+    #[doc = "< y = u."]
+    pub const DST_ACTIVATION_NONE: dst_activation = dst_activation(0);
+}
+impl dst_activation {
+    #[doc = "< y = u·Φ(u), the exact GELU (Hugging Face BERT's MLM transform)."]
+    pub const DST_ACTIVATION_GELU_ERF: dst_activation = dst_activation(1);
+}
+impl dst_activation {
+    #[doc = "< The tanh approximation of GELU."]
+    pub const DST_ACTIVATION_GELU_TANH: dst_activation = dst_activation(2);
+}
+impl dst_activation {
+    #[doc = "< y = tanh(u) (BERT's pooler)."]
+    pub const DST_ACTIVATION_TANH: dst_activation = dst_activation(3);
+}
+#[repr(transparent)]
+#[doc = " @defgroup modelops Model ops for BERT pre-training"]
+#[doc = " @brief The ops a BERT-for-pre-training model needs around its layers: the embeddings, dense layers"]
+#[doc = " (the MLM transform, the pooler), row gathers and scatters, and a linear layer fused with"]
+#[doc = " cross-entropy (the MLM decoder with its loss at the masked positions only, and the NSP classifier)."]
+#[doc = ""]
+#[doc = " Every op runs on a context: tensors are in its memory space (device memory for a CUDA context,"]
+#[doc = " host memory for a CPU one) and all float tensors of one call share one dtype (fp32, fp16, bf16 or"]
+#[doc = " fp64), in which they are stored; arithmetic is in fp32 (fp64 for fp64 data) with one rounding on"]
+#[doc = " store, as for the layer. Integer inputs (token ids, token types, row indices, labels) are int32."]
+#[doc = ""]
+#[doc = " Gradients follow the layer's rule: an op's input gradient (`dx`, `dhidden`) is written; parameter"]
+#[doc = " gradients (tables, weights, biases) are written or added according to a ::dst_grad_mode, so that a"]
+#[doc = " tied weight (the word embedding, which is also the MLM decoder) collects both contributions."]
+#[doc = ""]
+#[doc = " Indices are checked: an id, type, row or label outside its range is ::DST_ERR_INVALID_ARGUMENT"]
+#[doc = " naming the tensor, the element and the value, and nothing is written. On a CUDA context the check"]
+#[doc = " runs on the device and the call waits for its one-word answer (one stream synchronisation per"]
+#[doc = " call that takes indices). Every op is deterministic: two calls with the same inputs give"]
+#[doc = " bit-identical outputs (no floating-point atomics; docs/model-ops.md)."]
+#[doc = ""]
+#[doc = " Scratch memory comes from the context's workspace; dst_model_op_workspace_bytes() gives what a call"]
+#[doc = " needs, for a caller-owned workspace (dst_context_set_workspace())."]
+#[doc = " @{"]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct dst_activation(pub ::std::os::raw::c_uint);
+extern "C" {
+    #[doc = " @brief Embedding lookup: out[b,s] = word[ids[b,s]] + position[s] + type[types[b,s]]."]
+    #[doc = ""]
+    #[doc = " The sum is formed in the compute type and rounded once. Positions are 0…S−1 for every sequence."]
+    #[doc = " A LayerNorm (dst_layernorm_forward()) and dropout usually follow; they are not part of this op."]
+    #[doc = " @param ctx The context; every tensor is in its memory space."]
+    #[doc = " @param ids Token ids, int32 [B, S], each in [0, V)."]
+    #[doc = " @param types Token types (segment ids), int32 [B, S], each in [0, T); NULL: all 0."]
+    #[doc = " @param word Word embedding table [V, H] (fp32, fp16, bf16 or fp64)."]
+    #[doc = " @param position Position table [P, H] with P ≥ S, dtype of `word`."]
+    #[doc = " @param type Token-type table [T, H], dtype of `word`."]
+    #[doc = " @param out Output [B, S, H], dtype of `word`; may not overlap any input."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, an id or type out of range:"]
+    #[doc = "         the message names the element); ::DST_ERR_BACKEND. On failure `out` is unchanged except after"]
+    #[doc = "         ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1"]
+    pub fn dst_embedding_forward(
+        ctx: *mut dst_context,
+        ids: *const dst_tensor,
+        types: *const dst_tensor,
+        word: *const dst_tensor,
+        position: *const dst_tensor,
+        type_: *const dst_tensor,
+        out: *mut dst_tensor,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Embedding backward: scatter-adds the output gradient into the three tables."]
+    #[doc = ""]
+    #[doc = " dword[v] = Σ over tokens with id v of dout[token], dposition[s] = Σ_b dout[b,s],"]
+    #[doc = " dtype[t] = Σ over tokens of type t, each sum taken in token order (b·S + s) in the compute type and"]
+    #[doc = " rounded once; with ::DST_GRAD_WRITE every row of a table is written (rows no token uses get 0),"]
+    #[doc = " with ::DST_GRAD_ACCUMULATE the sums are added to the rows the tokens use and the other rows keep"]
+    #[doc = " their values. Deterministic on every backend (docs/model-ops.md says how the CUDA kernels order"]
+    #[doc = " the sums without atomics)."]
+    #[doc = " @param ctx The context."]
+    #[doc = " @param dout Gradient of the output, [B, S, H]."]
+    #[doc = " @param ids The forward's token ids, int32 [B, S]."]
+    #[doc = " @param types The forward's token types, int32 [B, S], or NULL (all 0)."]
+    #[doc = " @param dword Gradient of the word table [V, H], or NULL to skip it."]
+    #[doc = " @param dposition Gradient of the position table [P, H] (P ≥ S), or NULL to skip it."]
+    #[doc = " @param dtype Gradient of the token-type table [T, H] (T ≤ 65535), or NULL to skip it."]
+    #[doc = " @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL `dout`/`ids`, dtype, shape, overlap, mode, ids or"]
+    #[doc = "         types out of range for the tables given); ::DST_ERR_CAPACITY (a caller-owned workspace that"]
+    #[doc = "         is too small); ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure the tables are unchanged"]
+    #[doc = "         except after ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1"]
+    pub fn dst_embedding_backward(
+        ctx: *mut dst_context,
+        dout: *const dst_tensor,
+        ids: *const dst_tensor,
+        types: *const dst_tensor,
+        dword: *mut dst_tensor,
+        dposition: *mut dst_tensor,
+        dtype: *mut dst_tensor,
+        mode: dst_grad_mode,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Dense layer: u = x·Wᵀ + b (nn.Linear convention, W is [M, K]), y = act(u)."]
+    #[doc = ""]
+    #[doc = " u is rounded to the storage dtype before the activation, so a backward from the `pre_act` this call"]
+    #[doc = " wrote sees exactly the forward's value."]
+    #[doc = " @param ctx The context."]
+    #[doc = " @param x Input [..., K] (ndim 1..4); N = product of the leading dims."]
+    #[doc = " @param w Weight [M, K], dtype of `x`."]
+    #[doc = " @param b Bias [M], dtype of `x`, or NULL for none."]
+    #[doc = " @param activation The activation."]
+    #[doc = " @param y Output [..., M] with the leading dims of `x`; may not overlap `x`, `w` or `b`."]
+    #[doc = " @param pre_act Where u goes ([..., M] like `y`), or NULL; dst_dense_backward() needs it when the"]
+    #[doc = "        activation is not ::DST_ACTIVATION_NONE."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, activation);"]
+    #[doc = "         ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND."]
+    #[doc = "         On failure the outputs are unchanged except after ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1"]
+    pub fn dst_dense_forward(
+        ctx: *mut dst_context,
+        x: *const dst_tensor,
+        w: *const dst_tensor,
+        b: *const dst_tensor,
+        activation: dst_activation,
+        y: *mut dst_tensor,
+        pre_act: *mut dst_tensor,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Dense layer backward: du = dy·act'(u), dx = du·W, dW = duᵀ·x, db = Σ_rows du."]
+    #[doc = " @param ctx The context."]
+    #[doc = " @param dy Gradient of the output, [..., M]."]
+    #[doc = " @param x The forward's input [..., K]."]
+    #[doc = " @param w Weight [M, K]."]
+    #[doc = " @param pre_act The forward's u (shape of `dy`); required unless the activation is ::DST_ACTIVATION_NONE"]
+    #[doc = "        (then it must be NULL or is ignored)."]
+    #[doc = " @param activation The forward's activation."]
+    #[doc = " @param dx Gradient of the input (shape of `x`, written), or NULL."]
+    #[doc = " @param dw Gradient of W [M, K], or NULL."]
+    #[doc = " @param db Gradient of b [M], or NULL."]
+    #[doc = " @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE for `dw` and `db` (`dx` is written)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, activation, mode, a missing"]
+    #[doc = "         `pre_act`); ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND."]
+    #[doc = "         On failure the outputs are unchanged except after ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1"]
+    pub fn dst_dense_backward(
+        ctx: *mut dst_context,
+        dy: *const dst_tensor,
+        x: *const dst_tensor,
+        w: *const dst_tensor,
+        pre_act: *const dst_tensor,
+        activation: dst_activation,
+        dx: *mut dst_tensor,
+        dw: *mut dst_tensor,
+        db: *mut dst_tensor,
+        mode: dst_grad_mode,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Gathers rows: dst[i] = src[index[i]] (the masked tokens before the MLM head, the [CLS]"]
+    #[doc = " rows before the pooler)."]
+    #[doc = " @param ctx The context."]
+    #[doc = " @param src Source [N, H] (ndim 2; a [B, S, H] tensor is viewed as [B·S, H] by the caller)."]
+    #[doc = " @param index Row indices, int32 [M], each in [0, N); repeats are allowed."]
+    #[doc = " @param dst Destination [M, H], dtype of `src`; may not overlap it."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, an index out of range);"]
+    #[doc = "         ::DST_ERR_BACKEND. On failure `dst` is unchanged except after ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1"]
+    pub fn dst_gather_rows(
+        ctx: *mut dst_context,
+        src: *const dst_tensor,
+        index: *const dst_tensor,
+        dst: *mut dst_tensor,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Scatters rows, the backward of dst_gather_rows(): dst[index[i]] (+)= src[i]."]
+    #[doc = ""]
+    #[doc = " With ::DST_GRAD_WRITE every row of `dst` is written (rows no index names get 0); with"]
+    #[doc = " ::DST_GRAD_ACCUMULATE the named rows are added to and the others keep their values."]
+    #[doc = " @param ctx The context."]
+    #[doc = " @param src Source [M, H]."]
+    #[doc = " @param index Row indices, int32 [M], each in [0, N) and all distinct (a repeated index is refused, so"]
+    #[doc = "        that no order of additions has to be chosen)."]
+    #[doc = " @param dst Destination [N, H], dtype of `src`; may not overlap it."]
+    #[doc = " @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, mode, an index out of range"]
+    #[doc = "         or repeated); ::DST_ERR_CAPACITY; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure `dst` is"]
+    #[doc = "         unchanged except after ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1"]
+    pub fn dst_scatter_rows(
+        ctx: *mut dst_context,
+        src: *const dst_tensor,
+        index: *const dst_tensor,
+        dst: *mut dst_tensor,
+        mode: dst_grad_mode,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief A linear layer fused with softmax cross-entropy, forward and backward in one call: the MLM"]
+    #[doc = " decoder and loss at the masked positions, or the NSP classifier (V = 2)."]
+    #[doc = ""]
+    #[doc = " For each row i of the M selected rows h_i (row `rows[i]` of `x`, or row i when `rows` is NULL):"]
+    #[doc = " z_i = h_i·Wᵀ + b (logits over V classes, fp32, or fp64 for fp64 data), ℓ_i = logsumexp(z_i) −"]
+    #[doc = " z_i[labels[i]]. Rows whose label is −1 are ignored. loss = Σ ℓ_i / n over the n valid rows (0 when"]
+    #[doc = " n = 0). The logits exist only for the M rows, in the workspace ([M, V] in the compute type, see"]
+    #[doc = " dst_model_op_workspace_bytes()); nothing [N, V] is ever formed."]
+    #[doc = ""]
+    #[doc = " Gradients, when asked for, are those of `grad_scale`·loss (pass the loss scale of mixed-precision"]
+    #[doc = " training, or 1): with g_i = grad_scale·(softmax(z_i) − onehot(labels[i]))/n rounded to the storage"]
+    #[doc = " dtype (0 for ignored rows), dx[rows[i]] = g_i·W (the other rows of `dx` are 0), dW (+)= gᵀ·h,"]
+    #[doc = " db (+)= Σ_i g_i."]
+    #[doc = " @param ctx The context."]
+    #[doc = " @param x Hidden rows [N, H]: the M rows to classify are selected by `rows`, or x is [M, H] itself."]
+    #[doc = " @param rows Row indices, int32 [M], each in [0, N) and distinct; NULL when `x` holds the M rows."]
+    #[doc = " @param w Weight [V, H] (for the MLM decoder, the word-embedding table it is tied to), dtype of `x`."]
+    #[doc = " @param b Bias [V], dtype of `x`, or NULL for none."]
+    #[doc = " @param labels Target classes, int32 [M], each in [0, V) or −1 (ignored)."]
+    #[doc = " @param grad_scale Factor of the gradients; finite."]
+    #[doc = " @param loss Output: the mean loss, [1] in fp32 (fp64 for fp64 data)."]
+    #[doc = " @param counts Output, or NULL: int32 [2], the number of valid labels n and the number of valid rows"]
+    #[doc = "        whose largest logit (the first, on ties) is at the label — the accuracy is counts[1]/counts[0]."]
+    #[doc = " @param dx Gradient of `x` (shape of `x`, written), or NULL."]
+    #[doc = " @param dw Gradient of `w` [V, H], or NULL."]
+    #[doc = " @param db Gradient of `b` [V], or NULL (must be NULL when `b` is)."]
+    #[doc = " @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE for `dw` and `db`; ::DST_GRAD_ACCUMULATE is what a"]
+    #[doc = "        tied decoder weight needs."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, overlap, mode, grad_scale, a row or"]
+    #[doc = "         label out of range, a repeated row); ::DST_ERR_CAPACITY (a caller-owned workspace that is too"]
+    #[doc = "         small); ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. On failure the outputs are unchanged except"]
+    #[doc = "         after ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1"]
+    pub fn dst_linear_cross_entropy(
+        ctx: *mut dst_context,
+        x: *const dst_tensor,
+        rows: *const dst_tensor,
+        w: *const dst_tensor,
+        b: *const dst_tensor,
+        labels: *const dst_tensor,
+        grad_scale: f32,
+        loss: *mut dst_tensor,
+        counts: *mut dst_tensor,
+        dx: *mut dst_tensor,
+        dw: *mut dst_tensor,
+        db: *mut dst_tensor,
+        mode: dst_grad_mode,
+    ) -> dst_status;
+}
+impl dst_model_op {
+    #[doc = "< dst_embedding_backward(): n = B·S tokens, k = V word rows, m = H,"]
+    #[doc = "h = T token-type rows."]
+    pub const DST_MODEL_OP_EMBEDDING_BACKWARD: dst_model_op = dst_model_op(0);
+}
+impl dst_model_op {
+    #[doc = "< dst_dense_forward() and backward: n rows, k = K, m = M."]
+    pub const DST_MODEL_OP_DENSE: dst_model_op = dst_model_op(1);
+}
+impl dst_model_op {
+    #[doc = "< dst_scatter_rows() (and the gather): n = N rows, k = M, m = H."]
+    pub const DST_MODEL_OP_SCATTER_ROWS: dst_model_op = dst_model_op(2);
+}
+impl dst_model_op {
+    #[doc = "< dst_linear_cross_entropy(): n = N rows of x, k = M selected rows,"]
+    #[doc = "m = V classes, h = H."]
+    pub const DST_MODEL_OP_LINEAR_CROSS_ENTROPY: dst_model_op = dst_model_op(3);
+}
+#[repr(transparent)]
+#[doc = " @brief The model ops, for dst_model_op_workspace_bytes()."]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct dst_model_op(pub ::std::os::raw::c_uint);
+extern "C" {
+    #[doc = " @brief Bytes of workspace a model op needs for a shape (the CUDA backend's need, the larger one)."]
+    #[doc = " @param op The op."]
+    #[doc = " @param dtype The dtype of its float tensors."]
+    #[doc = " @param n First size listed at ::dst_model_op."]
+    #[doc = " @param k Second size listed at ::dst_model_op."]
+    #[doc = " @param m Third size listed at ::dst_model_op."]
+    #[doc = " @param h Fourth size listed at ::dst_model_op (ignored by the ops that list three)."]
+    #[doc = " @param[out] bytes Receives the size; a context whose caller-owned workspace has at least this many"]
+    #[doc = "        bytes runs the call without ::DST_ERR_CAPACITY."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT (NULL, unknown op or dtype, negative sizes)."]
+    #[doc = " Thread safety: any thread. @since v0.1"]
+    pub fn dst_model_op_workspace_bytes(
+        op: dst_model_op,
+        dtype: dst_dtype,
+        n: i64,
+        k: i64,
+        m: i64,
+        h: i64,
+        bytes: *mut usize,
+    ) -> dst_status;
+}
 impl dst_weight_layout {
     #[doc = "< DeepSpeed Transformer Kernel names (`attn_qkvw` … `norm_b`); the native layout."]
     pub const DST_LAYOUT_DEEPSPEED: dst_weight_layout = dst_weight_layout(0);

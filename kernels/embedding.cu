@@ -1,0 +1,229 @@
+// Embedding forward and backward.
+//   embedding_fwd_kernel: one thread per output element, (word + position) + type in the compute
+//     type, one rounding (the CPU twin's order).
+//   Word table backward, without floating-point atomics: (1) token indices 0…N−1 are sorted by id
+//     with cub's radix sort, which is stable, so the tokens of one id stay in increasing order;
+//     (2) word_rows_kernel runs one block per sorted position; the block at the first position of
+//     each id's run finds the run's end (blockDim.x keys per step) and sums the run's dout rows in
+//     order, column by column, and writes the id's row.
+//     The summation order is the token order, as in the CPU twin; a long run (a frequent token) is
+//     summed by one block, which bounds the speed but not the result.
+//   type_partial_kernel + type_finalize_kernel: per (chunk of tokens, type) partial sums in token
+//     order, then chunks added in order (T is small; the bias column sums use the same scheme).
+//   position_kernel: one thread per (s, column) sums over the batch in order.
+#include "kernels/embedding.cuh"
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/dispatch.cuh"
+
+namespace dst {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256, kRowThreads = 128, kMaxChunks = 128;
+
+size_t align256(size_t v) { return (v + 255) / 256 * 256; }
+
+int64_t chunk_count(int64_t n) {
+    const int64_t c = (n + 255) / 256;
+    return c < 1 ? 1 : (c < kMaxChunks ? c : kMaxChunks);
+}
+
+// Bits a radix sort of ids in [0, V) needs.
+int key_bits(int64_t V) {
+    int b = 1;
+    while (b < 31 && (int64_t(1) << b) < V) ++b;
+    return b;
+}
+
+size_t sort_temp_bytes(int64_t n, int64_t V) {
+    size_t bytes = 0;
+    cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t *>(nullptr), static_cast<int32_t *>(nullptr),
+                                    static_cast<const int32_t *>(nullptr), static_cast<int32_t *>(nullptr),
+                                    static_cast<int>(n), 0, key_bits(V));
+    return bytes;
+}
+
+// ================================ kernels ========================================================
+
+template <typename T>
+__global__ void embedding_fwd_kernel(const int32_t *__restrict__ ids, const int32_t *__restrict__ types,
+                                     const T *__restrict__ word, const T *__restrict__ pos, const T *__restrict__ type,
+                                     T *__restrict__ out, int64_t S, int64_t H, int64_t total) {
+    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t t = e / H, j = e - t * H;
+        const int64_t v = ids[t], s = t % S, k = types ? types[t] : 0;
+        out[e] = to_storage<T>(to_compute(word[v * H + j]) + to_compute(pos[s * H + j]) + to_compute(type[k * H + j]));
+    }
+}
+
+__global__ void iota_kernel(int32_t *v, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        v[i] = static_cast<int32_t>(i);
+}
+
+// Block i: when sorted position i starts a run of equal ids, sums the run's rows into that id's row.
+template <typename T>
+__global__ void word_rows_kernel(const T *__restrict__ dout, const int32_t *__restrict__ keys,
+                                 const int32_t *__restrict__ tokens, T *dword, int64_t n, int64_t H, bool accumulate) {
+    using C = compute_t<T>;
+    const int64_t i = blockIdx.x;
+    const int32_t id = keys[i];
+    if (i > 0 && keys[i - 1] == id) return;
+    // The run's end: keys are sorted, so "keys[r] == id" holds on a prefix of r > i; the block tests
+    // blockDim.x positions at a time and counts them.
+    int64_t end = i + 1;
+    for (;;) {
+        const int64_t r = end + threadIdx.x;
+        const int same = __syncthreads_count(r < n && keys[r] == id);
+        end += same;
+        if (same < static_cast<int>(blockDim.x)) break;
+    }
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+        C acc = 0;
+        for (int64_t r = i; r < end; ++r) acc += to_compute(dout[int64_t(tokens[r]) * H + j]);
+        T *d = dword + int64_t(id) * H + j;
+        *d = to_storage<T>(accumulate ? to_compute(*d) + acc : acc);
+    }
+}
+
+template <typename T>
+__global__ void position_kernel(const T *__restrict__ dout, T *dpos, int64_t B, int64_t S, int64_t P, int64_t H,
+                                bool accumulate) {
+    using C = compute_t<T>;
+    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < P * H; e += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t s = e / H, j = e - s * H;
+        if (s >= S) {
+            if (!accumulate) dpos[e] = to_storage<T>(C(0));
+            continue;
+        }
+        C acc = 0;
+        for (int64_t b = 0; b < B; ++b) acc += to_compute(dout[(b * S + s) * H + j]);
+        dpos[e] = to_storage<T>(accumulate ? to_compute(dpos[e]) + acc : acc);
+    }
+}
+
+// Block (chunk c, type k): partial[(c·T + k)·H + j] = Σ_{t in chunk c, types[t] = k} dout[t, j].
+template <typename T>
+__global__ void type_partial_kernel(const T *__restrict__ dout, const int32_t *__restrict__ types,
+                                    compute_t<T> *__restrict__ partial, int64_t n, int64_t T_rows, int64_t H,
+                                    int64_t per_chunk) {
+    using C = compute_t<T>;
+    const int64_t c = blockIdx.x, k = blockIdx.y;
+    const int64_t t0 = c * per_chunk, t1 = t0 + per_chunk < n ? t0 + per_chunk : n;
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+        C acc = 0;
+        for (int64_t t = t0; t < t1; ++t)
+            if ((types ? types[t] : 0) == k) acc += to_compute(dout[t * H + j]);
+        partial[(c * T_rows + k) * H + j] = acc;
+    }
+}
+
+template <typename T>
+__global__ void type_finalize_kernel(const compute_t<T> *__restrict__ partial, T *dtype, int64_t chunks, int64_t T_rows,
+                                     int64_t H, bool accumulate, const int32_t *__restrict__ used) {
+    using C = compute_t<T>;
+    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < T_rows * H; e += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t k = e / H, j = e - k * H;
+        C acc = 0;
+        for (int64_t c = 0; c < chunks; ++c) acc += partial[(c * T_rows + k) * H + j];
+        if (accumulate) {
+            if (used[k]) dtype[e] = to_storage<T>(to_compute(dtype[e]) + acc);
+        } else {
+            dtype[e] = to_storage<T>(acc);
+        }
+    }
+}
+
+// used[k] = whether some token has type k (accumulate mode leaves unused rows as they are).
+__global__ void type_used_kernel(const int32_t *__restrict__ types, int64_t n, int32_t *used) {
+    for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n; t += int64_t(gridDim.x) * blockDim.x)
+        used[types ? types[t] : 0] = 1;  // every writer stores the same value
+}
+
+}  // namespace
+
+// ================================ launchers ======================================================
+
+cudaError_t embedding_fwd(cudaStream_t stream, dst_dtype dt, const int32_t *ids, const int32_t *types,
+                         const void *word, const void *pos, const void *type, void *out, int64_t B, int64_t S,
+                         int64_t H) {
+    const int64_t total = B * S * H;
+    if (total <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
+        using T = decltype(tag);
+        embedding_fwd_kernel<T><<<grid_blocks(total, kThreads), kThreads, 0, stream>>>(
+            ids, types, static_cast<const T *>(word), static_cast<const T *>(pos), static_cast<const T *>(type),
+            static_cast<T *>(out), S, H, total);
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
+    });
+}
+
+size_t embedding_bwd_workspace(dst_dtype dt, int64_t tokens, int64_t V, int64_t T, int64_t H) {
+    size_t s = 0;
+    if (V > 0 && tokens > 0) s += 3 * align256(static_cast<size_t>(tokens) * sizeof(int32_t)) + align256(sort_temp_bytes(tokens, V));
+    if (T > 0)
+        s += align256(static_cast<size_t>(chunk_count(tokens) * T * H) * compute_size(dt)) +
+             align256(static_cast<size_t>(T) * sizeof(int32_t));
+    return s;
+}
+
+cudaError_t embedding_bwd(cudaStream_t stream, dst_dtype dt, const void *dout, const int32_t *ids,
+                         const int32_t *types, void *dword, void *dpos, void *dtype, int64_t B, int64_t S, int64_t H,
+                         int64_t V, int64_t P, int64_t T, bool accumulate, void *workspace, size_t workspace_bytes) {
+    const int64_t n = B * S;
+    if (n <= 0 || H <= 0) return cudaSuccess;
+    char *ws = static_cast<char *>(workspace);
+    if (embedding_bwd_workspace(dt, n, dword ? V : 0, dtype ? T : 0, H) > workspace_bytes) return cudaErrorInvalidValue;
+    const size_t esize = dt == DST_DTYPE_FP64 ? 8 : dt == DST_DTYPE_FP32 ? 4 : 2;
+    return dispatch_dtype(dt, [&](auto tag) {
+        using T_ = decltype(tag);
+        using C = compute_t<T_>;
+        char *p = ws;
+        if (dword) {
+            int32_t *keys = reinterpret_cast<int32_t *>(p);
+            p += align256(static_cast<size_t>(n) * 4);
+            int32_t *iota = reinterpret_cast<int32_t *>(p);
+            p += align256(static_cast<size_t>(n) * 4);
+            int32_t *tokens = reinterpret_cast<int32_t *>(p);
+            p += align256(static_cast<size_t>(n) * 4);
+            size_t temp = sort_temp_bytes(n, V);
+            void *tmp = p;
+            p += align256(temp);
+            iota_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(iota, n);
+            DST_KERNEL_CHECK(cudaGetLastError());
+            DST_KERNEL_CHECK(cub::DeviceRadixSort::SortPairs(tmp, temp, ids, keys, iota, tokens, static_cast<int>(n), 0,
+                                                             key_bits(V), stream));
+            if (!accumulate) DST_KERNEL_CHECK(cudaMemsetAsync(dword, 0, static_cast<size_t>(V * H) * esize, stream));
+            word_rows_kernel<T_><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(
+                static_cast<const T_ *>(dout), keys, tokens, static_cast<T_ *>(dword), n, H, accumulate);
+            DST_KERNEL_CHECK(cudaGetLastError());
+        }
+        if (dpos) {
+            position_kernel<T_><<<grid_blocks(P * H, kThreads), kThreads, 0, stream>>>(
+                static_cast<const T_ *>(dout), static_cast<T_ *>(dpos), B, S, P, H, accumulate);
+            DST_KERNEL_CHECK(cudaGetLastError());
+        }
+        if (dtype) {
+            const int64_t chunks = chunk_count(n), per_chunk = (n + chunks - 1) / chunks;
+            C *partial = reinterpret_cast<C *>(p);
+            p += align256(static_cast<size_t>(chunks * T * H) * sizeof(C));
+            int32_t *used = reinterpret_cast<int32_t *>(p);
+            DST_KERNEL_CHECK(cudaMemsetAsync(used, 0, static_cast<size_t>(T) * sizeof(int32_t), stream));
+            type_used_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(types, n, used);
+            DST_KERNEL_CHECK(cudaGetLastError());
+            type_partial_kernel<T_><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(T)), kRowThreads, 0,
+                                      stream>>>(static_cast<const T_ *>(dout), types, partial, n, T, H, per_chunk);
+            DST_KERNEL_CHECK(cudaGetLastError());
+            type_finalize_kernel<T_><<<grid_blocks(T * H, kThreads), kThreads, 0, stream>>>(
+                partial, static_cast<T_ *>(dtype), chunks, T, H, accumulate, used);
+            DST_KERNEL_CHECK(cudaGetLastError());
+        }
+        return cudaSuccess;
+    });
+}
+
+}  // namespace cuda
+}  // namespace dst

@@ -1,0 +1,116 @@
+// Row kernels: the index check (check_init_kernel, check_range_kernel, check_repeat_kernel) and the
+// row gather/scatter. The check's results are minima of element indices taken with atomicMin on
+// int32, and the distinctness marks are atomicAdd counts: integer atomics, so the answer is the same
+// whatever order the threads run in. Gather and scatter copy or add whole rows; scatter indices are
+// distinct (checked by the caller), so no two threads write one element.
+#include "kernels/rows.cuh"
+
+#include <climits>
+
+#include "kernels/dispatch.cuh"
+
+namespace dst {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// ================================ kernels ========================================================
+
+__global__ void check_init_kernel(int32_t *result) {
+    if (threadIdx.x < 2) result[threadIdx.x] = INT_MAX;
+}
+
+__global__ void check_range_kernel(const int32_t *__restrict__ idx, int64_t count, int32_t lo, int32_t hi,
+                                   int32_t *result, int32_t *marks) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+         i += int64_t(gridDim.x) * blockDim.x) {
+        const int32_t v = idx[i];
+        if (v < lo || v >= hi) atomicMin(&result[0], static_cast<int32_t>(i));
+        else if (marks) atomicAdd(&marks[v - lo], 1);
+    }
+}
+
+__global__ void check_repeat_kernel(const int32_t *__restrict__ idx, int64_t count, int32_t lo, int32_t hi,
+                                    int32_t *result, const int32_t *__restrict__ marks) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+         i += int64_t(gridDim.x) * blockDim.x) {
+        const int32_t v = idx[i];
+        if (v >= lo && v < hi && marks[v - lo] > 1) atomicMin(&result[1], static_cast<int32_t>(i));
+    }
+}
+
+template <typename T>
+__global__ void gather_rows_kernel(const T *__restrict__ src, const int32_t *__restrict__ idx, T *__restrict__ dst,
+                                   int64_t m, int64_t h) {
+    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < m * h; e += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t i = e / h, j = e - i * h;
+        dst[e] = src[int64_t(idx[i]) * h + j];
+    }
+}
+
+template <typename T>
+__global__ void scatter_rows_kernel(const T *__restrict__ src, const int32_t *__restrict__ idx, T *dst, int64_t m,
+                                    int64_t h, bool accumulate) {
+    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < m * h; e += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t i = e / h, j = e - i * h;
+        T *d = dst + int64_t(idx[i]) * h + j;
+        *d = accumulate ? to_storage<T>(to_compute(*d) + to_compute(src[e])) : src[e];
+    }
+}
+
+}  // namespace
+
+// ================================ launchers ======================================================
+
+size_t check_indices_workspace(int64_t range, bool distinct) {
+    return 256 + (distinct && range > 0 ? static_cast<size_t>(range) * sizeof(int32_t) : 0);
+}
+
+cudaError_t check_indices(cudaStream_t stream, const int32_t *idx, int64_t count, int32_t lo, int32_t hi,
+                         bool distinct, void *workspace) {
+    int32_t *result = static_cast<int32_t *>(workspace);
+    int32_t *marks = distinct ? reinterpret_cast<int32_t *>(static_cast<char *>(workspace) + 256) : nullptr;
+    check_init_kernel<<<1, 32, 0, stream>>>(result);
+    DST_KERNEL_CHECK(cudaGetLastError());
+    if (count <= 0) return cudaSuccess;
+    if (marks) DST_KERNEL_CHECK(cudaMemsetAsync(marks, 0, static_cast<size_t>(int64_t(hi) - lo) * sizeof(int32_t), stream));
+    const unsigned blocks = grid_blocks(count, kThreads);
+    check_range_kernel<<<blocks, kThreads, 0, stream>>>(idx, count, lo, hi, result, marks);
+    DST_KERNEL_CHECK(cudaGetLastError());
+    if (marks) {
+        check_repeat_kernel<<<blocks, kThreads, 0, stream>>>(idx, count, lo, hi, result, marks);
+        DST_KERNEL_CHECK(cudaGetLastError());
+    }
+    return cudaSuccess;
+}
+
+cudaError_t gather_rows(cudaStream_t stream, dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
+                       int64_t h) {
+    if (m <= 0 || h <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
+        using T = decltype(tag);
+        gather_rows_kernel<T><<<grid_blocks(m * h, kThreads), kThreads, 0, stream>>>(
+            static_cast<const T *>(src), idx, static_cast<T *>(dst), m, h);
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
+    });
+}
+
+cudaError_t scatter_rows(cudaStream_t stream, dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n,
+                        int64_t m, int64_t h, bool accumulate) {
+    if (h <= 0) return cudaSuccess;
+    if (!accumulate && n > 0)
+        DST_KERNEL_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(n * h) * (dt == DST_DTYPE_FP64 ? 8 : dt == DST_DTYPE_FP32 ? 4 : 2), stream));
+    if (m <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
+        using T = decltype(tag);
+        scatter_rows_kernel<T><<<grid_blocks(m * h, kThreads), kThreads, 0, stream>>>(
+            static_cast<const T *>(src), idx, static_cast<T *>(dst), m, h, accumulate);
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
+    });
+}
+
+}  // namespace cuda
+}  // namespace dst

@@ -1,0 +1,203 @@
+// The model ops of BERT pre-training on the CUDA backend, through the public C API, against the CPU
+// reference backend (the twin, same dtype, same inputs): every output by relative L2 error
+// ‖gpu − cpu‖/‖cpu‖ ≤ DESIGN.md §5 bounds (FP64 1e-12, FP32 1e-5, FP16 1e-3, BF16 1e-2); outputs are
+// poisoned with NaN first, so an unwritten element fails; NaN never passes. Every case runs twice on
+// the GPU and must be bit-identical (no floating-point atomics). Shapes are awkward on purpose: odd
+// B, S = 1, 7, 129, V not a multiple of 8, H not a multiple of 64. Bad indices on device memory give
+// the same error as on the CPU and leave the outputs untouched. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../common/bounds.h"
+#include "../common/model_ops_cases.h"
+
+using namespace dsttest;
+
+namespace {
+
+bool have_gpu() {
+    int n = 0;
+    return dst_cuda_device_count(&n) == DST_OK && n > 0;
+}
+
+struct Named {
+    std::string name;
+    std::function<ModelOpCase()> make;
+};
+void PrintTo(const Named &n, std::ostream *os) { *os << n.name; }
+
+std::string dtname(dst_dtype dt) { return dst_dtype_string(dt); }
+
+std::vector<Named> all_cases() {
+    std::vector<Named> v;
+    const dst_dtype dts[] = {DST_DTYPE_FP64, DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16};
+    for (dst_dtype dt : dts) {
+        const std::string d = dtname(dt);
+        struct E { int64_t B, S, H, V, P, T; bool types; };
+        const E es[] = {{3, 1, 40, 37, 4, 2, true}, {5, 7, 100, 1001, 9, 2, false}, {3, 129, 72, 30523, 130, 3, true}};
+        for (const E &e : es) {
+            std::ostringstream s;
+            s << "B" << e.B << "_S" << e.S << "_H" << e.H << "_V" << e.V << (e.types ? "_types" : "");
+            v.push_back({"embedding_fwd_" + d + "_" + s.str(),
+                         [=] { return embedding_fwd_case(dt, e.B, e.S, e.H, e.V, e.P, e.T, e.types, 1); }});
+            for (bool acc : {false, true})
+                v.push_back({"embedding_bwd_" + d + "_" + s.str() + (acc ? "_acc" : ""),
+                             [=] { return embedding_bwd_case(dt, e.B, e.S, e.H, e.V, e.P, e.T, e.types, acc, 2); }});
+        }
+        struct D { int64_t n, k, m; };
+        const D ds[] = {{7, 33, 17}, {129, 100, 257}, {1, 72, 2}};
+        for (const D &x : ds)
+            for (dst_activation act : {DST_ACTIVATION_NONE, DST_ACTIVATION_GELU_ERF, DST_ACTIVATION_GELU_TANH,
+                                       DST_ACTIVATION_TANH}) {
+                std::ostringstream s;
+                s << "n" << x.n << "_k" << x.k << "_m" << x.m << "_act" << act;
+                v.push_back({"dense_fwd_" + d + "_" + s.str(), [=] { return dense_fwd_case(dt, x.n, x.k, x.m, act, true, 3); }});
+                v.push_back({"dense_bwd_" + d + "_" + s.str(),
+                             [=] { return dense_bwd_case(dt, x.n, x.k, x.m, act, act == DST_ACTIVATION_TANH, 4); }});
+            }
+        v.push_back({"gather_rows_" + d + "_N387_M60_H100", [=] { return gather_case(dt, 387, 60, 100, 5); }});
+        for (bool acc : {false, true})
+            v.push_back({"scatter_rows_" + d + "_N387_M60_H100" + std::string(acc ? "_acc" : ""),
+                         [=] { return scatter_case(dt, 387, 60, 100, acc, 6); }});
+        struct X { int64_t n, m, h, v; bool rows, bias, grads, acc; double scale; };
+        const X xs[] = {{387, 59, 72, 1001, true, true, true, true, 1.0},     // MLM: rows of [B·S, H], tied dW
+                        {129, 129, 100, 30523, false, true, true, false, 8.0},  // V like BERT's, not a multiple of 8
+                        {7, 7, 72, 2, false, true, true, false, 1.0},         // NSP: two classes
+                        {3, 1, 40, 37, true, false, false, false, 1.0}};      // evaluation: loss only, S = 1
+        for (const X &x : xs) {
+            std::ostringstream s;
+            s << "n" << x.n << "_m" << x.m << "_h" << x.h << "_v" << x.v << (x.rows ? "_rows" : "")
+              << (x.grads ? "_grads" : "_loss") << (x.acc ? "_acc" : "");
+            v.push_back({"linear_cross_entropy_" + d + "_" + s.str(), [=] {
+                             return cross_entropy_case(dt, x.n, x.m, x.h, x.v, x.rows, x.bias, x.grads, x.acc,
+                                                       x.scale, 7);
+                         }});
+        }
+    }
+    return v;
+}
+
+double compare(const HostTensor &got, const HostTensor &ref, int64_t *bad) {
+    double num = 0, den = 0;
+    *bad = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+        const double g = got.get(i), e = ref.get(i);
+        if (std::isnan(g) || std::isnan(e) || !std::isfinite(g) || !std::isfinite(e)) {
+            ++*bad;
+            continue;
+        }
+        num += (g - e) * (g - e);
+        den += e * e;
+    }
+    return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+class CudaModelOps : public ::testing::TestWithParam<Named> {};
+
+TEST_P(CudaModelOps, MatchesCpuAndIsDeterministic) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    const ModelOpCase c = GetParam().make();
+    Ctx cpu = make_ctx();
+    dst_context *g = nullptr;
+    ASSERT_EQ(dst_context_create(DST_BACKEND_CUDA, 0, &g), DST_OK) << dst_last_error();
+    Ctx gpu(g);
+    std::vector<HostTensor> ref, got, again;
+    std::string err;
+    ASSERT_EQ(run_case(cpu.get(), c, false, &ref, &err), DST_OK) << "cpu: " << err;
+    ASSERT_EQ(run_case(gpu.get(), c, true, &got, &err), DST_OK) << "cuda: " << err;
+    ASSERT_EQ(run_case(gpu.get(), c, true, &again, &err), DST_OK) << "cuda (second run): " << err;
+    const double tol = design_tolerance(c.dt) * c.tol_scale;
+    for (size_t s = 0; s < c.slots.size(); ++s) {
+        const OpSlot &sl = c.slots[s];
+        if (!sl.out || !sl.present) continue;
+        EXPECT_TRUE(got[s].same_bytes(again[s].bytes())) << sl.name << ": two GPU runs differ";
+        if (sl.name == "counts") {
+            EXPECT_EQ(got[s].get(0), ref[s].get(0)) << "valid-label count";
+            // A near-tie of the two largest logits may resolve differently under another summation order.
+            EXPECT_LE(std::fabs(got[s].get(1) - ref[s].get(1)), 1.0) << "argmax hits";
+            continue;
+        }
+        int64_t bad = 0;
+        const double e = compare(got[s], ref[s], &bad);
+        EXPECT_EQ(bad, 0) << sl.name << ": NaN or non-finite values";
+        EXPECT_LE(e, tol) << sl.name << ": relative L2 error vs the CPU backend";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, CudaModelOps, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<Named> &info) { return info.param.name; });
+
+// Out-of-range and repeated indices in device memory: the status and message of the CPU backend, and
+// the outputs untouched.
+TEST(CudaModelOpsErrors, BadIndicesOnTheDevice) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    dst_context *g = nullptr;
+    ASSERT_EQ(dst_context_create(DST_BACKEND_CUDA, 0, &g), DST_OK) << dst_last_error();
+    Ctx gpu(g);
+    auto expect_refused = [&](const ModelOpCase &c, const std::string &needle) {
+        std::vector<HostTensor> r;
+        std::string err;
+        EXPECT_EQ(run_case(gpu.get(), c, true, &r, &err), DST_ERR_INVALID_ARGUMENT) << c.name;
+        EXPECT_NE(err.find(needle), std::string::npos) << "message: " << err;
+    };
+    ModelOpCase e = embedding_fwd_case(DST_DTYPE_FP32, 3, 7, 40, 37, 8, 2, true, 1);
+    e.slots[0].t.set(20, 37);
+    expect_refused(e, "ids[20] is 37");
+    ModelOpCase b = embedding_bwd_case(DST_DTYPE_FP16, 3, 7, 40, 37, 8, 2, true, false, 1);
+    b.slots[2].t.set(5, 2);
+    expect_refused(b, "types[5] is 2");
+    ModelOpCase s = scatter_case(DST_DTYPE_BF16, 50, 9, 8, false, 1);
+    s.slots[1].t.set(8, s.slots[1].t.get(3));
+    expect_refused(s, "index[3]");
+    ModelOpCase x = cross_entropy_case(DST_DTYPE_FP32, 40, 9, 8, 13, true, true, true, false, 1.0, 1);
+    x.slots[4].t.set(6, 13);
+    expect_refused(x, "labels[6] is 13");
+    x.slots[4].t.set(6, 0);
+    x.slots[1].t.set(2, 40);
+    expect_refused(x, "rows[2] is 40");
+    // The context is usable afterwards.
+    std::vector<HostTensor> r;
+    std::string err;
+    EXPECT_EQ(run_case(gpu.get(), cross_entropy_case(DST_DTYPE_FP32, 40, 9, 8, 13, true, true, true, false, 1.0, 1),
+                       true, &r, &err),
+              DST_OK)
+        << err;
+}
+
+// Outputs stay as they were after a refused call on device memory (read back explicitly).
+TEST(CudaModelOpsErrors, RefusedCallWritesNothing) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    dst_context *g = nullptr;
+    ASSERT_EQ(dst_context_create(DST_BACKEND_CUDA, 0, &g), DST_OK) << dst_last_error();
+    Ctx gpu(g);
+    ModelOpCase c = cross_entropy_case(DST_DTYPE_FP16, 40, 9, 8, 13, true, true, true, true, 1.0, 2);
+    c.slots[4].t.set(0, -3);
+    std::vector<void *> dev(c.slots.size(), nullptr);
+    std::vector<dst_tensor> views(c.slots.size());
+    std::vector<dst_tensor *> ptrs(c.slots.size(), nullptr);
+    for (size_t i = 0; i < c.slots.size(); ++i) {
+        views[i] = c.slots[i].t.view();
+        if (!c.slots[i].present) continue;
+        ASSERT_EQ(dst_malloc(gpu.get(), c.slots[i].t.nbytes(), &dev[i]), DST_OK);
+        ASSERT_EQ(dst_memcpy(gpu.get(), dev[i], c.slots[i].t.data(), c.slots[i].t.nbytes(), DST_COPY_HOST_TO_CONTEXT),
+                  DST_OK);
+        views[i].data = dev[i];
+        ptrs[i] = &views[i];
+    }
+    EXPECT_EQ(c.call(gpu.get(), ptrs), DST_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(dst_last_error()).find("labels[0] is -3"), std::string::npos) << dst_last_error();
+    for (size_t i = 0; i < c.slots.size(); ++i) {
+        if (!dev[i]) continue;
+        HostTensor back = clone(c.slots[i].t);
+        ASSERT_EQ(dst_memcpy(gpu.get(), back.data(), dev[i], back.nbytes(), DST_COPY_CONTEXT_TO_HOST), DST_OK);
+        EXPECT_TRUE(back.same_bytes(c.slots[i].t.bytes())) << c.slots[i].name << " changed";
+        dst_free(gpu.get(), dev[i]);
+    }
+}
+
+}  // namespace
