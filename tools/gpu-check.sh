@@ -53,7 +53,7 @@ finish() {
 
 
 step configure "$out/configure.log" cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DPython_EXECUTABLE="$(command -v python3)" \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_PRETRAIN=OFF -DPython_EXECUTABLE="$(command -v python3)" \
     || finish
 # shellcheck disable=SC2086  # DST_GPU_TARGETS is a list of target names
 step build "$out/build.log" ninja -C "$build" -j"$jobs" ${DST_GPU_TARGETS:-all} || finish

@@ -52,7 +52,7 @@ tests)
 bench)
     if [ ! -f "$lib" ] || [ ! -x "$DST_GPU_BUILD_DIR/bench/bench_layer" ]; then
         step build 200 "$out/build.log" bash -c "cmake -S . -B '$DST_GPU_BUILD_DIR' -G Ninja \
-            -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF \
+            -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_PRETRAIN=OFF \
             -DDST_BUILD_TESTS=OFF -DPython_EXECUTABLE=\$(command -v python3) && \
             ninja -C '$DST_GPU_BUILD_DIR' -j16 dstransformer bench_layer"
     fi

@@ -63,7 +63,7 @@ trap 'summary+=("aborted by an unexpected error (line $LINENO)"); status=1; fini
 cd "$src"
 # shellcheck disable=SC2086  # DST_GPU_CMAKE_ARGS is a list of arguments
 step configure "$out/configure.log" cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DPython_EXECUTABLE="$(command -v "$py")" \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_PRETRAIN=OFF -DPython_EXECUTABLE="$(command -v "$py")" \
     ${DST_GPU_CMAKE_ARGS:-} || finish
 step build "$out/build.log" ninja -C "$build" -j"$jobs" dstransformer || finish
 step wrapper "$out/wrapper.log" env PYTHON="$py" bash "$src/tools/build-python-gpu.sh" "$build" "$pkg_dir" || finish
