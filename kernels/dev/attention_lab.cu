@@ -242,6 +242,14 @@ struct Dev {
         CK(cudaMalloc(&bias, N * 4));
         CK(cudaMalloc(&lens, c.B * 4));
     }
+    // The inputs of a case: qkv, dctx, the additive mask and the key lengths.
+    void upload(const Case &c, const Inputs &in) {
+        const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
+        CK(cudaMemcpy(qkv, in.qkv.data(), N * 3 * H * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dctx, in.dctx.data(), N * H * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(bias, in.bias.data(), N * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(lens, in.lens.data(), c.B * 4, cudaMemcpyHostToDevice));
+    }
     void free_all() {
         cudaFree(qkv), cudaFree(ctx), cudaFree(dctx), cudaFree(dqkv), cudaFree(lse), cudaFree(bias), cudaFree(lens),
             cudaFree(ws);
@@ -283,10 +291,7 @@ void check_case(const Case &c) {
     dv.alloc(c);
     const Inputs in = make_inputs(c, 1000 + c.S * 7 + c.d);
     const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
-    CK(cudaMemcpy(dv.qkv, in.qkv.data(), N * 3 * H * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dv.dctx, in.dctx.data(), N * H * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dv.bias, in.bias.data(), N * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dv.lens, in.lens.data(), c.B * 4, cudaMemcpyHostToDevice));
+    dv.upload(c, in);
     CK(cudaMemset(dv.ctx, 0xff, N * H * 2));  // poison: NaN in fp16 and bf16
     CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
     CK(cudaMemset(dv.lse, 0xff, N * c.heads * 4));
@@ -360,9 +365,7 @@ void check_determinism(bool det) {
     dv.alloc(c);
     const Inputs in = make_inputs(c, 5);
     const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
-    CK(cudaMemcpy(dv.qkv, in.qkv.data(), N * 3 * H * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dv.dctx, in.dctx.data(), N * H * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dv.lens, in.lens.data(), c.B * 4, cudaMemcpyHostToDevice));
+    dv.upload(c, in);
     AttentionArgs a = args_of(c, dv);
     CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
     CK(flash_attention_fwd(0, false, a, dv.qkv, dv.ctx, dv.lse));
@@ -448,9 +451,7 @@ struct Bench {
     explicit Bench(const Case &cc) : c(cc) {
         dv.alloc(c);
         const Inputs in = make_inputs(c, 3);
-        const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
-        CK(cudaMemcpy(dv.qkv, in.qkv.data(), N * 3 * H * 2, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dv.dctx, in.dctx.data(), N * H * 2, cudaMemcpyHostToDevice));
+        dv.upload(c, in);
         std::vector<int32_t> lens(c.B);
         for (int b = 0; b < c.B; ++b) lens[b] = b % 2 ? c.S - c.S / 4 : c.S;
         CK(cudaMemcpy(dv.lens, lens.data(), c.B * 4, cudaMemcpyHostToDevice));
@@ -531,9 +532,7 @@ void check_versions(bool bf16) {
         dv.alloc(c);
         const Inputs in = make_inputs(c, 77);
         const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
-        CK(cudaMemcpy(dv.qkv, in.qkv.data(), N * 3 * H * 2, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dv.dctx, in.dctx.data(), N * H * 2, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dv.lens, in.lens.data(), c.B * 4, cudaMemcpyHostToDevice));
+        dv.upload(c, in);
         AttentionArgs a = args_of(c, dv);
         CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
         const flash::Params p = bound_params(a, dv);
