@@ -91,33 +91,43 @@ Layer::~Layer() {
 
 // Weights ~ N(0, σ) from the Philox "init" stream keyed by cfg.seed: element e of parameter p uses
 // counter {e_lo, e_hi, p, 'INIT'}; words 0 and 1 feed one Box–Muller draw in double. Computed on
-// the host and copied, so every backend starts from bit-identical weights.
+// the host (OpenMP blocks: each element is a function of its index alone) and copied, so every backend
+// starts from bit-identical weights.
 dst_status Layer::init_params() {
     const double range = cfg_.initializer_range;
     const double out_std =
         cfg_.adjust_init_range ? range / std::sqrt(2.0 * cfg_.num_hidden_layers) : range;
     const uint32_t k0 = static_cast<uint32_t>(cfg_.seed), k1 = static_cast<uint32_t>(cfg_.seed >> 32);
-    std::vector<double> host;
+    const size_t es = dtype_size(cfg_.dtype);
     std::vector<char> conv;
     for (int p = 0; p < DST_PARAM_COUNT; ++p) {
         const size_t n = static_cast<size_t>(numel_[p]);
-        host.assign(n, 0.0);
-        double sigma = -1.0;
+        double sigma = -1.0, fill = 0.0;
         if (p == DST_PARAM_ATTN_QKVW || p == DST_PARAM_INTER_W) sigma = range;
         if (p == DST_PARAM_ATTN_OW || p == DST_PARAM_OUTPUT_W) sigma = out_std;
-        if (p == DST_PARAM_ATTN_NW || p == DST_PARAM_NORM_W) host.assign(n, 1.0);
-        if (sigma >= 0.0) {
-            for (size_t e = 0; e < n; ++e) {
-                Philox4 c{{static_cast<uint32_t>(e), static_cast<uint32_t>(static_cast<uint64_t>(e) >> 32),
-                           static_cast<uint32_t>(p), 0x494E4954u}};
-                const Philox4 r = philox4x32_10(c, k0, k1);
+        if (p == DST_PARAM_ATTN_NW || p == DST_PARAM_NORM_W) fill = 1.0;
+        conv.resize(n * es);
+        char *out = conv.data();
+        const uint32_t pid = static_cast<uint32_t>(p);
+        const int64_t blocks = static_cast<int64_t>((n + 1023) / 1024);
+#pragma omp parallel for schedule(static) if (blocks > 64)
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+            double host[1024];
+            const size_t c = static_cast<size_t>(blk) * 1024, m = std::min<size_t>(1024, n - c);
+            for (size_t i = 0; i < m; ++i) {
+                const uint64_t e = c + i;
+                if (sigma < 0.0) {
+                    host[i] = fill;
+                    continue;
+                }
+                Philox4 ctr{{static_cast<uint32_t>(e), static_cast<uint32_t>(e >> 32), pid, 0x494E4954u}};
+                const Philox4 r = philox4x32_10(ctr, k0, k1);
                 const double u1 = (static_cast<double>(r.v[0]) + 0.5) / 4294967296.0;
                 const double u2 = static_cast<double>(r.v[1]) / 4294967296.0;
-                host[e] = sigma * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+                host[i] = sigma * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
             }
+            convert_host(host, DST_DTYPE_FP64, out + c * es, cfg_.dtype, m);
         }
-        conv.resize(n * dtype_size(cfg_.dtype));
-        convert_host(host.data(), DST_DTYPE_FP64, conv.data(), cfg_.dtype, n);
         DST_TRY(backend().copy(param(p), conv.data(), conv.size(), CopyKind::HostToDevice));
     }
     return backend().synchronize();
