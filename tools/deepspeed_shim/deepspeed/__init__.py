@@ -15,7 +15,7 @@ Put its folder (``tools/deepspeed_shim``) first on PYTHONPATH, with ``dstransfor
 ``tools/deepspeed-conformance.py`` does that. Anything else DeepSpeed offers is absent on purpose.
 """
 
-from . import accelerator, comm, ops  # noqa: F401
+from . import accelerator, comm, git_version_info, ops  # noqa: F401
 from .accelerator import get_accelerator  # noqa: F401
 from .comm import init_distributed  # noqa: F401
 from .ops.transformer import DeepSpeedTransformerConfig, DeepSpeedTransformerLayer  # noqa: F401

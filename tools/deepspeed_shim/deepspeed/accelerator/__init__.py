@@ -12,7 +12,7 @@ import os
 
 import torch
 
-__all__ = ["get_accelerator", "DstAccelerator"]
+__all__ = ["get_accelerator", "is_current_accelerator_supported", "DstAccelerator"]
 
 _NAMES = ("cuda", "cpu")
 
@@ -62,6 +62,26 @@ class DstAccelerator:
         else:
             torch.manual_seed(seed)
 
+    def manual_seed_all(self, seed: int) -> None:
+        if self._name == "cuda":
+            torch.cuda.manual_seed_all(seed)
+        else:
+            torch.manual_seed(seed)
+
+    def get_rng_state(self, device_index=None):
+        if self._name == "cuda":
+            return torch.cuda.get_rng_state() if device_index is None else torch.cuda.get_rng_state(device_index)
+        return torch.get_rng_state()
+
+    def set_rng_state(self, new_state, device_index=None) -> None:
+        if self._name == "cuda":
+            if device_index is None:
+                torch.cuda.set_rng_state(new_state)
+            else:
+                torch.cuda.set_rng_state(new_state, device_index)
+        else:
+            torch.set_rng_state(new_state)
+
     @property
     def Event(self):  # noqa: N802 - DeepSpeed's name (a timing event class)
         if self._name != "cuda":
@@ -92,3 +112,8 @@ def get_accelerator() -> DstAccelerator:
         name = os.environ.get("DS_ACCELERATOR") or ("cuda" if torch.cuda.is_available() else "cpu")
         _ACCELERATOR = DstAccelerator(name)
     return _ACCELERATOR
+
+
+def is_current_accelerator_supported() -> bool:
+    """True: both devices this shim names are ones the library runs on."""
+    return get_accelerator()._name in _NAMES

@@ -1,5 +1,5 @@
 """``deepspeed.comm``: the torch.distributed calls that DeepSpeed's test harness (``unit/common.py``) makes
-around each test: initialise a process group, barrier, destroy it. Nothing else of DeepSpeed's
+around each test: initialise a process group, barrier, gather a flag from every rank, destroy it. Nothing else of DeepSpeed's
 communication layer is here."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Optional
 
 import torch.distributed as _dist
 
-__all__ = ["init_distributed", "is_initialized", "get_rank", "get_world_size", "barrier", "destroy_process_group"]
+__all__ = ["init_distributed", "is_initialized", "get_rank", "get_world_size", "barrier", "all_gather_into_tensor",
+           "destroy_process_group"]
 
 
 def init_distributed(dist_backend: Optional[str] = None, init_method: Optional[str] = None, rank: int = -1,
@@ -52,3 +53,7 @@ def barrier() -> None:
 
 def destroy_process_group() -> None:
     _dist.destroy_process_group()
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):
+    return _dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
