@@ -91,7 +91,7 @@ Layer::~Layer() {
 
 // Weights ~ N(0, σ) from the Philox "init" stream keyed by cfg.seed: element e of parameter p uses
 // counter {e_lo, e_hi, p, 'INIT'}; words 0 and 1 feed one Box–Muller draw in double. Computed on
-// the host (OpenMP blocks: each element is a function of its index alone) and copied, so every backend
+// the host (OpenMP blocks on the context's host threads: each element is a function of its index alone) and copied, so every backend
 // starts from bit-identical weights.
 dst_status Layer::init_params() {
     const double range = cfg_.initializer_range;
@@ -110,7 +110,8 @@ dst_status Layer::init_params() {
         char *out = conv.data();
         const uint32_t pid = static_cast<uint32_t>(p);
         const int64_t blocks = static_cast<int64_t>((n + 1023) / 1024);
-#pragma omp parallel for schedule(static) if (blocks > 64)
+        const int nt = backend().num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (blocks > 64)
         for (int64_t blk = 0; blk < blocks; ++blk) {
             double host[1024];
             const size_t c = static_cast<size_t>(blk) * 1024, m = std::min<size_t>(1024, n - c);

@@ -368,7 +368,8 @@ DST_API dst_status dst_memcpy(dst_context *ctx, void *dst, const void *src, size
 #define DST_MAX_NUM_THREADS 1024
 
 /**
- * @brief Sets how many host threads the CPU backend uses for its own loops.
+ * @brief Sets how many host threads the context uses for its own loops: the CPU backend's ops, and on
+ * every backend the draw of a new layer's initial weights.
  *
  * Results do not depend on the count (every reduction has a fixed order). The GEMMs run on the BLAS
  * library's own threads, which OpenBLAS takes from `OPENBLAS_NUM_THREADS` for the whole process.

@@ -16,10 +16,13 @@
 #include "backend/cuda/cublaslt_util.h"
 #include "backend/cuda/cuda_check.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
+
+#include <omp.h>
 
 #include "core/error.h"
 #include "kernels/bias.cuh"
@@ -85,6 +88,11 @@ dst_status make_cuda_backend(int device, Backend **out) {
     DST_TRY(CudaBackend::create(device, &be));
     *out = be;
     return DST_OK;
+}
+
+// The default follows OpenMP (OMP_NUM_THREADS), as on the CPU backend.
+int CudaBackend::num_threads() const {
+    return threads_ > 0 ? threads_ : std::min(omp_get_max_threads(), DST_MAX_NUM_THREADS);
 }
 
 CudaBackend::~CudaBackend() {

@@ -41,7 +41,7 @@ public:
     dst_status copy(void *dst, const void *src, size_t bytes, CopyKind kind) override;
     dst_status synchronize() override;
     void set_num_threads(int threads) override { threads_ = threads > 0 ? threads : 0; }
-    int num_threads() const override { return threads_ > 0 ? threads_ : 1; }
+    int num_threads() const override;  // host threads of the library's own host loops (initial weights)
 
     dst_status linear_fwd(dst_dtype dt, const void *x, const void *w, const void *b, void *y, int64_t n,
                           int64_t k, int64_t m, const dst_gelu *gelu, void *pre_act) override;

@@ -348,7 +348,8 @@ extern "C" {
     ) -> dst_status;
 }
 extern "C" {
-    #[doc = " @brief Sets how many host threads the CPU backend uses for its own loops."]
+    #[doc = " @brief Sets how many host threads the context uses for its own loops: the CPU backend's ops, and on"]
+    #[doc = " every backend the draw of a new layer's initial weights."]
     #[doc = ""]
     #[doc = " Results do not depend on the count (every reduction has a fixed order). The GEMMs run on the BLAS"]
     #[doc = " library's own threads, which OpenBLAS takes from `OPENBLAS_NUM_THREADS` for the whole process."]
