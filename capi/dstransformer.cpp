@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -91,15 +92,13 @@ dst_status check_mask(const char *fn, const dst_mask *m, const dst::Layer &L, in
         if (t.ndim != 1 || t.shape[0] != B)
             return set_error(DST_ERR_INVALID_ARGUMENT, "%s: key-length mask->tensor must have shape [B] = [%lld]",
                              fn, (long long)B);
-        std::vector<int32_t> len(static_cast<size_t>(B));
-        dst_status s = L.backend().copy(len.data(), t.data, len.size() * sizeof(int32_t),
-                                        dst::CopyKind::DeviceToHost);
-        if (s != DST_OK) return s;
-        for (int64_t b = 0; b < B; ++b)
-            if (len[b] < 1 || len[b] > S)
-                return set_error(DST_ERR_INVALID_ARGUMENT,
-                                 "%s: key-length mask value %d at batch %lld is outside 1..S (S = %lld)", fn,
-                                 (int)len[b], (long long)b, (long long)S);
+        // Values 1..S. The CPU backend checks them now; the CUDA backend on the device, without waiting
+        // (a bad value is reported by a later call: dst_layer_forward's documentation).
+        char what[96], detail[64];
+        std::snprintf(what, sizeof what, "%s: key-length mask", fn);
+        std::snprintf(detail, sizeof detail, " (S = %lld)", (long long)S);
+        DST_TRY(L.backend().check_range_deferred(static_cast<const int32_t *>(t.data), B, 1,
+                                                 static_cast<int32_t>(S), what, detail));
     } else {
         return set_error(DST_ERR_INVALID_ARGUMENT,
                          "%s: mask->kind is %d, expected DST_MASK_NONE, DST_MASK_ADDITIVE or DST_MASK_KEY_LENGTHS", fn,
@@ -299,7 +298,10 @@ dst_status dst_context_get_stream(const dst_context *ctx, void **stream) {
 dst_status dst_context_synchronize(dst_context *ctx) {
     static const char fn[] = "dst_context_synchronize";
     DST_REQUIRE(fn, ctx);
-    return guarded(fn, [&] { return ctx->impl->backend->synchronize(); });
+    return guarded(fn, [&] {
+        DST_TRY(ctx->impl->backend->synchronize());
+        return ctx->impl->backend->take_deferred_error(fn);
+    });
 }
 
 dst_status dst_context_set_workspace(dst_context *ctx, void *data, size_t bytes) {
@@ -689,6 +691,8 @@ dst_status dst_layer_forward(dst_layer *layer, dst_saved *saved, const dst_tenso
     return guarded(fn, [&]() -> dst_status {
         DST_REQUIRE(fn, layer);
         dst::Layer &L = *layer->impl;
+        DST_TRY(L.backend().take_deferred_error(fn));
+        DST_TRY(L.check_capture(fn, false));
         DST_TRY(check_activation(fn, "input", input, L, 0, 0));
         const int64_t B = input->shape[0], S = input->shape[1];
         DST_TRY(check_activation(fn, "output", output, L, B, S));
@@ -710,6 +714,8 @@ dst_status dst_layer_backward(dst_layer *layer, dst_saved *saved, const dst_tens
     return guarded(fn, [&]() -> dst_status {
         DST_REQUIRE(fn, layer);
         dst::Layer &L = *layer->impl;
+        DST_TRY(L.backend().take_deferred_error(fn));
+        DST_TRY(L.check_capture(fn, true));
         if (saved && !saved->impl->layer)
             return set_error(DST_ERR_STATE, "%s: saved outlived its layer", fn);
         dst::Saved *sv = nullptr;

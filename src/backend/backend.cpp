@@ -1,6 +1,8 @@
 // Defaults shared by every backend, and the device count of builds without CUDA.
 #include "backend/backend.h"
 
+#include <vector>
+
 #include "core/error.h"  // defines: set_error
 
 namespace dst {
@@ -8,6 +10,28 @@ namespace dst {
 dst_status Backend::set_stream(void *stream) {
     if (stream)
         return set_error(DST_ERR_INVALID_ARGUMENT, "stream is not NULL, but this backend has no streams");
+    return DST_OK;
+}
+
+// The immediate form of the deferred checks: the values are read now (a copy, which on a device
+// backend waits for it) and a failure is returned by this call.
+dst_status Backend::check_range_deferred(const int32_t *v, int64_t count, int32_t lo, int32_t hi, const char *what,
+                                         const char *detail) {
+    if (count <= 0) return DST_OK;
+    std::vector<int32_t> host(static_cast<size_t>(count));
+    DST_TRY(copy(host.data(), v, host.size() * sizeof(int32_t), CopyKind::DeviceToHost));
+    for (int64_t i = 0; i < count; ++i)
+        if (host[i] < lo || host[i] > hi)
+            return set_error(DST_ERR_INVALID_ARGUMENT, "%s value %d at index %lld is outside %d..%d%s", what,
+                             (int)host[i], (long long)i, (int)lo, (int)hi, detail);
+    return DST_OK;
+}
+
+dst_status Backend::check_nonzero_deferred(dst_dtype dt, const void *x, int64_t count, const char *what,
+                                           const char *detail) {
+    bool ok = true;
+    DST_TRY(all_nonzero(dt, x, count, &ok));
+    if (!ok) return set_error(DST_ERR_INVALID_ARGUMENT, "%s has a zero element%s", what, detail);
     return DST_OK;
 }
 

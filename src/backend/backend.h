@@ -123,6 +123,25 @@ public:
     // The CPU backend has no streams and accepts only NULL.
     virtual dst_status set_stream(void *stream);
     virtual void *stream() const { return nullptr; }
+    // Whether the stream is capturing a CUDA graph (false on backends without streams).
+    virtual bool capturing() const { return false; }
+
+    // ---- checks that do not wait for the device ---------------------------------------------------
+    // Values in the backend's memory checked without the host waiting for them: lo <= v[i] <= hi
+    // (check_range_deferred) or x[i] != 0 (check_nonzero_deferred, floating dtypes). `what` names the
+    // call and the argument ("dst_layer_forward: key-length mask"); `detail` ends the message (may be
+    // empty). This default, the CPU backend's, checks at once and returns the failure. The CUDA backend
+    // queues a kernel and returns DST_OK; the failure is then returned, once, by take_deferred_error()
+    // of a later call, the first one that starts after the device has run the check.
+    virtual dst_status check_range_deferred(const int32_t *v, int64_t count, int32_t lo, int32_t hi,
+                                            const char *what, const char *detail);
+    virtual dst_status check_nonzero_deferred(dst_dtype dt, const void *x, int64_t count, const char *what,
+                                              const char *detail);
+    // DST_OK, or the failure of a deferred check that the device has finished (message from `fn`).
+    virtual dst_status take_deferred_error(const char *fn) {
+        (void)fn;
+        return DST_OK;
+    }
     // Device scratch the ops described by `n` need (0: none; the CPU backend needs none).
     virtual size_t scratch_bytes(const ScratchNeeds &n) const {
         (void)n;

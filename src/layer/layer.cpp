@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -361,6 +362,18 @@ dst_status Layer::forward_post_ln(const Plan &p, char *sv, char *ws, const void 
     return DST_OK;
 }
 
+dst_status Layer::check_capture(const char *fn, bool backward) const {
+    const bool dropout = cfg_.attn_dropout_ratio > 0.0f || cfg_.hidden_dropout_ratio > 0.0f;
+    if (!dropout || (!backward && !training_) || !ctx_->backend->capturing()) return DST_OK;
+    return set_error(DST_ERR_UNSUPPORTED,
+                     "%s: the context's stream is capturing a CUDA graph and this %s uses dropout (attention "
+                     "%g, hidden %g), whose RNG offsets are fixed when the call is made: every replay would "
+                     "repeat the same masks. Capture inference (dst_layer_set_training 0) or layers without "
+                     "dropout, or run training calls eagerly",
+                     fn, backward ? "backward" : "training forward", (double)cfg_.attn_dropout_ratio,
+                     (double)cfg_.hidden_dropout_ratio);
+}
+
 // ---- backward -----------------------------------------------------------------------------------
 
 dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumulate) {
@@ -369,15 +382,14 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
     be.set_stochastic(cfg_.stochastic_mode != 0);
     be.set_allow_tf32(cfg_.allow_tf32 != 0);
     if (cfg_.normalize_invertible) {
-        // x̂ = (y − β)/γ needs every γ non-zero; check before anything is written.
+        // x̂ = (y − β)/γ needs every γ non-zero: checked before anything is written (the CPU backend),
+        // or on the device without waiting (CUDA: a zero is reported by a later call).
         for (int gp : {DST_PARAM_ATTN_NW, DST_PARAM_NORM_W}) {
-            bool ok = false;
-            DST_TRY(be.all_nonzero(cfg_.dtype, param(gp), dims_.H, &ok));
-            if (!ok)
-                return set_error(DST_ERR_INVALID_ARGUMENT,
-                                 "dst_layer_backward: parameter %s has a zero element; normalize_invertible "
-                                 "recovers the LayerNorm input as (y - beta)/gamma and needs every gamma non-zero",
-                                 param_name(gp));
+            char what[64];
+            std::snprintf(what, sizeof what, "dst_layer_backward: parameter %s", param_name(gp));
+            DST_TRY(be.check_nonzero_deferred(cfg_.dtype, param(gp), dims_.H, what,
+                                              "; normalize_invertible recovers the LayerNorm input as "
+                                              "(y - beta)/gamma and needs every gamma non-zero"));
         }
     }
     char *ws = nullptr;

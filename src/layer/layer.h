@@ -74,6 +74,9 @@ public:
     void delete_saved(Saved *s);
 
     // The dataflow. Arguments were validated by the C API: x, y are [B, S, H] in the layer dtype.
+    // DST_ERR_UNSUPPORTED when the backend's stream is capturing a CUDA graph and the call would use
+    // dropout: its RNG offsets are taken on the host per call, so a replay would repeat the masks.
+    dst_status check_capture(const char *fn, bool backward) const;
     dst_status forward(Saved *saved, const void *x, int64_t B, int64_t S, const MaskArg &mask, void *y);
     dst_status backward(Saved *saved, const void *dy, void *dx, bool accumulate);
 

@@ -41,6 +41,9 @@ public:
     void download(HostTensor &h) const {
         EXPECT_EQ(dst_memcpy(ctx_, h.data(), view_.data, h.nbytes(), DST_COPY_CONTEXT_TO_HOST), DST_OK);
     }
+    void upload(const HostTensor &h) {
+        EXPECT_EQ(dst_memcpy(ctx_, view_.data, h.data(), h.nbytes(), DST_COPY_HOST_TO_CONTEXT), DST_OK);
+    }
     dst_tensor *view() { return &view_; }
 
 private:
@@ -435,10 +438,95 @@ TEST(CudaLayerErrors, CapacityStreamAndOutOfMemory) {
     works();
 }
 
-// A stream the call cannot run on: one capturing a CUDA graph. The key-length check copies the lengths
-// to the host and waits, which capture forbids, so the call fails with the CUDA call in the message,
-// before anything is written; once the capture has ended the layer works on the context's own stream.
-TEST(CudaLayerErrors, CapturingStreamFailsCleanly) {
+// Forward and backward never wait for the device, so they can be captured in a CUDA graph: a 2-layer
+// stack's inference forward, and its training forward + backward without dropout, captured once and
+// replayed twice, give the bytes the same calls give eagerly (the default backward is deterministic).
+// The key-length check is captured too.
+TEST(CudaLayerGraphs, CaptureAndReplayMatchEagerCalls) {
+    SKIP_WITHOUT_GPU();
+    const int64_t B = 3, S = 40, H = 64;
+    const Case c{true, 0, false, DST_MASK_KEY_LENGTHS, DST_DTYPE_FP16, {int(B), int(S), int(H), 4, 128}};
+    Ctx ctx = make_cuda_ctx();
+    Layer l0 = make_layer(ctx.get(), config_of(c, DST_DTYPE_FP16));
+    Layer l1 = make_layer(ctx.get(), config_of(c, DST_DTYPE_FP16));
+    ASSERT_TRUE(l0 && l1);
+    randomize_params(l0.get(), 11);
+    randomize_params(l1.get(), 12);
+    HostTensor x = HostTensor::from_doubles(DST_DTYPE_FP16, {B, S, H}, Rng(13).normals(B * S * H));
+    HostTensor g = HostTensor::from_doubles(DST_DTYPE_FP16, {B, S, H}, Rng(14).normals(B * S * H));
+    HostTensor lens(DST_DTYPE_INT32, {B}), zero(DST_DTYPE_FP16, {B, S, H});
+    lens.set(0, 40);
+    lens.set(1, 17);
+    lens.set(2, 1);
+    DevTensor dx(ctx.get(), x), dg(ctx.get(), g), dlen(ctx.get(), lens), dh(ctx.get(), zero), dy(ctx.get(), zero),
+        dgh(ctx.get(), zero), dgx(ctx.get(), zero);
+    dst_mask m = mask_none();
+    m.kind = DST_MASK_KEY_LENGTHS;
+    m.tensor = *dlen.view();
+    auto stack = [&](bool train) {
+        dst_status s = dst_layer_forward(l0.get(), nullptr, dx.view(), &m, dh.view());
+        if (s == DST_OK) s = dst_layer_forward(l1.get(), nullptr, dh.view(), &m, dy.view());
+        if (train && s == DST_OK) s = dst_layer_backward(l1.get(), nullptr, dg.view(), dgh.view(), DST_GRAD_WRITE);
+        if (train && s == DST_OK) s = dst_layer_backward(l0.get(), nullptr, dgh.view(), dgx.view(), DST_GRAD_WRITE);
+        return s;
+    };
+    auto outputs = [&](bool train) {
+        std::vector<unsigned char> all;
+        HostTensor t(DST_DTYPE_FP16, {B, S, H});
+        for (DevTensor *d : {&dy, &dgx}) {
+            if (d == &dgx && !train) break;
+            d->download(t);
+            const auto b = t.bytes();
+            all.insert(all.end(), b.begin(), b.end());
+        }
+        if (train)
+            for (dst_layer *l : {l0.get(), l1.get()}) {
+                size_t n = 0;
+                void *p = nullptr;
+                EXPECT_EQ(dst_layer_arena_bytes(l, &n), DST_OK);
+                EXPECT_EQ(dst_layer_grad_arena(l, &p), DST_OK);
+                std::vector<unsigned char> b(n);
+                EXPECT_EQ(dst_memcpy(ctx.get(), b.data(), p, n, DST_COPY_CONTEXT_TO_HOST), DST_OK);
+                all.insert(all.end(), b.begin(), b.end());
+            }
+        return all;
+    };
+    cudaStream_t st;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    DST_ASSERT_OK(dst_context_set_stream(ctx.get(), st));
+    for (int train = 0; train < 2; ++train) {
+        SCOPED_TRACE(train ? "training forward + backward" : "inference forward");
+        for (dst_layer *l : {l0.get(), l1.get()}) DST_ASSERT_OK(dst_layer_set_training(l, train));
+        DST_ASSERT_OK(stack(train != 0));  // eager: also sizes the workspace and the saved activations
+        DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
+        const auto eager = outputs(train != 0);
+        ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        const dst_status captured = stack(train != 0);
+        cudaGraph_t graph = nullptr;
+        ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+        ASSERT_EQ(captured, DST_OK) << dst_last_error();
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        for (int replay = 0; replay < 2; ++replay) {
+            dy.upload(zero);
+            dgx.upload(zero);
+            for (dst_layer *l : {l0.get(), l1.get()}) DST_ASSERT_OK(dst_layer_zero_grads(l));
+            DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
+            ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+            DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
+            EXPECT_TRUE(outputs(train != 0) == eager) << "replay " << replay << " differs from the eager calls";
+        }
+        ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+        ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    }
+    DST_EXPECT_OK(dst_context_set_stream(ctx.get(), nullptr));
+    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
+}
+
+// Training calls with dropout take their RNG offsets on the host, so a captured replay would repeat the
+// masks: on a capturing stream they fail with DST_ERR_UNSUPPORTED before anything is queued or written
+// (the capture stays valid and empty); inference of the same layer captures; eager calls work after.
+TEST(CudaLayerGraphs, DropoutTrainingOnACapturingStreamIsRefused) {
     SKIP_WITHOUT_GPU();
     const Case c{false, 0, true, DST_MASK_KEY_LENGTHS, DST_DTYPE_FP32, {2, 16, 64, 4, 128}};
     Ctx ctx = make_cuda_ctx();
@@ -455,26 +543,98 @@ TEST(CudaLayerErrors, CapturingStreamFailsCleanly) {
     m.kind = DST_MASK_KEY_LENGTHS;
     m.tensor = *dlen.view();
     auto forward = [&] { return dst_layer_forward(layer.get(), nullptr, dx.view(), &m, dy.view()); };
+    DST_ASSERT_OK(forward());  // a saved forward for the backward below
+    DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
+    dy.upload(y);
     cudaStream_t st;
     ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
     DST_ASSERT_OK(dst_context_set_stream(ctx.get(), st));
     ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    EXPECT_NE(forward(), DST_OK);
-    EXPECT_NE(std::string(dst_last_error()).find("cuda"), std::string::npos) << dst_last_error();
+    EXPECT_EQ(forward(), DST_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(dst_last_error()).find("capturing"), std::string::npos) << dst_last_error();
+    EXPECT_EQ(dst_layer_backward(layer.get(), nullptr, dy.view(), dx.view(), DST_GRAD_WRITE), DST_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(dst_last_error()).find("dropout"), std::string::npos) << dst_last_error();
     cudaGraph_t graph = nullptr;
-    (void)cudaStreamEndCapture(st, &graph);  // invalidated by the failed call
-    if (graph) (void)cudaGraphDestroy(graph);
-    (void)cudaGetLastError();
-    DST_EXPECT_OK(dst_context_set_stream(ctx.get(), nullptr));
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "the refused calls invalidated the capture";
+    size_t nodes = 99;
+    ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+    EXPECT_EQ(nodes, 0u) << "a refused call queued work";
+    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
     HostTensor after(DST_DTYPE_FP32, {2, 16, 64});
     dy.download(after);
-    EXPECT_TRUE(after.same_bytes(y.bytes())) << "the failed call wrote to y";
+    EXPECT_TRUE(after.same_bytes(y.bytes())) << "a refused call wrote to y";
+    // Inference uses no dropout: it captures.
+    DST_ASSERT_OK(dst_layer_set_training(layer.get(), 0));
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const dst_status inf = forward();
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+    EXPECT_EQ(inf, DST_OK) << dst_last_error();
+    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    DST_ASSERT_OK(dst_layer_set_training(layer.get(), 1));
+    DST_EXPECT_OK(dst_context_set_stream(ctx.get(), nullptr));
     DST_EXPECT_OK(forward());
     DST_EXPECT_OK(dst_layer_backward(layer.get(), nullptr, dy.view(), dx.view(), DST_GRAD_WRITE));
     DST_EXPECT_OK(dst_context_synchronize(ctx.get()));
     dy.download(after);
     for (int64_t i = 0; i < 2 * 16 * 64; ++i) ASSERT_TRUE(std::isfinite(after.get(i))) << i;
     ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
+}
+
+// On CUDA, key lengths and (normalize_invertible) LayerNorm γ are checked on the device without waiting:
+// the call with a bad value returns DST_OK, writes only finite values (the kernels clamp lengths to
+// 0..S), and the failure comes back once, with the value and its index, from a later call:
+// dst_context_synchronize, or the next forward/backward (which then does nothing).
+TEST(CudaLayerErrors, DeviceChecksAreReportedByALaterCall) {
+    SKIP_WITHOUT_GPU();
+    const int64_t B = 2, S = 16, H = 64;
+    const Case c{false, 2, false, DST_MASK_KEY_LENGTHS, DST_DTYPE_FP32, {int(B), int(S), int(H), 4, 128}};
+    Ctx ctx = make_cuda_ctx();
+    Layer layer = make_layer(ctx.get(), config_of(c, DST_DTYPE_FP32));
+    ASSERT_TRUE(layer);
+    randomize_params(layer.get(), 7);
+    HostTensor x = HostTensor::from_doubles(DST_DTYPE_FP32, {B, S, H}, Rng(8).normals(B * S * H));
+    HostTensor y(DST_DTYPE_FP32, {B, S, H}), lens(DST_DTYPE_INT32, {B}), good(DST_DTYPE_INT32, {B});
+    lens.set(0, 16);
+    lens.set(1, 17);
+    good.set(0, 16);
+    good.set(1, 3);
+    DevTensor dx(ctx.get(), x), dy(ctx.get(), y), dlen(ctx.get(), lens), dgood(ctx.get(), good);
+    dst_mask bad = mask_none(), ok = mask_none();
+    bad.kind = ok.kind = DST_MASK_KEY_LENGTHS;
+    bad.tensor = *dlen.view();
+    ok.tensor = *dgood.view();
+    DST_EXPECT_OK(dst_layer_forward(layer.get(), nullptr, dx.view(), &bad, dy.view()));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "key-length mask value 17 at index 1",
+                 dst_context_synchronize(ctx.get()));
+    HostTensor after(DST_DTYPE_FP32, {B, S, H});
+    dy.download(after);
+    for (int64_t i = 0; i < B * S * H; ++i) ASSERT_TRUE(std::isfinite(after.get(i))) << i;
+    EXPECT_EQ(dst_context_synchronize(ctx.get()), DST_OK) << "the failure was reported twice: " << dst_last_error();
+    // Reported by the next forward instead: it fails before writing anything.
+    DST_EXPECT_OK(dst_layer_forward(layer.get(), nullptr, dx.view(), &bad, dy.view()));
+    EXPECT_EQ(dst_context_synchronize(ctx.get()), DST_ERR_INVALID_ARGUMENT);
+    DST_EXPECT_OK(dst_layer_forward(layer.get(), nullptr, dx.view(), &bad, dy.view()));
+    // (no synchronisation: the next call reports once the device has run the check)
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    HostTensor sent(DST_DTYPE_FP32, {B, S, H});
+    sent.poison();
+    dy.upload(sent);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "key-length mask", dst_layer_forward(layer.get(), nullptr, dx.view(), &ok,
+                                                                                   dy.view()));
+    DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
+    dy.download(after);
+    EXPECT_TRUE(after.same_bytes(sent.bytes())) << "the forward that reported the failure wrote to y";
+    DST_EXPECT_OK(dst_layer_forward(layer.get(), nullptr, dx.view(), &ok, dy.view()));
+    DST_EXPECT_OK(dst_context_synchronize(ctx.get()));
+    // A zero γ under normalize_invertible (switch bit 1): backward runs, a later call reports it.
+    std::vector<double> gamma(static_cast<size_t>(H), 1.0);
+    gamma[5] = 0.0;
+    set_param(layer.get(), "norm_w", gamma);
+    DST_ASSERT_OK(dst_layer_forward(layer.get(), nullptr, dx.view(), &ok, dy.view()));
+    DST_EXPECT_OK(dst_layer_backward(layer.get(), nullptr, dy.view(), dx.view(), DST_GRAD_WRITE));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "norm_w has a zero element", dst_context_synchronize(ctx.get()));
+    DST_EXPECT_OK(dst_context_synchronize(ctx.get()));
 }
 
 // The standalone LayerNorm of the C API on device memory, against the CPU backend in FP64 on the same

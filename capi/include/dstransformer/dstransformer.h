@@ -289,8 +289,12 @@ DST_API dst_status dst_context_get_stream(const dst_context *ctx, void **stream)
 
 /**
  * @brief Waits until all work the context queued has finished.
+ *
+ * Then reports a failed device-side argument check of an earlier call, if any (see dst_layer_forward()).
  * @param ctx The context.
- * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_BACKEND when the device reports an error.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL, or for a device-side check of an earlier call that
+ *         failed (the message names that call, the argument, the value and its index; reported once);
+ *         ::DST_ERR_BACKEND when the device reports an error.
  * Thread safety: as for the context. @since v0.1
  */
 DST_API dst_status dst_context_synchronize(dst_context *ctx);
@@ -787,11 +791,26 @@ DST_API dst_status dst_saved_bytes(const dst_saved *saved, size_t *bytes);
  * @param input [B, S, H] in the layer dtype; 1 ≤ S ≤ max_seq_len and B·S ≤ max_batch_tokens.
  * @param mask The attention mask, or NULL for none.
  * @param output [B, S, H] in the layer dtype; may not overlap `input`.
- * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mask kind/shape/values);
- *         ::DST_ERR_CAPACITY; ::DST_ERR_STATE (training, and the context's RNG offset is exhausted: see
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mask kind/shape/values, or a failed
+ *         device-side check of an earlier call); ::DST_ERR_UNSUPPORTED (training with dropout on a
+ *         capturing stream); ::DST_ERR_CAPACITY; ::DST_ERR_STATE (training, and the context's RNG offset is exhausted: see
  *         dst_context_set_rng_state()); ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation
  *         happens before the first write, so on failure `output` and `saved` are unchanged — except
  *         after ::DST_ERR_BACKEND, a device or library failure in the middle of the computation.
+ *
+ * Device-side checks: forward and backward never wait for the device. On a CUDA context the values
+ * of a key-length mask (1..S) and, in backward with normalize_invertible, the LayerNorm γ (non-zero)
+ * are checked by a kernel queued with the call; the call returns ::DST_OK and a failure is returned
+ * once, as ::DST_ERR_INVALID_ARGUMENT naming the call, the argument, the value and its index, by the
+ * first dst_layer_forward() or dst_layer_backward() on the context that starts after the device ran
+ * the check (before it does anything), or by dst_context_synchronize(). The failing call's outputs are
+ * then not meaningful, but nothing outside them is written (the kernels clamp lengths to 0..S). The
+ * CPU backend checks these values before the call writes anything and returns the failure itself.
+ *
+ * CUDA graphs: the calls can be captured on a stream set with dst_context_set_stream() once an eager
+ * call of the same shapes has sized the workspace and `saved`. A training forward or a backward of a
+ * layer with dropout is refused on a capturing stream (::DST_ERR_UNSUPPORTED, nothing queued): its RNG
+ * offsets are fixed when the call is made, so every replay would repeat the same masks.
  * Ownership: all tensors stay the caller's; `input` and `mask` are copied as needed, so they may be
  * reused after the return. Thread safety: as for the layer. @since v0.1
  */
@@ -809,7 +828,9 @@ DST_API dst_status dst_layer_forward(dst_layer *layer, dst_saved *saved, const d
  * @param grad_input dL/dX, [B, S, H] in the layer dtype; may not overlap `grad_output`.
  * @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE.
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mode; a zero LayerNorm γ with
- *         normalize_invertible); ::DST_ERR_STATE (no matching training forward);
+ *         normalize_invertible, on CUDA reported by a later call: see dst_layer_forward(); a failed
+ *         device-side check of an earlier call); ::DST_ERR_UNSUPPORTED (dropout on a capturing stream);
+ *         ::DST_ERR_STATE (no matching training forward);
  *         ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation happens before the
  *         first write, so on failure `grad_input` and the gradient arena are unchanged — except after
  *         ::DST_ERR_BACKEND, a device or library failure in the middle of the computation.

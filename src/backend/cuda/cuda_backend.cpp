@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_check.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -26,6 +27,7 @@
 
 #include "core/error.h"
 #include "kernels/bias.cuh"
+#include "kernels/checks.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
@@ -77,6 +79,10 @@ dst_status CudaBackend::create(int device, CudaBackend **out) {
     be->stream_ = be->own_stream_;
     DST_CUBLASLT_CHECK(cublasLtCreate(&be->lt_));
     DST_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&be->flag_), sizeof(int)));
+    DST_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&be->check_host_), sizeof(cuda::DeferredCheck),
+                                 cudaHostAllocMapped | cudaHostAllocPortable));
+    std::memset(be->check_host_, 0, sizeof(cuda::DeferredCheck));
+    DST_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void **>(&be->check_dev_), be->check_host_, 0));
     *out = be.release();
     return DST_OK;
 }
@@ -101,10 +107,81 @@ CudaBackend::~CudaBackend() {
         if (stream_) (void)cudaStreamSynchronize(stream_);
         if (own_ws_) (void)cudaFree(own_ws_);
         if (flag_) (void)cudaFree(flag_);
+        if (check_host_) (void)cudaFreeHost(check_host_);
         if (lt_) (void)cublasLtDestroy(lt_);
         if (own_stream_) (void)cudaStreamDestroy(own_stream_);
     }
     (void)cudaGetLastError();
+}
+
+bool CudaBackend::capturing() const {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &st) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return st == cudaStreamCaptureStatusActive;
+}
+
+// ---- deferred checks ----------------------------------------------------------------------------
+
+dst_status CudaBackend::note_check(bool range, int32_t lo, int32_t hi, const char *what, const char *detail,
+                                   uint32_t *id) {
+    *id = next_check_++;
+    if (next_check_ == 0) next_check_ = 1;  // 0 never names a check
+    DeferredWhat &w = checks_[*id % kDeferredKept];
+    w.id = *id;
+    w.range = range;
+    w.lo = lo;
+    w.hi = hi;
+    try {
+        w.what = what ? what : "";
+        w.detail = detail ? detail : "";
+    } catch (const std::bad_alloc &) {
+        return set_error(DST_ERR_OUT_OF_MEMORY, "cuda backend: cannot keep the description of a check");
+    }
+    return DST_OK;
+}
+
+dst_status CudaBackend::check_range_deferred(const int32_t *v, int64_t count, int32_t lo, int32_t hi,
+                                             const char *what, const char *detail) {
+    DST_TRY(activate());
+    uint32_t id = 0;
+    DST_TRY(note_check(true, lo, hi, what, detail, &id));
+    DST_CUDA_CHECK(cuda::check_range_deferred(stream_, v, count, lo, hi, check_dev_, id));
+    return DST_OK;
+}
+
+dst_status CudaBackend::check_nonzero_deferred(dst_dtype dt, const void *x, int64_t count, const char *what,
+                                               const char *detail) {
+    DST_TRY(activate());
+    uint32_t id = 0;
+    DST_TRY(note_check(false, 0, 0, what, detail, &id));
+    DST_CUDA_CHECK(cuda::check_nonzero_deferred(stream_, dt, x, count, check_dev_, id));
+    return DST_OK;
+}
+
+// Reads the mapped slot without waiting: a failure the device has recorded is reported once and the
+// slot emptied for the next one. The kernel writes state last, after a system-wide fence.
+dst_status CudaBackend::take_deferred_error(const char *fn) {
+    volatile cuda::DeferredCheck *s = check_host_;
+    if (!s || s->state == 0) return DST_OK;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const uint32_t id = s->id;
+    const long long index = static_cast<long long>(s->index);
+    const double value = s->value;
+    s->state = 0;
+    const DeferredWhat &w = checks_[id % kDeferredKept];
+    static const char tail[] = " (checked on the device after that call had returned, so its results are not "
+                               "meaningful)";
+    if (w.id != id)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: an earlier call's argument check #%u failed at index %lld%s",
+                         fn, (unsigned)id, index, tail);
+    if (w.range)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: an earlier call, %s value %.17g at index %lld is outside %d..%d%s%s",
+                         fn, w.what.c_str(), value, index, (int)w.lo, (int)w.hi, w.detail.c_str(), tail);
+    return set_error(DST_ERR_INVALID_ARGUMENT, "%s: an earlier call, %s has a zero element (index %lld)%s%s", fn,
+                     w.what.c_str(), index, w.detail.c_str(), tail);
 }
 
 dst_status CudaBackend::activate() const {

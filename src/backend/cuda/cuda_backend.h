@@ -2,8 +2,11 @@
 // GEMMs. One backend object owns, for one device: a stream (its own non-blocking stream, or one the
 // caller substitutes), a cuBLASLt handle and a workspace (grown on demand, or caller-owned).
 // Every op is enqueued on the stream and returns without waiting, except copies to or from host
-// memory (memcpy semantics, also for pinned buffers) and all_nonzero, which synchronize the stream. Internal header; the C API creates the backend through
-// make_cuda_backend() and exposes the extra methods below.
+// memory (memcpy semantics, also for pinned buffers), all_nonzero and check_indices, which synchronize
+// the stream. Checks of values in device memory that forward and backward need (key lengths, LayerNorm
+// γ) are deferred: a kernel records a failure in mapped host memory and a later call reports it.
+// Internal header; the C API creates the backend through make_cuda_backend() and exposes the extra
+// methods below.
 #ifndef DST_BACKEND_CUDA_CUDA_BACKEND_H
 #define DST_BACKEND_CUDA_CUDA_BACKEND_H
 
@@ -11,7 +14,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -19,7 +24,8 @@
 namespace dst {
 
 namespace cuda {
-struct AttentionArgs;  // kernels/attention_args.h
+struct AttentionArgs;   // kernels/attention_args.h
+struct DeferredCheck;   // kernels/checks.cuh
 }  // namespace cuda
 
 // The cuBLASLt workspace every GEMM is offered (cuBLAS's recommendation for Hopper).
@@ -42,6 +48,12 @@ public:
     dst_status synchronize() override;
     void set_num_threads(int threads) override { threads_ = threads > 0 ? threads : 0; }
     int num_threads() const override;  // host threads of the library's own host loops (initial weights)
+    dst_status check_range_deferred(const int32_t *v, int64_t count, int32_t lo, int32_t hi, const char *what,
+                                    const char *detail) override;
+    dst_status check_nonzero_deferred(dst_dtype dt, const void *x, int64_t count, const char *what,
+                                      const char *detail) override;
+    dst_status take_deferred_error(const char *fn) override;
+    bool capturing() const override;
 
     dst_status linear_fwd(dst_dtype dt, const void *x, const void *w, const void *b, void *y, int64_t n,
                           int64_t k, int64_t m, const dst_gelu *gelu, void *pre_act) override;
@@ -164,6 +176,20 @@ private:
     void *user_ws_ = nullptr;
     size_t user_ws_bytes_ = 0;
     int *flag_ = nullptr;  // device int for all_nonzero
+    // The deferred checks' failure slot (pinned host memory, mapped: check_dev_ is its device address)
+    // and the descriptions of the last kDeferredKept checks, by id.
+    static constexpr uint32_t kDeferredKept = 64;
+    struct DeferredWhat {
+        uint32_t id = 0;
+        bool range = false;
+        int32_t lo = 0, hi = 0;
+        std::string what, detail;
+    };
+    cuda::DeferredCheck *check_host_ = nullptr;
+    cuda::DeferredCheck *check_dev_ = nullptr;
+    std::array<DeferredWhat, kDeferredKept> checks_;
+    uint32_t next_check_ = 1;
+    dst_status note_check(bool range, int32_t lo, int32_t hi, const char *what, const char *detail, uint32_t *id);
     bool stochastic_ = false;
     // cuBLASLt heuristic results of the GEMMs, by problem (same problem: same algorithm).
     struct LtAlgoEntry {
