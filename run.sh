@@ -13,7 +13,7 @@ ROOT=$(pwd)
 JOBS=$(nproc)
 PACKAGES=(build-essential cmake ninja-build pkgconf ccache libopenblas-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev python3-numpy python3-pytest python3-dev python3-venv python3-pip
-          python3-setuptools python3-wheel doxygen libhdf5-dev libutf8proc-dev
+          python3-setuptools python3-wheel python3-torch doxygen libhdf5-dev libutf8proc-dev
           swig default-jdk-headless junit5 bindgen clang libclang-rt-14-dev libomp-14-dev)
 # The Rust tests need cargo: the machine's own (rustup) when present, else Debian's.
 command -v cargo >/dev/null 2>&1 || PACKAGES+=(cargo)

@@ -7,7 +7,8 @@
 #    DST_GPU_BUILD_DIR (default /tmp/dst-gpu-build, shared with tools/gpu-check.sh, same options);
 # 2. compiles the carried SWIG wrapper against the Python there (tools/build-python-gpu.sh);
 # 3. runs the whole pytest suite of bindings/python/tests: the CPU tests, and the torch tests on CUDA
-#    (TransformerLayer vs plain PyTorch in fp32/fp16/bf16, the 4-layer AdamW run) and on the CPU.
+#    (TransformerLayer vs plain PyTorch in fp32/fp16/bf16, the 4-layer AdamW run) and on the CPU, and
+#    tests/gpu_python/test_engine_gpu.py (dstransformer.initialize on CUDA: fp32, fp16, bf16).
 # Logs go to OUTDIR (default ./python-gpu-out): configure.log, build.log, wrapper.log, pytest.log,
 # pytest.xml, summary.txt. The summary is printed last. Exit status 0 when every step passed.
 # Environment: DST_GPU_BUILD_DIR, DST_GPU_JOBS (16), PYTHON (python3), PYTEST_ARGS (extra pytest args),
@@ -71,6 +72,6 @@ tail -n 2 "$out/wrapper.log"
 # shellcheck disable=SC2086  # PYTEST_ARGS is a list of arguments
 step pytest "$out/pytest.log" env PYTHONPATH="$pkg_dir" PYTHONDONTWRITEBYTECODE=1 \
     "$py" -m pytest -q -p no:cacheprovider -rs --durations=10 --junitxml="$out/pytest.xml" \
-    ${PYTEST_ARGS:-} "$src/bindings/python/tests" || true
+    ${PYTEST_ARGS:-} "$src/bindings/python/tests" "$src/tests/gpu_python/test_engine_gpu.py" || true
 trap - ERR
 finish

@@ -46,12 +46,17 @@
 %apply size_t *OUTPUT { size_t *bytes, size_t *client_state_len, size_t *summary_len };
 %apply uint64_t *OUTPUT { uint64_t *seed, uint64_t *offset };
 %apply int *OUTPUT { dst_backend *backend, dst_param *param };
+%apply int *OUTPUT { int *index, int *boundary };
+%apply float *OUTPUT { float *lr, float *norm };
+%apply size_t *OUTPUT { size_t *tag_len };
 
 /* ---- an array of layer handles (dst_checkpoint_save / dst_checkpoint_load) --------------------- */
 %array_functions(dst_layer *, dst_layer_array);
 
 /* Filled by the library (a static string): read-only, which also avoids SWIG's leaking setter. */
 %immutable dst_param_info::name;
+/* Owned by the optimizer: read-only for the same reason. */
+%immutable dst_optimizer_tensor_info::name;
 
 /* ---- the per-language part ------------------------------------------------------------------- */
 #ifdef SWIGPYTHON
@@ -90,6 +95,38 @@
 %extend dst_param_info {
   /* Extent of dimension i (0 or 1); -1 for an index out of range. */
   int64_t getDim(int i) const { return (i >= 0 && i < 2) ? $self->shape[i] : -1; }
+}
+
+/* ---- the optimizer's and the engine's structs: constructors that fill struct_size (and the
+   defaults where the API has a default() call), so that no language has to know sizeof ------------ */
+%define DST_DEFAULTED_STRUCT(TYPE, DEFAULT)
+%extend TYPE {
+  TYPE() {
+    TYPE *s = (TYPE *)calloc(1, sizeof(TYPE));
+    if (s) DEFAULT(s);
+    return s;
+  }
+  ~TYPE() { free($self); }
+}
+%enddef
+%define DST_SIZED_STRUCT(TYPE)
+%extend TYPE {
+  TYPE() {
+    TYPE *s = (TYPE *)calloc(1, sizeof(TYPE));
+    if (s) s->struct_size = sizeof(TYPE);
+    return s;
+  }
+  ~TYPE() { free($self); }
+}
+%enddef
+DST_DEFAULTED_STRUCT(dst_optimizer_config, dst_optimizer_config_default)
+DST_DEFAULTED_STRUCT(dst_param_group, dst_param_group_default)
+DST_DEFAULTED_STRUCT(dst_engine_load_options, dst_engine_load_options_default)
+DST_SIZED_STRUCT(dst_optimizer_tensor_info)
+DST_SIZED_STRUCT(dst_engine_state)
+%extend dst_optimizer_tensor_info {
+  /* Extent of dimension i (0 <= i < DST_MAX_DIMS); -1 for an index out of range. */
+  int64_t getDim(int i) const { return (i >= 0 && i < DST_MAX_DIMS) ? $self->shape[i] : -1; }
 }
 
 %include "dstransformer/dstransformer.h"

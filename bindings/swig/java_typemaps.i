@@ -138,21 +138,49 @@ static void dstj_throw_status(JNIEnv *jenv, dst_status status) {
 DSTJ_HANDLE_OUT(dst_context)
 DSTJ_HANDLE_OUT(dst_layer)
 DSTJ_HANDLE_OUT(dst_saved)
+DSTJ_HANDLE_OUT(dst_optimizer)
+DSTJ_HANDLE_OUT(dst_engine)
+/* dst_engine_get_optimizer: the engine's optimizer, returned like a created handle. */
+%apply dst_optimizer **out { dst_optimizer **opt };
+/* dst_engine_loss_scale_pointer: the device address of the scale, in a long[1]. */
+%typemap(jni) const float **scale "jlongArray"
+%typemap(jtype) const float **scale "long[]"
+%typemap(jstype) const float **scale "long[]"
+%typemap(javain) const float **scale "$javainput"
+%typemap(in) const float **scale (const float *temp = NULL) {
+  if (!$input || (*jenv)->GetArrayLength(jenv, $input) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException, "scale: expected a long[] of length >= 1");
+    return $null;
+  }
+  $1 = ($1_ltype)&temp;
+}
+%typemap(argout) const float **scale {
+  jlong value$argnum = (jlong)(uintptr_t)temp$argnum;
+  (*jenv)->SetLongArrayRegion(jenv, $input, 0, 1, &value$argnum);
+}
 
 /* ---- 64-bit unsigned values and size_t / uint64_t out-parameters as Java longs -------------------- */
 %apply long long { uint64_t };
 /* Defined under the OUTPUT name too, so that dstransformer.i's %apply picks them up when this file
    is included before it; the named %apply below covers the other order. */
 %apply long long *OUTPUT { size_t *OUTPUT, uint64_t *OUTPUT };
-%apply long long *OUTPUT { size_t *bytes, size_t *client_state_len, size_t *summary_len, uint64_t *seed, uint64_t *offset };
-%apply int *OUTPUT { int *id, int *count, int *threads, dst_backend *backend, dst_param *param };
+%apply long long *OUTPUT { size_t *bytes, size_t *client_state_len, size_t *summary_len, size_t *tag_len,
+                           uint64_t *seed, uint64_t *offset };
+%apply int *OUTPUT { int *id, int *count, int *threads, dst_backend *backend, dst_param *param, int *index,
+                     int *boundary };
+%apply float *OUTPUT { float *lr, float *norm };
 
 /* ---- output character buffers as byte[] (a NUL-terminated string is written) --------------------- */
-%typemap(jni) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size) "jbyteArray"
-%typemap(jtype) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size) "byte[]"
-%typemap(jstype) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size) "byte[]"
-%typemap(javain) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size) "$javainput"
-%typemap(in) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size) {
+%typemap(jni) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size),
+    (char *reason, size_t reason_size), (char *tag, size_t tag_size) "jbyteArray"
+%typemap(jtype) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size),
+    (char *reason, size_t reason_size), (char *tag, size_t tag_size) "byte[]"
+%typemap(jstype) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size),
+    (char *reason, size_t reason_size), (char *tag, size_t tag_size) "byte[]"
+%typemap(javain) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size),
+    (char *reason, size_t reason_size), (char *tag, size_t tag_size) "$javainput"
+%typemap(in) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size),
+    (char *reason, size_t reason_size), (char *tag, size_t tag_size) {
   $1 = NULL;
   $2 = 0;
   if ($input) {
@@ -161,7 +189,8 @@ DSTJ_HANDLE_OUT(dst_saved)
     $2 = (size_t)(*jenv)->GetArrayLength(jenv, $input);
   }
 }
-%typemap(freearg) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size) {
+%typemap(freearg) (char *client_state, size_t client_state_size), (char *summary, size_t summary_size),
+    (char *reason, size_t reason_size), (char *tag, size_t tag_size) {
   if ($1) (*jenv)->ReleaseByteArrayElements(jenv, $input, (jbyte *)$1, 0);
 }
 

@@ -111,6 +111,16 @@ PyObject *dstpy_register_errors(PyObject *table, PyObject *fallback) {
   $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj((void *)temp$argnum, $*1_descriptor, 0));
 }
 
+/* The engine's optimizer (dst_engine_get_optimizer): a handle the engine owns. */
+%apply SWIGTYPE **out { dst_optimizer **opt };
+/* dst_engine_loss_scale_pointer: the device address of the scale, as an int. */
+%typemap(in, numinputs=0) const float **scale (const float *temp = NULL) {
+  $1 = ($1_ltype)&temp;
+}
+%typemap(argout) const float **scale {
+  $result = SWIG_Python_AppendOutput($result, PyLong_FromVoidPtr((void *)temp$argnum));
+}
+
 /* ---- layer arrays ------------------------------------------------------------------------------ */
 %typemap(in) (dst_layer *const *layers, int num_layers) (dst_layer **arr = NULL) {
   PyObject *seq = PySequence_Fast($input, "layers must be a sequence of dst_layer handles");
@@ -167,9 +177,12 @@ PyObject *dstpy_register_errors(PyObject *table, PyObject *fallback) {
 %typemap(freearg) (char *client_state, size_t client_state_size) {
   free(buf$argnum);
 }
-%apply (char *client_state, size_t client_state_size) { (char *summary, size_t summary_size) };
-/* The summary is text: a str up to its NUL. */
-%typemap(argout) (char *summary, size_t summary_size) {
+%apply (char *client_state, size_t client_state_size) { (char *summary, size_t summary_size),
+                                                       (char *reason, size_t reason_size),
+                                                       (char *tag, size_t tag_size) };
+/* The summary, a config's rejection reason and a checkpoint tag are text: a str up to the NUL. */
+%typemap(argout) (char *summary, size_t summary_size), (char *reason, size_t reason_size),
+                 (char *tag, size_t tag_size) {
   PyObject *s;
   if (buf$argnum) {
     s = PyUnicode_DecodeUTF8(buf$argnum, (Py_ssize_t)strnlen(buf$argnum, cap$argnum), "replace");

@@ -189,7 +189,7 @@ GRAD_HOOK_NAMES = (
 
 def _append_grads(grads, layout: "_Layout", grad_flat: torch.Tensor) -> None:
     """Appends ``[gradient, name]`` for each entry of :data:`GRAD_HOOK_NAMES`; the tensors are copies,
-    so that later accumulation into ``flat_params.grad`` does not change them."""
+    so that later accumulation into the parameters' ``.grad`` does not change them."""
     for param, name in GRAD_HOOK_NAMES:
         g = layout.view(grad_flat, param)
         if param in ("attn_qkvw", "attn_qkvb"):
@@ -200,11 +200,12 @@ def _append_grads(grads, layout: "_Layout", grad_flat: torch.Tensor) -> None:
 
 class _TransformerFunction(torch.autograd.Function):
     """One forward/backward of the native layer. Each forward owns one SavedActivations, so several
-    forwards may be in flight; the gradient of the flat parameter is written into a fresh tensor that
-    is bound as the layer's gradient arena."""
+    forwards may be in flight. Backward writes the twelve gradients into one fresh aligned tensor, bound
+    as the layer's gradient arena, and returns twelve views of it: autograd stores them as the
+    parameters' ``.grad`` without a copy (or adds them in place into the ``.grad`` already there)."""
 
     @staticmethod
-    def forward(ctx, x, flat, mask, module, native, training, grads):  # noqa: D401
+    def forward(ctx, x, mask, module, native, training, grads, *params):  # noqa: D401
         B, S, _ = x.shape
         saved = SavedActivations(native) if training else None
         out = torch.empty_like(x)
@@ -235,20 +236,27 @@ class _TransformerFunction(torch.autograd.Function):
         if ctx.grads is not None:
             _append_grads(ctx.grads, ctx.layout, grad_flat)
             ctx.grads = None
-        return dx, grad_flat, None, None, None, None, None
+        param_grads = tuple(ctx.layout.view(grad_flat, n) if need else None
+                            for n, need in zip(PARAM_NAMES, ctx.needs_input_grad[6:]))
+        return (dx, None, None, None, None, None) + param_grads
 
 
 class TransformerLayer(nn.Module):
     """Drop-in for ``DeepSpeedTransformerLayer(config, initial_weights=None, initial_biases=None)``.
 
-    The 12 parameters live in ONE flat ``nn.Parameter`` (:attr:`flat_params`, the layer's arena, in the
-    layer dtype). ``attn_qkvw`` … ``norm_b`` are properties returning views of it (assigning to them copies
-    the values); ``state_dict()`` uses these DeepSpeed names and ``load_state_dict`` accepts them.
+    The 12 parameters are separate ``nn.Parameter``s under DeepSpeed's names (``attn_qkvw``, ``attn_qkvb``,
+    ``attn_ow``, ``attn_ob``, ``attn_nw``, ``attn_nb``, ``inter_w``, ``inter_b``, ``output_w``, ``output_b``,
+    ``norm_w``, ``norm_b``), so ``named_parameters()`` and name-based parameter groups work. Each is a view
+    into ONE aligned arena (:attr:`flat_params`, a plain tensor in the layer dtype) that the native layer
+    binds, and after a backward each ``.grad`` is a view into one gradient arena: nothing is copied.
+    Assigning a tensor to ``layer.attn_qkvw`` copies its values in; ``state_dict()`` uses these names and
+    ``load_state_dict`` accepts them (or a ``flat_params`` entry of older checkpoints).
     ``train()``/``eval()`` switch dropout; as in DeepSpeed, dropout is also off under ``torch.no_grad()``.
     ``forward(hidden_states, attention_mask=None, ...)`` returns a tensor, or a 1-tuple with
     ``config.return_tuple``. CUDA tensors run on ``torch.cuda.current_stream()``; CPU tensors use the
     CPU backend. ``.to()``, ``.cuda()``, ``.half()``, ``.to(torch.bfloat16)`` and ``copy.deepcopy`` work:
-    the native layer follows the flat parameter.
+    the arena moves as one tensor, the parameters stay views into it and the native layer follows it. A
+    parameter whose ``.data`` is replaced by other code is copied back into the arena at the next call.
     """
 
     layer_id = 0  # class-level counter, as DeepSpeedTransformerLayer.layer_id
@@ -282,7 +290,7 @@ class TransformerLayer(nn.Module):
             for a, b in layout.padding_ranges():  # whatever the copy put between parameters
                 flat[a:b].zero_()
             self._attach(native, layout, flat.data_ptr())
-            self.flat_params = nn.Parameter(flat)
+            self._make_params(flat)
         else:
             # The caller gives the weights, so the library's initial ones (drawn on the host when a native
             # layer is created, which takes seconds for large layers) would be thrown away: the native
@@ -290,8 +298,97 @@ class TransformerLayer(nn.Module):
             self._native_config(name, *capacity).validate(dev.type)
             layout = _Layout.planned(config, name)
             self._layout, self._device, self._dtype_name, self._capacity = layout, dev, name, capacity
-            self.flat_params = nn.Parameter(_aligned_empty(layout.numel, dtype, dev, zero=True))
+            self._make_params(_aligned_empty(layout.numel, dtype, dev, zero=True))
             self._load_initial(initial_weights, initial_biases)
+
+    # ---- the twelve parameters: views into one arena ---------------------------------------------------
+    def _make_params(self, flat: torch.Tensor) -> None:
+        object.__setattr__(self, "_arena", flat)
+        for n in PARAM_NAMES:
+            self.register_parameter(n, nn.Parameter(self._layout.view(flat, n)))
+
+    def _params(self):
+        out = []
+        for n in PARAM_NAMES:
+            p = self._parameters.get(n)
+            if p is None:
+                raise RuntimeError(f"TransformerLayer: parameter {n!r} was removed or set to None; the layer "
+                                   "needs all twelve")
+            out.append(p)
+        return out
+
+    def _set_arena(self, flat: torch.Tensor) -> None:
+        """Makes ``flat`` the arena and every parameter a view into it (same Parameter objects, so
+        optimizers built over them keep working)."""
+        object.__setattr__(self, "_arena", flat)
+        for n, p in zip(PARAM_NAMES, self._params()):
+            p.data = self._layout.view(flat, n)
+
+    def _repack(self) -> None:
+        """Checks that the twelve parameters are still views into the arena; a parameter whose ``.data``
+        was replaced (``p.data = ...``) is copied back into a new arena of its dtype and device."""
+        arena = self._arena
+        params = self._params()
+        base, esize = arena.data_ptr(), arena.element_size()
+        intact = True
+        for n, p in zip(PARAM_NAMES, params):
+            off, _, shape = self._layout.entries[n]
+            if (p.dtype != arena.dtype or p.device != arena.device or p.data_ptr() != base + off * esize
+                    or tuple(p.shape) != tuple(shape) or not p.is_contiguous()):
+                intact = False
+                break
+        if intact:
+            return
+        dtype, dev = params[0].dtype, params[0].device
+        for n, p in zip(PARAM_NAMES, params):
+            shape = self._layout.entries[n][2]
+            if p.dtype != dtype or p.device != dev:
+                raise TypeError(f"TransformerLayer: parameter {n} is {p.dtype} on {p.device}, attn_qkvw "
+                                f"{dtype} on {dev}; the twelve parameters share one arena (use the module's "
+                                ".to()/.half(), which moves them together)")
+            if tuple(p.shape) != tuple(shape):
+                raise ValueError(f"TransformerLayer: parameter {n} has shape {tuple(p.shape)}, expected "
+                                 f"{tuple(shape)}")
+        new = _aligned_empty(self._layout.numel, dtype, dev, zero=True)
+        with torch.no_grad():
+            for n, p in zip(PARAM_NAMES, params):
+                self._layout.view(new, n).copy_(p.detach())
+        self._set_arena(new)
+
+    def _apply(self, fn, recurse=True):
+        """``.to()``, ``.cuda()``, ``.half()`` … (everything ``nn.Module._apply`` serves): the arena is
+        converted as one tensor and the parameters (and gradients) become views into the result."""
+        self._repack()
+        params = self._params()
+        grads = [p.grad for p in params]
+        new = fn(self._arena)
+        if new.data_ptr() % _ALIGN or not new.is_contiguous():
+            aligned = _aligned_empty(self._layout.numel, new.dtype, new.device, zero=False)
+            aligned.copy_(new)
+            new = aligned
+        for p in params:
+            p.grad = None
+        self._set_arena(new)
+        if any(g is not None for g in grads):
+            gflat = _aligned_empty(self._layout.numel, new.dtype, new.device, zero=True)
+            with torch.no_grad():
+                for n, p, g in zip(PARAM_NAMES, params, grads):
+                    if g is not None:
+                        view = self._layout.view(gflat, n)
+                        view.copy_(fn(g))
+                        p.grad = view
+        return self
+
+    @property
+    def flat_params(self) -> torch.Tensor:
+        """The parameter arena: one aligned 1-D tensor (layer dtype) that the twelve parameters view.
+
+        A plain tensor, no longer an ``nn.Parameter``: optimise the twelve parameters
+        (``layer.parameters()``); in-place edits of this tensor change them. Kept for code that reads or
+        writes all weights at once; deprecated as a parameter since v0.1 (before, it was the module's
+        only ``nn.Parameter``)."""
+        self._repack()
+        return self._arena
 
     # ---- the native layer ---------------------------------------------------------------------------
     def _native_config(self, dtype_name: str, max_tokens: int, max_seq: int) -> LayerConfig:
@@ -322,8 +419,9 @@ class TransformerLayer(nn.Module):
         self._native_training = None
 
     def _sync_native(self, B: int = 1, S: int = 1) -> Layer:
-        """Makes the native layer match the flat parameter (device, dtype, address) and the call's size."""
-        p = self.flat_params
+        """Makes the native layer match the arena (device, dtype, address) and the call's size."""
+        self._repack()
+        p = self._arena
         dev = p.device
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
@@ -338,22 +436,26 @@ class TransformerLayer(nn.Module):
             old_layout = self._layout
             native = self._make_native(dev, name, need_tokens, need_seq)
             layout = _Layout(native)
-            data = p.data
+            data = p.detach()
             if layout.entries != old_layout.entries or layout.numel != data.numel() or data.data_ptr() % _ALIGN:
                 new = _aligned_empty(layout.numel, p.dtype, dev, zero=True)
-                for n in PARAM_NAMES:
-                    layout.view(new, n).copy_(old_layout.view(data, n))
-                p.data = new
+                with torch.no_grad():
+                    for n in PARAM_NAMES:
+                        layout.view(new, n).copy_(old_layout.view(data, n))
+                self._layout = layout
+                self._set_arena(new)
+                p = new
             self._native = None
             _set_stream(native.context, dev)
             native.bind_param_arena(p.data_ptr(), layout.arena_bytes, copy_current=False)
             self._attach(native, layout, p.data_ptr())
         elif p.data_ptr() != self._bound_ptr:
-            data = p.data
-            if data.data_ptr() % _ALIGN or not data.is_contiguous():
+            if p.data_ptr() % _ALIGN or not p.is_contiguous():
                 new = _aligned_empty(self._layout.numel, p.dtype, dev, zero=False)
-                new.copy_(data)
-                p.data = new
+                with torch.no_grad():
+                    new.copy_(p)
+                self._set_arena(new)
+                p = new
             _set_stream(self._native.context, dev)
             self._native.bind_param_arena(p.data_ptr(), self._layout.arena_bytes, copy_current=False)
             self._bound_ptr = p.data_ptr()
@@ -361,7 +463,8 @@ class TransformerLayer(nn.Module):
 
     @property
     def native(self) -> Layer:
-        """The :class:`dstransformer.Layer` that runs this module (bound to :attr:`flat_params`)."""
+        """The :class:`dstransformer.Layer` that runs this module (bound to the parameter arena,
+        :attr:`flat_params`)."""
         return self._sync_native()
 
     # ---- running ------------------------------------------------------------------------------------
@@ -418,7 +521,7 @@ class TransformerLayer(nn.Module):
     def _backward_into(self, native: Layer, saved: SavedActivations, dy: torch.Tensor,
                        dx: torch.Tensor) -> torch.Tensor:
         B, S, _ = dy.shape
-        p = self.flat_params
+        p = self._arena
         if p.dtype != dy.dtype:
             raise RuntimeError(f"TransformerLayer: parameters changed dtype ({p.dtype}) between forward and "
                                f"backward ({dy.dtype})")
@@ -445,9 +548,9 @@ class TransformerLayer(nn.Module):
         if grads is not None:
             if not callable(getattr(grads, "append", None)):
                 raise TypeError(f"grads must be a list (or have an append method), got {type(grads).__name__}")
-            if not self.flat_params.requires_grad:
-                raise RuntimeError("grads= collects the parameters' gradients, but flat_params does not require "
-                                   "grad (DeepSpeed's hooks fail in the same case)")
+            if not any(q.requires_grad for q in self._params()):
+                raise RuntimeError("grads= collects the parameters' gradients, but none of the layer's parameters "
+                                   "requires grad (DeepSpeed's hooks fail in the same case)")
         x = hidden_states
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"hidden_states must be a torch.Tensor, got {type(x).__name__}")
@@ -456,7 +559,8 @@ class TransformerLayer(nn.Module):
         B, S, H = x.shape
         if H != int(self.config.hidden_size):
             raise ValueError(f"hidden_states: last dimension is {H}, expected hidden_size {self.config.hidden_size}")
-        p = self.flat_params
+        self._repack()
+        p = self._arena
         if x.device != p.device:
             raise ValueError(f"hidden_states is on {x.device}, the layer's parameters on {p.device}")
         if x.dtype != p.dtype:
@@ -468,8 +572,9 @@ class TransformerLayer(nn.Module):
         if self._native_training != training:
             native.train(training)
             self._native_training = training
-        if torch.is_grad_enabled() and (x.requires_grad or p.requires_grad):
-            out = _TransformerFunction.apply(x, p, mask, self, native, training, grads)
+        params = self._params()
+        if torch.is_grad_enabled() and (x.requires_grad or any(q.requires_grad for q in params)):
+            out = _TransformerFunction.apply(x, mask, self, native, training, grads, *params)
         else:
             out = torch.empty_like(x)
             self._run_forward(native, None, x, mask, out)
@@ -477,15 +582,16 @@ class TransformerLayer(nn.Module):
 
     # ---- parameters under DeepSpeed's names ---------------------------------------------------------------
     def param_view(self, name: str) -> torch.Tensor:
-        """A detached view of one parameter inside :attr:`flat_params` (in-place edits reach the layer)."""
+        """A detached view of one parameter inside the arena (in-place edits reach the layer)."""
         if name not in self._layout.entries:
             raise KeyError(f"unknown parameter {name!r}; expected one of {', '.join(PARAM_NAMES)}")
         return self._layout.view(self.flat_params.detach(), name)
 
     def param_grad(self, name: str) -> Optional[torch.Tensor]:
-        """A view of one parameter's gradient inside ``flat_params.grad`` (None before a backward)."""
-        g = self.flat_params.grad
-        return None if g is None else self._layout.view(g, name)
+        """The gradient of one parameter, ``getattr(layer, name).grad`` (None before a backward)."""
+        if name not in self._layout.entries:
+            raise KeyError(f"unknown parameter {name!r}; expected one of {', '.join(PARAM_NAMES)}")
+        return self._params()[PARAM_NAMES.index(name)].grad
 
     def named_views(self) -> Dict[str, torch.Tensor]:
         return {n: self.param_view(n) for n in PARAM_NAMES}
@@ -530,20 +636,22 @@ class TransformerLayer(nn.Module):
             v["norm_w"].fill_(1.0)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        for n in PARAM_NAMES:
-            destination[prefix + n] = self.param_view(n)
+        self._repack()
+        for n, p in zip(PARAM_NAMES, self._params()):
+            destination[prefix + n] = p if keep_vars else p.detach()
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
         flat_key = prefix + "flat_params"
         if flat_key in state_dict and not any(prefix + n in state_dict for n in PARAM_NAMES):
             src = state_dict[flat_key]
-            if src.numel() != self.flat_params.numel():
+            arena = self.flat_params
+            if src.numel() != arena.numel():
                 error_msgs.append(f"size mismatch for {flat_key}: {src.numel()} elements in the checkpoint, "
-                                  f"{self.flat_params.numel()} in the layer")
+                                  f"{arena.numel()} in the layer")
             else:
                 with torch.no_grad():
-                    self.flat_params.copy_(src.reshape(-1))
+                    arena.copy_(src.reshape(-1))
         else:
             for n in PARAM_NAMES:
                 key = prefix + n
@@ -577,14 +685,29 @@ class TransformerLayer(nn.Module):
         return self
 
     def __deepcopy__(self, memo):
+        self._repack()
         cls = type(self)
         new = cls.__new__(cls)
         memo[id(self)] = new
-        skip = {"_native", "_last_grad_buf", "_bound_ptr"}
+        skip = {"_native", "_last_grad_buf", "_bound_ptr", "_parameters", "_arena"}
         for k, v in self.__dict__.items():
             if k in skip:
                 continue
             object.__setattr__(new, k, copy.deepcopy(v, memo))
+        # The copy gets its own arena, and parameters that view it (deep-copying each Parameter would
+        # give twelve unrelated tensors). Gradients are not copied, as torch does not copy them.
+        arena = self._arena.detach().clone()
+        if arena.data_ptr() % _ALIGN:
+            aligned = _aligned_empty(arena.numel(), arena.dtype, arena.device, zero=False)
+            aligned.copy_(arena)
+            arena = aligned
+        object.__setattr__(new, "_arena", arena)
+        params = type(self._parameters)()
+        for n, p in self._parameters.items():
+            q = nn.Parameter(new._layout.view(arena, n), requires_grad=p.requires_grad)
+            memo[id(p)] = q
+            params[n] = q
+        object.__setattr__(new, "_parameters", params)
         object.__setattr__(new, "_native", None)
         object.__setattr__(new, "_last_grad_buf", None)
         object.__setattr__(new, "_bound_ptr", None)
@@ -606,19 +729,6 @@ class TransformerLayer(nn.Module):
                 f"intermediate_size={self._layout.entries['inter_b'][1]}, dtype={self._dtype_name}, "
                 f"{'pre' if c.pre_layer_norm else 'post'}_layer_norm, device={self._device}")
 
-
-def _named_property(name: str) -> property:
-    def getter(self: TransformerLayer) -> torch.Tensor:
-        return self.param_view(name)
-
-    getter.__doc__ = (f"``{name}``: a detached view of this parameter inside ``flat_params`` (assigning a tensor "
-                      "copies it in).")
-    return property(getter)
-
-
-for _name in PARAM_NAMES:
-    setattr(TransformerLayer, _name, _named_property(_name))
-del _name
 
 #: DeepSpeed's names, for code that does ``from dstransformer.torch import DeepSpeedTransformerLayer``.
 DeepSpeedTransformerConfig = TransformerConfig

@@ -76,16 +76,26 @@ class RefLayer(nn.Module):
         return r + f if self.pre_ln else self.norm(h2 + f)
 
 
+def flat_grad(layer):
+    """The twelve gradients of a TransformerLayer, concatenated in DeepSpeed's order."""
+    return torch.cat([p.grad.reshape(-1) for p in layer.parameters()]).clone()
+
+
+def clear_grads(module):
+    for p in module.parameters():
+        p.grad = None
+
+
 def rel(a, b):
     a, b = a.detach().double(), b.detach().double()
     n = b.norm().item()
     return (a - b).norm().item() / (n if n > 0 else 1.0)
 
 
-def make_config(dtype, **kw):
+def make_config(torch_dtype, **kw):
     base = dict(batch_size=4, max_seq_length=40, hidden_size=64, intermediate_size=96, heads=4,
                 attn_dropout_ratio=0.0, hidden_dropout_ratio=0.0, num_hidden_layers=2, initializer_range=0.05,
-                seed=7, pre_layer_norm=True, dtype=NAMES[dtype])
+                seed=7, pre_layer_norm=True, dtype=NAMES[torch_dtype])
     base.update(kw)
     return TransformerConfig(**base)
 
@@ -193,7 +203,21 @@ def test_layer_id_state_dict_and_initial_weights():
     sd = a.state_dict()
     assert list(sd) == list(dst.PARAM_NAMES)
     assert sd["attn_qkvw"].shape == (192, 64) and sd["inter_w"].shape == (96, 64)
-    assert [n for n, _ in a.named_parameters()] == ["flat_params"]
+    # the twelve DeepSpeed parameters, each an nn.Parameter viewing the one arena the native layer binds
+    named = dict(a.named_parameters())
+    assert list(named) == list(dst.PARAM_NAMES)
+    arena = a.flat_params
+    assert not isinstance(arena, nn.Parameter)
+    for name, p in named.items():
+        off, n, shape = a._layout.entries[name]
+        assert tuple(p.shape) == tuple(shape) and p.is_leaf and p.requires_grad, name
+        assert p.data_ptr() == arena.data_ptr() + off * arena.element_size(), name
+    assert a.native.param_arena_ptr == arena.data_ptr()
+    # the BERT script's no-decay grouping finds the biases and LayerNorm parameters by name
+    no_decay = ["bias", "LayerNorm.bias", "LayerNorm.weight", "attn_nw", "attn_nb", "norm_w", "norm_b",
+                "attn_qkvb", "attn_ob", "inter_b", "output_b"]
+    decay = [n for n, _ in nn.Sequential(a).named_parameters() if not any(nd in n for nd in no_decay)]
+    assert decay == ["0.attn_qkvw", "0.attn_ow", "0.inter_w", "0.output_w"]
     b.load_state_dict(sd)
     assert all(torch.equal(b.state_dict()[k], sd[k]) for k in sd)
     with pytest.raises(RuntimeError, match="Unexpected"):
@@ -247,22 +271,29 @@ def test_several_forwards_in_flight_and_deepcopy():
     xb = torch.randn(3, 8, 64, dtype=torch.float64, requires_grad=True)
     ya, yb = layer(xa), layer(xb)
     yb.square().sum().backward()
-    gb = layer.flat_params.grad.clone()
-    layer.flat_params.grad = None
+    gb = flat_grad(layer)
+    clear_grads(layer)
     ya.sum().backward()
-    ga = layer.flat_params.grad.clone()
+    ga = flat_grad(layer)
     # one at a time gives the same
-    layer.flat_params.grad = None
+    clear_grads(layer)
     layer(xb.detach()).square().sum().backward()
-    assert torch.allclose(layer.flat_params.grad, gb, rtol=1e-12, atol=1e-14)
-    # deepcopy: an independent layer with the same values
+    assert torch.allclose(flat_grad(layer), gb, rtol=1e-12, atol=1e-14)
+    # a second backward adds into the same gradient tensors, in place
+    ptrs = [p.grad.data_ptr() for p in layer.parameters()]
+    layer(xb.detach()).square().sum().backward()
+    assert [p.grad.data_ptr() for p in layer.parameters()] == ptrs
+    assert torch.allclose(flat_grad(layer), 2 * gb, rtol=1e-12, atol=1e-14)
+    # deepcopy: an independent layer with the same values, its parameters views into its own arena
     twin = copy.deepcopy(layer)
     assert twin.flat_params.data_ptr() != layer.flat_params.data_ptr()
-    twin.flat_params.grad = None
+    assert twin.attn_ow.data_ptr() - twin.flat_params.data_ptr() == \
+        layer.attn_ow.data_ptr() - layer.flat_params.data_ptr()
+    assert all(p.grad is None for p in twin.parameters())
     ya2 = twin(xa.detach())
     assert torch.equal(ya2, ya.detach())
     ya2.sum().backward()
-    assert torch.allclose(twin.flat_params.grad, ga, rtol=1e-12, atol=1e-14)
+    assert torch.allclose(flat_grad(twin), ga, rtol=1e-12, atol=1e-14)
     with torch.no_grad():
         twin.flat_params.add_(1.0)
     assert not torch.equal(twin(xa.detach()), layer(xa.detach()))
@@ -283,14 +314,25 @@ def test_dtype_conversion_capacity_growth_and_alignment():
     y64 = layer(x.double())  # the native layer follows: fp64, repacked and 256-byte aligned
     assert layer.flat_params.data_ptr() % 256 == 0 and layer.native.dtype == "fp64"
     assert rel(y32, y64) < 1e-5
-    # a misaligned replacement of the parameter data is realigned before use
-    p = layer.flat_params
-    raw = torch.zeros(p.numel() + 1, dtype=p.dtype)
-    raw[1:].copy_(p.data)
-    p.data = raw[1:]
-    assert p.data_ptr() % 256 != 0
+    for name, p in layer.named_parameters():  # still views into the converted arena
+        assert p.dtype == torch.float64
+        assert p.data_ptr() == layer.flat_params.data_ptr() + layer._layout.entries[name][0] * 8, name
+    # a misaligned replacement of the arena is realigned before use
+    arena = layer.flat_params
+    raw = torch.zeros(arena.numel() + 1, dtype=arena.dtype)
+    raw[1:].copy_(arena)
+    layer._set_arena(raw[1:])
+    assert layer.flat_params.data_ptr() % 256 != 0
     assert torch.equal(layer(x.double()), y64)
     assert layer.flat_params.data_ptr() % 256 == 0
+    # a parameter whose .data other code replaced is copied back into the arena at the next call
+    q = layer.inter_w
+    q.data = q.data.clone() * 0.5
+    assert q.data_ptr() != layer.flat_params.data_ptr() + layer._layout.entries["inter_w"][0] * 8
+    y_half = layer(x.double())
+    assert not torch.equal(y_half, y64)
+    assert q.data_ptr() == layer.flat_params.data_ptr() + layer._layout.entries["inter_w"][0] * 8
+    assert torch.equal(torch.as_tensor(layer.native.param("inter_w")), q.detach())
 
 
 def build_stacks(device, n_layers=4, pre_ln=True):
@@ -521,8 +563,8 @@ def test_grads_hook_is_per_call_and_checks_its_argument():
 
     with pytest.raises(TypeError, match="grads must be a list"):
         layer(x, grads=(1, 2))
-    layer.flat_params.requires_grad_(False)
-    with pytest.raises(RuntimeError, match="does not require grad"):
+    layer.requires_grad_(False)
+    with pytest.raises(RuntimeError, match="requires grad"):
         layer(x, grads=[])
 
 

@@ -31,6 +31,7 @@
 mod checkpoint;
 mod config;
 mod context;
+mod engine;
 mod error;
 mod layer;
 mod layernorm;
@@ -44,6 +45,7 @@ pub use checkpoint::{
 };
 pub use config::{LayerConfig, LayerConfigBuilder};
 pub use context::{cuda_device_count, Context, DeviceBuffer};
+pub use engine::{validate_engine_config, Engine, EngineState, ParamGroup};
 pub use error::{Error, Result, Status};
 pub use layer::{Layer, Mask, ParamInfo, Saved};
 pub use layernorm::{layernorm_backward, layernorm_forward};

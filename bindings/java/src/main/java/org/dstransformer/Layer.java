@@ -112,6 +112,11 @@ public final class Layer implements AutoCloseable {
         this.dtype = actual.getDtype();
     }
 
+    /** Whether the layer was closed; called with its context's monitor held (by {@link Engine}). */
+    boolean isClosedLocked() {
+        return state.destroyed();
+    }
+
     /** The native handle, for calls of the raw layer ({@code org.dstransformer.internal}). */
     public SWIGTYPE_p_dst_layer handle() {
         return state.handle;
