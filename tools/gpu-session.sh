@@ -40,13 +40,13 @@ tests)
     step gpu-check 420 "$out/gpu-check.log" bash tools/gpu-check.sh full "$tmp/check"
     cp "$tmp/check/ctest.log" "$out/ctest.log" 2>/dev/null
     cat "$tmp/check/sanitizer.log" "$tmp/check/racecheck.log" >"$out/sanitizer.log" 2>/dev/null
-    step python 90 "$out/python.log" bash tools/run-python-gpu.sh "$tmp/py"
+    step python 120 "$out/python.log" bash tools/run-python-gpu.sh "$tmp/py"
     cp "$tmp/py/pytest.log" "$out/pytest.log" 2>/dev/null
     # The main demo on the GPU (AUTO picks CUDA), built against the library of step 1.
     step demo 20 "$out/demo.log" bash -c "cc -std=c99 -O2 examples/demo/dst_demo.c -Icapi/include \
         -L'$DST_GPU_BUILD_DIR' -ldstransformer -lm -o '$tmp/dst_demo' && \
         LD_LIBRARY_PATH='$DST_GPU_BUILD_DIR' '$tmp/dst_demo'"
-    step hf-interop 60 "$out/hf_interop.log" env DST_LIB="$lib" DST_BACKEND=cuda PYTHONUNBUFFERED=1 \
+    step hf-interop 45 "$out/hf_interop.log" env DST_LIB="$lib" DST_BACKEND=cuda PYTHONUNBUFFERED=1 \
         python3 -m pytest -p no:cacheprovider -q -s -rs tests/gpu_python/test_hf_interop.py
     ;;
 bench)
