@@ -563,8 +563,10 @@ TEST(CudaLayerGraphs, DropoutTrainingOnACapturingStreamIsRefused) {
     HostTensor after(DST_DTYPE_FP32, {2, 16, 64});
     dy.download(after);
     EXPECT_TRUE(after.same_bytes(y.bytes())) << "a refused call wrote to y";
-    // Inference uses no dropout: it captures.
+    // Inference uses no dropout: it captures, once an eager inference call has sized the workspace.
     DST_ASSERT_OK(dst_layer_set_training(layer.get(), 0));
+    DST_ASSERT_OK(forward());
+    DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
     ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     const dst_status inf = forward();
     ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);

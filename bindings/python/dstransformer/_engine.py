@@ -178,10 +178,13 @@ class DeepSpeedEngine(nn.Module):
 
     def _choose_device(self, model: nn.Module) -> torch.device:
         """DeepSpeed's ``cuda:LOCAL_RANK`` when torch and the library can both use CUDA; else the CPU
-        (the library's CPU backend)."""
+        (the library's CPU backend). As in DeepSpeed, ``DS_ACCELERATOR=cpu`` keeps a CPU model on the
+        CPU on a machine with a GPU."""
         first = next(iter(model.parameters()), None)
         if first is not None and first.device.type == "cuda":
             return first.device if first.device.index is not None else torch.device("cuda", 0)
+        if os.environ.get("DS_ACCELERATOR", "").lower() == "cpu":
+            return torch.device("cpu")
         if _cuda_usable() is None:
             torch.cuda.set_device(self.local_rank)
             return torch.device("cuda", self.local_rank)
@@ -336,7 +339,7 @@ class DeepSpeedEngine(nn.Module):
             ptr = int(_native.dst_engine_loss_scale_pointer(self._handle))
             if self.device.type == "cuda":
                 holder = type("_ScaleMemory", (), {"__cuda_array_interface__": {
-                    "shape": (1,), "typestr": "<f4", "data": (ptr, True), "version": 2}})()
+                    "shape": (1,), "typestr": "<f4", "data": (ptr, False), "version": 2}})()
                 self._scale_view = torch.as_tensor(holder, device=self.device)
             else:
                 import ctypes

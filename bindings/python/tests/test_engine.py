@@ -41,6 +41,7 @@ class TinyEncoder(nn.Module):
         self.norm = nn.LayerNorm(H)
         self.bias = nn.Parameter(torch.zeros(vocab))
         nn.init.normal_(self.embed.weight, std=0.1)
+        self.to(device)
 
     def forward(self, batch):
         ids, labels = batch
@@ -49,6 +50,13 @@ class TinyEncoder(nn.Module):
             h = layer(h)
         logits = self.norm(h) @ self.embed.weight.t() + self.bias
         return nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+@pytest.fixture(autouse=True)
+def _cpu_accelerator(monkeypatch):
+    """The tests of this file are the CPU backend's (tests/gpu_python/test_engine_gpu.py runs the scenarios on
+    CUDA): on a machine with a GPU, DeepSpeed's rule would move their models there."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
 
 
 def batches(n, device, vocab=40, seed=11):

@@ -235,6 +235,11 @@ dst_status CudaBackend::workspace(size_t bytes, void **ptr) {
         return DST_OK;
     }
     if (bytes > own_ws_bytes_) {
+        if (capturing())
+            return set_error(DST_ERR_STATE,
+                             "cuda backend: the workspace must grow to %zu bytes while the stream is capturing a CUDA "
+                             "graph, where allocating is not allowed: make the same call once before capturing, or "
+                             "give the context a workspace (dst_context_set_workspace)", bytes);
         // Work queued earlier may still read the old buffer.
         DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
         if (own_ws_) DST_CUDA_CHECK(cudaFree(own_ws_));
@@ -260,6 +265,11 @@ dst_status CudaBackend::alloc(size_t bytes, void **ptr) {
     *ptr = nullptr;
     if (bytes == 0) return DST_OK;
     DST_TRY(activate());
+    if (capturing())  // cudaMalloc would invalidate the caller's capture
+        return set_error(DST_ERR_STATE,
+                         "cuda backend: %zu bytes of device memory are needed while the stream is capturing a CUDA "
+                         "graph, where allocating is not allowed: make the same call once before capturing (it "
+                         "allocates what later calls reuse)", bytes);
     if (cudaMalloc(ptr, bytes) != cudaSuccess) {
         (void)cudaGetLastError();
         *ptr = nullptr;
