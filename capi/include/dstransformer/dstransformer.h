@@ -1223,6 +1223,71 @@ DST_API dst_status dst_checkpoint_load(dst_layer *const *layers, int num_layers,
                                        size_t client_state_size, size_t *client_state_len);
 
 /**
+ * @brief A tensor that dst_checkpoint_save_model() writes and dst_checkpoint_load_model() reads under
+ * its own name, next to the layers: a model's embeddings, heads and final LayerNorm.
+ */
+typedef struct dst_named_tensor {
+    const char *name;    /**< Its name in the file (UTF-8, 1 to 1024 bytes, unique in the file), e.g.
+                              "bert.embeddings.word_embeddings.weight". */
+    dst_tensor tensor;   /**< The tensor (fp32, fp16, bf16, fp64 or int32) in the memory space of the context:
+                              read by a save, written by a load. */
+    int32_t required;    /**< Load: 1 the file must hold it; 0 a tensor the file lacks keeps its values.
+                              Ignored by a save. */
+} dst_named_tensor;
+
+/**
+ * @brief Writes a model — a stack of layers and further named tensors — to one safetensors file.
+ *
+ * As dst_checkpoint_save() (same options, layer names, metadata and atomic write), plus every tensor of
+ * `tensors` under its name, converted to `options->save_dtype` when that is set (int32 tensors are kept).
+ * With ::DST_LAYOUT_HF_BERT and the prefix "bert.encoder." and Hugging Face's names for the other
+ * tensors, the file is a Hugging Face BERT checkpoint (what `dst-pretrain` exports).
+ * @param ctx The context of the layers and tensors; the RNG state stored is its.
+ * @param layers Array of `num_layers` layers of `ctx`, or NULL when `num_layers` is 0.
+ * @param num_layers Number of layers, ≥ 0.
+ * @param tensors Array of `num_tensors` named tensors, or NULL when `num_tensors` is 0.
+ * @param num_tensors Number of named tensors, ≥ 0; `num_layers` + `num_tensors` ≥ 1.
+ * @param path Destination file.
+ * @param options Options, or NULL for the defaults.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (as dst_checkpoint_save(); also a layer of another context,
+ *         a NULL, empty, non-UTF-8 or repeated name — a layer tensor's name included — or a bad view);
+ *         ::DST_ERR_IO (the old file is left as it was); ::DST_ERR_BACKEND.
+ * Ownership: nothing is retained. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_checkpoint_save_model(dst_context *ctx, dst_layer *const *layers, int num_layers,
+                                             const dst_named_tensor *tensors, int num_tensors, const char *path,
+                                             const dst_checkpoint_options *options);
+
+/**
+ * @brief Reads a model — a stack of layers and further named tensors — from one safetensors file.
+ *
+ * As dst_checkpoint_load() for the layers (layout, prefix detection, dtype conversion, client state,
+ * RNG state of `ctx`), plus every tensor of `tensors` by name: its shape must match exactly, and a file
+ * tensor of another floating dtype is converted (int32 tensors must be int32). Every tensor is read and
+ * checked before anything changes. Tensors of the file that nothing asks for are ignored.
+ * @param ctx The context of the layers and tensors.
+ * @param layers Array of `num_layers` layers of `ctx`, or NULL when `num_layers` is 0.
+ * @param num_layers Number of layers, ≥ 0.
+ * @param tensors Array of `num_tensors` named tensors (their memory receives the values), or NULL.
+ * @param num_tensors Number of named tensors, ≥ 0; `num_layers` + `num_tensors` ≥ 1.
+ * @param[out] found Receives, for each named tensor, 1 when the file held it and 0 otherwise; or NULL.
+ * @param path Source file.
+ * @param options Options, or NULL for the defaults (`include_grads` applies to the layers only).
+ * @param client_state Buffer for the stored client state, or NULL (as for dst_checkpoint_load()).
+ * @param client_state_size Size of that buffer in bytes.
+ * @param[out] client_state_len Receives the full length of the stored client state, or NULL.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (as for the save); ::DST_ERR_IO; ::DST_ERR_FORMAT (malformed
+ *         file; a layer tensor or a required named tensor missing; a tensor of another shape or of a dtype
+ *         that cannot be converted — the message names it). On failure nothing is changed: no layer, no
+ *         tensor, no RNG state, not `found`.
+ * Ownership: nothing is retained. Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_checkpoint_load_model(dst_context *ctx, dst_layer *const *layers, int num_layers,
+                                             const dst_named_tensor *tensors, int num_tensors, int32_t *found,
+                                             const char *path, const dst_checkpoint_options *options,
+                                             char *client_state, size_t client_state_size, size_t *client_state_len);
+
+/**
  * @brief Converts a checkpoint file between weight layouts without creating layers.
  *
  * Hugging Face → DeepSpeed fuses query/key/value into `attn_qkvw`/`attn_qkvb` (rows Q, K, V);
