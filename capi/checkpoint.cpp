@@ -169,12 +169,12 @@ dst_status model_layers_load(const char *fn, dst_context *ctx, dst_layer *const 
 
 // The named tensors of a model call: names (UTF-8, 1..1024 bytes) and views (float or int32, 1..4 dims).
 dst_status named_tensors_load(const char *fn, const dst_named_tensor *tensors, int num_tensors, int num_layers,
-                              std::vector<dst::NamedTensor> *out) {
+                              bool saving, std::vector<dst::NamedTensor> *out) {
     if (num_tensors < 0)
         return set_error(DST_ERR_INVALID_ARGUMENT, "%s: num_tensors is %d, expected >= 0", fn, num_tensors);
     if (num_tensors > 0 && !tensors) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: tensors is NULL", fn);
-    if (num_layers + num_tensors < 1)
-        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: num_layers and num_tensors are 0: nothing to save or load", fn);
+    if (saving && num_layers + num_tensors < 1)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: num_layers and num_tensors are 0: nothing to save", fn);
     for (int i = 0; i < num_tensors; ++i) {
         const dst_named_tensor &t = tensors[i];
         if (!t.name) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: tensors[%d].name is NULL", fn, i);
@@ -238,10 +238,10 @@ struct ModelArgs {
 
 dst_status model_args(const char *fn, dst_context *ctx, dst_layer *const *layers, int num_layers,
                       const dst_named_tensor *tensors, int num_tensors, const char *path,
-                      const dst_checkpoint_options *options, ModelArgs *out) {
+                      const dst_checkpoint_options *options, bool saving, ModelArgs *out) {
     if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
     DST_TRY(model_layers_load(fn, ctx, layers, num_layers, &out->layers));
-    DST_TRY(named_tensors_load(fn, tensors, num_tensors, num_layers, &out->tensors));
+    DST_TRY(named_tensors_load(fn, tensors, num_tensors, num_layers, saving, &out->tensors));
     DST_TRY(path_check(fn, "path", path));
     return options_load(fn, options, &out->options);
 }
@@ -254,7 +254,7 @@ dst_status dst_checkpoint_save_model(dst_context *ctx, dst_layer *const *layers,
     static const char fn[] = "dst_checkpoint_save_model";
     return guarded(fn, [&]() -> dst_status {
         ModelArgs a;
-        DST_TRY(model_args(fn, ctx, layers, num_layers, tensors, num_tensors, path, options, &a));
+        DST_TRY(model_args(fn, ctx, layers, num_layers, tensors, num_tensors, path, options, true, &a));
         return dst::checkpoint_save_model(fn, *ctx->impl, a.layers.data(), num_layers, a.tensors, path, a.options);
     });
 }
@@ -266,7 +266,7 @@ dst_status dst_checkpoint_load_model(dst_context *ctx, dst_layer *const *layers,
     static const char fn[] = "dst_checkpoint_load_model";
     return guarded(fn, [&]() -> dst_status {
         ModelArgs a;
-        DST_TRY(model_args(fn, ctx, layers, num_layers, tensors, num_tensors, path, options, &a));
+        DST_TRY(model_args(fn, ctx, layers, num_layers, tensors, num_tensors, path, options, false, &a));
         DST_TRY(disjoint(fn, a.tensors));
         return dst::checkpoint_load_model(fn, *ctx->impl, a.layers.data(), num_layers, a.tensors, found, path,
                                           a.options, client_state, client_state_size, client_state_len);

@@ -773,6 +773,22 @@ TEST_F(Checkpoint, ModelFilesHoldLayersAndNamedTensors) {
         EXPECT_EQ(dst[i].mem, src[i].mem) << dst[i].name;
     }
     EXPECT_EQ(std::string(client), "{\"epoch\": 2}");
+    // Nothing but the client state (what a program stored there before it builds the model), the RNG
+    // state left alone without restore_rng.
+    dst_checkpoint_options peek;
+    dst_checkpoint_options_default(&peek);
+    peek.restore_rng = 0;
+    ASSERT_DST_OK(dst_context_set_rng_state(b.ctx.get(), 1, 2));
+    std::memset(client, 0, sizeof client);
+    size_t len = 0;
+    ASSERT_DST_OK(dst_checkpoint_load_model(b.ctx.get(), nullptr, 0, nullptr, 0, nullptr, f.c_str(), &peek, client,
+                                            sizeof client, &len));
+    EXPECT_EQ(std::string(client), "{\"epoch\": 2}");
+    EXPECT_EQ(len, 12u);
+    uint64_t rs = 0, ro = 0;
+    ASSERT_DST_OK(dst_context_get_rng_state(b.ctx.get(), &rs, &ro));
+    EXPECT_EQ(rs, 1u);
+    EXPECT_EQ(ro, 2u);
 
     // Saved as fp16: float tensors converted, int32 kept; loading into fp32 converts back.
     o.save_dtype = DST_DTYPE_FP16;

@@ -1269,7 +1269,9 @@ DST_API dst_status dst_checkpoint_save_model(dst_context *ctx, dst_layer *const 
  * @param layers Array of `num_layers` layers of `ctx`, or NULL when `num_layers` is 0.
  * @param num_layers Number of layers, ≥ 0.
  * @param tensors Array of `num_tensors` named tensors (their memory receives the values), or NULL.
- * @param num_tensors Number of named tensors, ≥ 0; `num_layers` + `num_tensors` ≥ 1.
+ * @param num_tensors Number of named tensors, ≥ 0. With no layers and no tensors the call reads the client
+ *        state (and the RNG state, with `restore_rng`) only: how a program finds the configuration it
+ *        stored there before it creates the model.
  * @param[out] found Receives, for each named tensor, 1 when the file held it and 0 otherwise; or NULL.
  * @param path Source file.
  * @param options Options, or NULL for the defaults (`include_grads` applies to the layers only).
