@@ -254,7 +254,9 @@ dst_status checkpoint_save_model(const char *fn, Context &ctx, Layer *const *lay
     }
 
     std::map<std::string, std::string> md;
-    md["format"] = kCheckpointFormat;
+    // Hugging Face's loaders refuse a safetensors file whose "format" is not a framework name
+    // (transformers: "pt", "tf", "flax", "mlx"), so a file in their layout says "pt".
+    md["format"] = lay == DST_LAYOUT_HF_BERT ? kHfFormat : kCheckpointFormat;
     md["version"] = dst_version_string();
     md["num_layers"] = std::to_string(num_layers);
     md["layout"] = layout::layout_name(lay);
@@ -627,6 +629,7 @@ dst_status checkpoint_convert(const char *fn, const char *in_path, dst_weight_la
     std::map<std::string, std::string> md = h.metadata;
     md["layout"] = layout::layout_name(out_layout);
     md["prefix"] = pout;
+    if (out_layout == DST_LAYOUT_HF_BERT) md["format"] = kHfFormat;  // see checkpoint_save_model
     DST_TRY(st::write_file(fn, out_path, all, md));
 
     if (summary && summary_size > 0) {

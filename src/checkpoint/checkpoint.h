@@ -27,6 +27,8 @@ struct NamedTensor {
 
 // Metadata keys written by checkpoint_save (see docs/checkpoints.md).
 constexpr char kCheckpointFormat[] = "dstransformer-checkpoint-1";
+// The "format" of files in the Hugging Face layout: the framework name Hugging Face's loaders require.
+constexpr char kHfFormat[] = "pt";
 
 dst_status checkpoint_save(const char *fn, Layer *const *layers, int num_layers, const char *path,
                            const dst_checkpoint_options &options);

@@ -638,6 +638,7 @@ TEST_F(Checkpoint, HfSaveLoadAndConvertAreBitExact) {
     const StRead r = st_read(hf);
     EXPECT_EQ(r.names().size(), 2u * 2u * 16u);
     EXPECT_EQ(r.meta("layout"), "hf_bert");
+    EXPECT_EQ(r.meta("format"), "pt") << "transformers refuses any other format";
     const int64_t H = 16;
     for (int i = 0; i < 2; ++i) {
         const std::string base = "bert.encoder.layer." + std::to_string(i) + ".";
@@ -679,6 +680,7 @@ TEST_F(Checkpoint, HfSaveLoadAndConvertAreBitExact) {
     const StRead rh = st_read(hf2);
     for (const std::string &n : r.names()) EXPECT_EQ(rh.tensor(n), r.tensor(n)) << n;  // same as save() wrote
     EXPECT_EQ(rh.meta("layout"), "hf_bert");
+    EXPECT_EQ(rh.meta("format"), "pt");
     ASSERT_DST_OK(dst_checkpoint_convert(hf2.c_str(), DST_LAYOUT_HF_BERT, nullptr, ds2.c_str(), DST_LAYOUT_DEEPSPEED,
                                          "", summary, sizeof summary));
     EXPECT_TRUE(contains(summary, "prefix \"bert.encoder.\" (detected)")) << summary;
