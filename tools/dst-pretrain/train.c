@@ -432,6 +432,7 @@ int dstp_train(const dstp_train_options *o) {
     int32_t seq = 0, max_pred = 0;
     double t_start, t_print, t_wait = 0.0, last_step_loss = 0.0, first_loss = 0.0, last_loss = 0.0;
     double first_acc = 0.0, last_acc = 0.0;
+    int64_t last_from = 0;
     float lr = 0.0f, grad_scale = 1.0f;
     int have_eval = 0, stopped_early = 0, interrupted = 0, boundary = 0, saved_at_end = 0, evaluated_at = -1;
     size_t train_units = 0, eval_units = 0;
@@ -762,8 +763,6 @@ int dstp_train(const dstp_train_options *o) {
                     now_s() - t_start);
             if (metrics) fflush(metrics);
             if (first_step_seen < 0) first_step_seen = step, first_loss = mlm, first_acc = ratio(step_acc.mlm_hits, step_acc.mlm_n);
-            last_loss = mlm;
-            last_acc = ratio(step_acc.mlm_hits, step_acc.mlm_n);
         }
         print_acc.mlm_loss_sum += step_acc.mlm_loss_sum / (double)step_acc.micro;
         print_acc.nsp_loss_sum += step_acc.nsp_loss_sum / (double)step_acc.micro;
@@ -777,6 +776,10 @@ int dstp_train(const dstp_train_options *o) {
         memset(&step_acc, 0, sizeof step_acc);
         if (step % print_every == 0 || step == steps) {
             const double t = now_s(), dt = t - t_print, per_step = (t - t_start) / (double)(step - start_step);
+            /* the end's summary quotes the last interval: one step's loss is noisy */
+            last_loss = print_acc.mlm_loss_sum / (double)print_acc.micro;
+            last_acc = ratio(print_acc.mlm_hits, print_acc.mlm_n);
+            last_from = step - print_acc.micro + 1;
             if (talk) {
                 printf("step %6lld/%lld | loss %.4f | mlm %.4f acc %5.1f%%", (long long)step, (long long)steps,
                        (print_acc.mlm_loss_sum + print_acc.nsp_loss_sum) / (double)print_acc.micro,
@@ -866,11 +869,13 @@ int dstp_train(const dstp_train_options *o) {
                 printf("time limit of %s reached at step %lld: checkpoint saved\n",
                        duration(o->max_time, tbuf[0], sizeof tbuf[0]), (long long)step);
             if (done_steps > 0) {
+                char span[64];
+                if (last_from == step) snprintf(span, sizeof span, "step %lld", (long long)step);
+                else snprintf(span, sizeof span, "steps %lld-%lld", (long long)last_from, (long long)step);
                 printf("done: %lld steps in %s (%.2f steps/s); mlm loss %.4f, accuracy %.1f%% (step %lld) -> "
-                       "%.4f, %.1f%% (step %lld)",
+                       "%.4f, %.1f%% (%s)",
                        (long long)done_steps, duration(total, tbuf[1], sizeof tbuf[1]), (double)done_steps / total,
-                       first_loss, 100.0 * first_acc, (long long)first_step_seen, last_loss, 100.0 * last_acc,
-                       (long long)step);
+                       first_loss, 100.0 * first_acc, (long long)first_step_seen, last_loss, 100.0 * last_acc, span);
                 if (have_eval)
                     printf("; held-out %.4f, accuracy %.1f%% (step %d)",
                            last_eval.mlm_loss_sum / (double)(last_eval.mlm_n ? last_eval.mlm_n : 1),
