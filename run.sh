@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The two commands of libdstransformer, for a fresh Debian 12 machine:
-#   ./run.sh demo   install what is missing, build (Release), run the demo program
+#   ./run.sh demo   install what is missing, build (Release), run the main job: dst-pretrain pre-trains a
+#                   small BERT on the embedded corpus (CUDA when a GPU is usable, else the CPU)
 #   ./run.sh test   install what is missing, build, run every ctest entry, then rebuild the CPU
 #                   backend with AddressSanitizer + UndefinedBehaviorSanitizer and run the cpu tests,
 #                   with ThreadSanitizer and run the threaded tests, and fuzz the checkpoint reader
@@ -13,7 +14,7 @@ ROOT=$(pwd)
 JOBS=$(nproc)
 PACKAGES=(build-essential cmake ninja-build pkgconf ccache libopenblas-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev python3-numpy python3-pytest python3-dev python3-venv python3-pip
-          python3-setuptools python3-wheel python3-torch doxygen libhdf5-dev libutf8proc-dev
+          python3-setuptools python3-wheel python3-torch doxygen libhdf5-dev libutf8proc-dev libjansson-dev
           swig default-jdk-headless junit5 bindgen clang libclang-rt-14-dev libomp-14-dev)
 # The Rust tests need cargo: the machine's own (rustup) when present, else Debian's.
 command -v cargo >/dev/null 2>&1 || PACKAGES+=(cargo)
@@ -84,14 +85,22 @@ build_main() {
     record "build (Release, CUDA=${cuda:-?})" "ok ($(elapsed $t))"
 }
 
+# The main job: dst-pretrain pre-trains a small BERT on the embedded corpus (KJV, 4000-token vocabulary;
+# tools/dst-pretrain/data), on CUDA when a GPU is usable, else on the CPU (about two minutes on two cores).
 run_demo() {
-    say "demo: build/examples/demo/dst_demo"
+    local out=build/pretrain-demo prog=./build/tools/dst-pretrain/dst-pretrain
+    say "demo: $prog train --output $out"
     local t=$SECONDS rc=0
-    ./build/examples/demo/dst_demo || rc=$?
+    rm -rf "$out"
+    mkdir -p "$out"
+    "$prog" train --output "$out" 2>&1 | tee "$out/log.txt" || rc=$?
+    local done_line
+    done_line=$(sed -n 's/^done: .*; \(mlm loss .*(step [0-9]*)\).*/\1/p' "$out/log.txt" | head -n 1)
     if [ "$rc" -eq 0 ]; then
-        record "demo" "ok ($(elapsed $t))"
+        record "demo (dst-pretrain)" "ok ($(elapsed $t)): ${done_line:-see $out/log.txt}"
+        record "demo outputs" "$out/metrics.jsonl, $out/metrics.svg, $out/checkpoints/, $out/hf/"
     else
-        record "demo" "FAILED (exit $rc, $(elapsed $t))"
+        record "demo (dst-pretrain)" "FAILED (exit $rc, $(elapsed $t))"
     fi
     return "$rc"
 }

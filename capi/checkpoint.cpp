@@ -1,12 +1,14 @@
 // The extern "C" shims of the checkpoint group: argument checks, then the core (src/checkpoint).
 #include "dstransformer/dstransformer.h"
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "capi/guard.h"                // defines: guarded
-#include "capi/handles.h"              // defines: dst_layer
+#include "capi/handles.h"              // defines: dst_layer, dst_context
 #include "checkpoint/checkpoint.h"     // defines: checkpoint_save, checkpoint_load, checkpoint_convert
 #include "checkpoint/layout.h"         // defines: is_layout
 #include "checkpoint/safetensors.h"    // defines: valid_utf8
@@ -147,6 +149,127 @@ dst_status dst_checkpoint_load(dst_layer *const *layers, int num_layers, const c
         DST_TRY(options_load(fn, options, &o));
         return dst::checkpoint_load(fn, ls.data(), num_layers, path, o, client_state, client_state_size,
                                     client_state_len);
+    });
+}
+
+namespace {
+
+// The layers of a model call: NULL allowed for none; each of `ctx`.
+dst_status model_layers_load(const char *fn, dst_context *ctx, dst_layer *const *layers, int num_layers,
+                             std::vector<dst::Layer *> *out) {
+    if (num_layers < 0)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: num_layers is %d, expected >= 0", fn, num_layers);
+    if (num_layers == 0) return DST_OK;
+    DST_TRY(layers_load(fn, layers, num_layers, out));
+    for (int i = 0; i < num_layers; ++i)
+        if (&(*out)[static_cast<size_t>(i)]->context() != ctx->impl.get())
+            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: layers[%d] belongs to another context than ctx", fn, i);
+    return DST_OK;
+}
+
+// The named tensors of a model call: names (UTF-8, 1..1024 bytes) and views (float or int32, 1..4 dims).
+dst_status named_tensors_load(const char *fn, const dst_named_tensor *tensors, int num_tensors, int num_layers,
+                              bool saving, std::vector<dst::NamedTensor> *out) {
+    if (num_tensors < 0)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: num_tensors is %d, expected >= 0", fn, num_tensors);
+    if (num_tensors > 0 && !tensors) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: tensors is NULL", fn);
+    if (saving && num_layers + num_tensors < 1)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: num_layers and num_tensors are 0: nothing to save", fn);
+    for (int i = 0; i < num_tensors; ++i) {
+        const dst_named_tensor &t = tensors[i];
+        if (!t.name) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: tensors[%d].name is NULL", fn, i);
+        const size_t len = std::strlen(t.name);
+        size_t bad = 0;
+        if (len == 0 || len > 1024)
+            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: tensors[%d].name has %zu bytes, expected 1..1024", fn, i,
+                             len);
+        if (!dst::st::valid_utf8(t.name, len, &bad))
+            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: tensors[%d].name is not valid UTF-8 (byte %zu)", fn, i, bad);
+        const dst_tensor &v = t.tensor;
+        if (!v.data) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: tensors[%d] (\"%s\") has NULL data", fn, i, t.name);
+        if (raw_value(v.dtype) != DST_DTYPE_INT32 && !dst::is_float_dtype(static_cast<dst_dtype>(raw_value(v.dtype))))
+            return set_error(DST_ERR_INVALID_ARGUMENT,
+                             "%s: tensors[%d] (\"%s\") has dtype %d, expected fp32, fp16, bf16, fp64 or int32", fn, i,
+                             t.name, raw_value(v.dtype));
+        if (v.ndim < 1 || v.ndim > DST_MAX_DIMS)
+            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: tensors[%d] (\"%s\") has ndim %d, expected 1..%d", fn, i,
+                             t.name, (int)v.ndim, DST_MAX_DIMS);
+        for (int d = 0; d < v.ndim; ++d)
+            if (v.shape[d] < 1 || v.shape[d] > (int64_t(1) << 40))
+                return set_error(DST_ERR_INVALID_ARGUMENT, "%s: tensors[%d] (\"%s\") has shape[%d] = %lld, expected "
+                                 "1..2^40", fn, i, t.name, d, (long long)v.shape[d]);
+        dst::NamedTensor nt;
+        nt.name = t.name;
+        nt.view = v;
+        nt.required = t.required != 0;
+        out->push_back(std::move(nt));
+    }
+    return DST_OK;
+}
+
+// A load writes every named tensor: no two may share memory.
+dst_status disjoint(const char *fn, const std::vector<dst::NamedTensor> &ts) {
+    struct Range {
+        uintptr_t begin, end;
+        size_t index;
+    };
+    std::vector<Range> r;
+    for (size_t i = 0; i < ts.size(); ++i) {
+        size_t n = dst::dtype_size(ts[i].view.dtype);
+        for (int d = 0; d < ts[i].view.ndim; ++d) n *= static_cast<size_t>(ts[i].view.shape[d]);
+        const uintptr_t b = reinterpret_cast<uintptr_t>(ts[i].view.data);
+        r.push_back({b, b + n, i});
+    }
+    std::sort(r.begin(), r.end(), [](const Range &a, const Range &b) { return a.begin < b.begin; });
+    for (size_t i = 1; i < r.size(); ++i)
+        if (r[i].begin < r[i - 1].end)
+            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: tensors[%zu] (\"%s\") and tensors[%zu] (\"%s\") overlap",
+                             fn, std::min(r[i - 1].index, r[i].index), ts[std::min(r[i - 1].index, r[i].index)].name.c_str(),
+                             std::max(r[i - 1].index, r[i].index), ts[std::max(r[i - 1].index, r[i].index)].name.c_str());
+    return DST_OK;
+}
+
+// The checked arguments of a model save or load.
+struct ModelArgs {
+    std::vector<dst::Layer *> layers;
+    std::vector<dst::NamedTensor> tensors;
+    dst_checkpoint_options options;
+};
+
+dst_status model_args(const char *fn, dst_context *ctx, dst_layer *const *layers, int num_layers,
+                      const dst_named_tensor *tensors, int num_tensors, const char *path,
+                      const dst_checkpoint_options *options, bool saving, ModelArgs *out) {
+    if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+    DST_TRY(model_layers_load(fn, ctx, layers, num_layers, &out->layers));
+    DST_TRY(named_tensors_load(fn, tensors, num_tensors, num_layers, saving, &out->tensors));
+    DST_TRY(path_check(fn, "path", path));
+    return options_load(fn, options, &out->options);
+}
+
+}  // namespace
+
+dst_status dst_checkpoint_save_model(dst_context *ctx, dst_layer *const *layers, int num_layers,
+                                     const dst_named_tensor *tensors, int num_tensors, const char *path,
+                                     const dst_checkpoint_options *options) {
+    static const char fn[] = "dst_checkpoint_save_model";
+    return guarded(fn, [&]() -> dst_status {
+        ModelArgs a;
+        DST_TRY(model_args(fn, ctx, layers, num_layers, tensors, num_tensors, path, options, true, &a));
+        return dst::checkpoint_save_model(fn, *ctx->impl, a.layers.data(), num_layers, a.tensors, path, a.options);
+    });
+}
+
+dst_status dst_checkpoint_load_model(dst_context *ctx, dst_layer *const *layers, int num_layers,
+                                     const dst_named_tensor *tensors, int num_tensors, int32_t *found,
+                                     const char *path, const dst_checkpoint_options *options, char *client_state,
+                                     size_t client_state_size, size_t *client_state_len) {
+    static const char fn[] = "dst_checkpoint_load_model";
+    return guarded(fn, [&]() -> dst_status {
+        ModelArgs a;
+        DST_TRY(model_args(fn, ctx, layers, num_layers, tensors, num_tensors, path, options, false, &a));
+        DST_TRY(disjoint(fn, a.tensors));
+        return dst::checkpoint_load_model(fn, *ctx->impl, a.layers.data(), num_layers, a.tensors, found, path,
+                                          a.options, client_state, client_state_size, client_state_len);
     });
 }
 

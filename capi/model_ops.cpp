@@ -506,6 +506,68 @@ dst_status dst_linear_cross_entropy(dst_context *ctx, const dst_tensor *x, const
     });
 }
 
+namespace {
+
+// The dropout ops' shared checks: a float input of 1..4 dims, an output of its dtype and shape that is
+// the input itself or disjoint from it, and p in [0, 1). Returns the element count.
+dst_status check_dropout_args(const char *fn, const char *in_name, const dst_tensor *in, const char *out_name,
+                              const dst_tensor *out, float p, int64_t *count) {
+    DST_TRY(check_float(fn, in_name, in, 1, DST_MAX_DIMS));
+    DST_TRY(check_view(fn, in_name, in, 1, DST_MAX_DIMS, count));
+    DST_TRY(check_like(fn, out_name, out, in, in_name));
+    if (out->data != in->data && views_overlap(out, in))
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s partly overlaps %s (it must be the same memory or disjoint)",
+                         fn, out_name, in_name);
+    if (!(p >= 0.0f && p < 1.0f))
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: p is %g, expected a value in [0, 1)", fn, (double)p);
+    return DST_OK;
+}
+
+// The site of one dropout call: the layer's rule (docs/rng.md), threshold ⌈p·2³²⌉ and scale 1/(1 − p).
+dst::DropoutSite dropout_site(uint64_t seed, uint64_t offset, float p) {
+    dst::DropoutSite d;
+    d.seed = seed;
+    d.offset = offset;
+    d.threshold = dst::dropout_threshold(static_cast<double>(p));
+    d.scale = d.threshold ? 1.0 / (1.0 - static_cast<double>(p)) : 1.0;
+    return d;
+}
+
+}  // namespace
+
+dst_status dst_dropout_forward(dst_context *ctx, const dst_tensor *x, float p, dst_tensor *y, uint64_t *seed,
+                               uint64_t *offset) {
+    static const char fn[] = "dst_dropout_forward";
+    return guarded(fn, [&]() -> dst_status {
+        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        int64_t count = 0;
+        DST_TRY(check_dropout_args(fn, "x", x, "y", y, p, &count));
+        dst::Context &c = *ctx->impl;
+        if (c.rng_offset == UINT64_MAX)
+            return set_error(DST_ERR_STATE,
+                             "%s: the context's RNG offset is 2^64 - 1; the dropout stream of this seed is exhausted: "
+                             "start a new one with dst_context_set_rng_state", fn);
+        const uint64_t s = c.rng_seed, off = c.rng_offset;
+        // The backend's dropout backward is the same elementwise map, y = x·keep·scale.
+        DST_TRY(c.backend->dropout_bwd(x->dtype, x->data, y->data, count, dropout_site(s, off, p)));
+        c.take_offsets(1);
+        if (seed) *seed = s;
+        if (offset) *offset = off;
+        return DST_OK;
+    });
+}
+
+dst_status dst_dropout_backward(dst_context *ctx, const dst_tensor *dy, float p, uint64_t seed, uint64_t offset,
+                                dst_tensor *dx) {
+    static const char fn[] = "dst_dropout_backward";
+    return guarded(fn, [&]() -> dst_status {
+        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        int64_t count = 0;
+        DST_TRY(check_dropout_args(fn, "dy", dy, "dx", dx, p, &count));
+        return ctx->impl->backend->dropout_bwd(dy->dtype, dy->data, dx->data, count, dropout_site(seed, offset, p));
+    });
+}
+
 dst_status dst_model_op_workspace_bytes(dst_model_op op, dst_dtype dtype, int64_t n, int64_t k, int64_t m, int64_t h,
                                         size_t *bytes) {
     static const char fn[] = "dst_model_op_workspace_bytes";

@@ -38,6 +38,12 @@ std::string shape_text(const Shape &s) {
     return t + "]";
 }
 
+int64_t view_numel(const dst_tensor &t) {
+    int64_t n = 1;
+    for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+    return n;
+}
+
 // Shape of the full parameter `p` of a layer with hidden size H and FFN size I.
 Shape param_shape(int p, int64_t H, int64_t I) {
     switch (p) {
@@ -168,6 +174,12 @@ std::pair<std::string, std::string> client_state_entry(const std::string &bytes)
 
 dst_status checkpoint_save(const char *fn, Layer *const *layers, int num_layers, const char *path,
                            const dst_checkpoint_options &o) {
+    return checkpoint_save_model(fn, layers[0]->context(), layers, num_layers, {}, path, o);
+}
+
+dst_status checkpoint_save_model(const char *fn, Context &ctx, Layer *const *layers, int num_layers,
+                                 const std::vector<NamedTensor> &tensors, const char *path,
+                                 const dst_checkpoint_options &o) {
     const dst_weight_layout lay = o.layout;
     const std::string prefix = o.prefix ? o.prefix : "";
     for (int i = 0; i < num_layers; ++i)
@@ -212,8 +224,39 @@ dst_status checkpoint_save(const char *fn, Layer *const *layers, int num_layers,
         }
     }
 
+    // The named tensors, after the layers' (a name may not repeat any of theirs).
+    std::set<std::string> names;
+    for (const st::OutTensor &t : out) names.insert(t.name);
+    for (const NamedTensor &nt : tensors) {
+        if (!names.insert(nt.name).second)
+            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: the tensor name \"%s\" occurs twice in the file", fn,
+                             nt.name.c_str());
+        const dst_dtype tdt = nt.view.dtype;
+        const dst_dtype odt = o.save_dtype < 0 || !is_float_dtype(tdt) ? tdt : static_cast<dst_dtype>(o.save_dtype);
+        const size_t numel = static_cast<size_t>(view_numel(nt.view));
+        std::vector<char> buf(numel * dtype_size(tdt));
+        DST_TRY(ctx.backend->copy(buf.data(), nt.view.data, buf.size(), CopyKind::DeviceToHost));
+        if (odt != tdt) {
+            std::vector<char> conv(numel * dtype_size(odt));
+            convert_host(buf.data(), tdt, conv.data(), odt, numel);
+            buf.swap(conv);
+        }
+        host.push_back(std::move(buf));
+        st::OutTensor t;
+        t.name = nt.name;
+        t.dtype = st::dtype_name(odt);
+        t.shape.assign(nt.view.shape, nt.view.shape + nt.view.ndim);
+        st::Piece piece;
+        piece.mem = host.back().data();
+        piece.bytes = host.back().size();
+        t.pieces.push_back(piece);
+        out.push_back(std::move(t));
+    }
+
     std::map<std::string, std::string> md;
-    md["format"] = kCheckpointFormat;
+    // Hugging Face's loaders refuse a safetensors file whose "format" is not a framework name
+    // (transformers: "pt", "tf", "flax", "mlx"), so a file in their layout says "pt".
+    md["format"] = lay == DST_LAYOUT_HF_BERT ? kHfFormat : kCheckpointFormat;
     md["version"] = dst_version_string();
     md["num_layers"] = std::to_string(num_layers);
     md["layout"] = layout::layout_name(lay);
@@ -221,7 +264,7 @@ dst_status checkpoint_save(const char *fn, Layer *const *layers, int num_layers,
     md["include_grads"] = o.include_grads ? "1" : "0";
     for (int i = 0; i < num_layers; ++i)
         md["config." + std::to_string(i)] = config_json(layers[i]->config(), layers[i]->training());
-    const Context &ctx = layers[0]->context();
+    if (!tensors.empty()) md["num_tensors"] = std::to_string(tensors.size());
     md["rng_seed"] = std::to_string(ctx.rng_seed);
     md["rng_offset"] = std::to_string(ctx.rng_offset);
     if (o.client_state) {
@@ -236,6 +279,14 @@ dst_status checkpoint_save(const char *fn, Layer *const *layers, int num_layers,
 dst_status checkpoint_load(const char *fn, Layer *const *layers, int num_layers, const char *path,
                            const dst_checkpoint_options &o, char *client_state, size_t client_state_size,
                            size_t *client_state_len) {
+    return checkpoint_load_model(fn, layers[0]->context(), layers, num_layers, {}, nullptr, path, o, client_state,
+                                 client_state_size, client_state_len);
+}
+
+dst_status checkpoint_load_model(const char *fn, Context &ctx, Layer *const *layers, int num_layers,
+                                 const std::vector<NamedTensor> &tensors, int32_t *found, const char *path,
+                                 const dst_checkpoint_options &o, char *client_state, size_t client_state_size,
+                                 size_t *client_state_len) {
     const dst_weight_layout lay = o.layout;
     for (int i = 0; i < num_layers; ++i)
         if (lay == DST_LAYOUT_HF_BERT && layers[i]->config().pre_layer_norm)
@@ -251,7 +302,7 @@ dst_status checkpoint_load(const char *fn, Layer *const *layers, int num_layers,
     std::string prefix;
     if (o.prefix) {
         prefix = o.prefix;
-    } else if (lay == DST_LAYOUT_HF_BERT) {
+    } else if (lay == DST_LAYOUT_HF_BERT && num_layers > 0) {
         static const std::vector<std::string> cands = {"bert.encoder.", "encoder.", ""};
         std::vector<std::string> names;
         for (const st::Entry &e : h.tensors) names.push_back(e.name);
@@ -306,6 +357,33 @@ dst_status checkpoint_load(const char *fn, Layer *const *layers, int num_layers,
         }
     }
 
+    // 1b. The named tensors: present (or optional), of the right shape and a dtype that converts.
+    std::vector<const st::Entry *> named(tensors.size(), nullptr);
+    std::vector<dst_dtype> named_dt(tensors.size(), DST_DTYPE_FP32);
+    for (size_t n = 0; n < tensors.size(); ++n) {
+        const NamedTensor &nt = tensors[n];
+        const st::Entry *e = h.find(nt.name);
+        if (!e) {
+            if (nt.required)
+                return set_error(DST_ERR_FORMAT, "%s: tensor \"%s\" (tensors[%zu]) is missing from '%s'", fn,
+                                 nt.name.c_str(), n, path);
+            continue;
+        }
+        const dst_dtype want = nt.view.dtype;
+        dst_dtype have = DST_DTYPE_FP32;
+        const bool known = st::to_dst_dtype(e->dtype, &have);
+        if (!known || (is_float_dtype(want) ? !is_float_dtype(have) : have != want))
+            return set_error(DST_ERR_FORMAT, "%s: tensor \"%s\" in '%s' has dtype %s, expected %s", fn,
+                             nt.name.c_str(), path, e->dtype.c_str(),
+                             is_float_dtype(want) ? "F32, F16, BF16 or F64" : st::dtype_name(want));
+        const Shape shape(nt.view.shape, nt.view.shape + nt.view.ndim);
+        if (e->shape != shape)
+            return set_error(DST_ERR_FORMAT, "%s: tensor \"%s\" in '%s' has shape %s, expected %s (tensors[%zu])", fn,
+                             nt.name.c_str(), path, shape_text(e->shape).c_str(), shape_text(shape).c_str(), n);
+        named[n] = e;
+        named_dt[n] = have;
+    }
+
     // 2. The RNG state and the client state.
     bool have_rng = false;
     uint64_t seed = 0, offset = 0;
@@ -354,15 +432,35 @@ dst_status checkpoint_load(const char *fn, Layer *const *layers, int num_layers,
         }
     }
 
-    // 4. Only now change the layers.
+    std::vector<std::vector<char>> named_host(tensors.size());
+    for (size_t n = 0; n < tensors.size(); ++n) {
+        if (!named[n]) continue;
+        const dst_dtype want = tensors[n].view.dtype;
+        const size_t numel = static_cast<size_t>(view_numel(tensors[n].view));
+        named_host[n].resize(numel * dtype_size(want));
+        if (named_dt[n] == want) {
+            DST_TRY(rd.read(fn, *named[n], 0, named[n]->bytes(), named_host[n].data()));
+        } else {
+            tmp.resize(static_cast<size_t>(named[n]->bytes()));
+            DST_TRY(rd.read(fn, *named[n], 0, named[n]->bytes(), tmp.data()));
+            convert_host(tmp.data(), named_dt[n], named_host[n].data(), want, numel);
+        }
+    }
+
+    // 4. Only now change the layers and the tensors.
     for (size_t n = 0; n < items.size(); ++n) {
         const Item &it = items[n];
         char *base = static_cast<char *>(it.grad ? it.layer->grads() : it.layer->params());
         DST_TRY(it.layer->backend().copy(base + it.layer->param_offset(it.p), host[n].data(), host[n].size(),
                                          CopyKind::HostToDevice));
     }
+    for (size_t n = 0; n < tensors.size(); ++n) {
+        if (named[n])
+            DST_TRY(ctx.backend->copy(tensors[n].view.data, named_host[n].data(), named_host[n].size(),
+                                      CopyKind::HostToDevice));
+        if (found) found[n] = named[n] ? 1 : 0;
+    }
     if (have_rng) {
-        Context &ctx = layers[0]->context();
         ctx.rng_seed = seed;
         ctx.rng_offset = offset;
     }
@@ -531,6 +629,7 @@ dst_status checkpoint_convert(const char *fn, const char *in_path, dst_weight_la
     std::map<std::string, std::string> md = h.metadata;
     md["layout"] = layout::layout_name(out_layout);
     md["prefix"] = pout;
+    if (out_layout == DST_LAYOUT_HF_BERT) md["format"] = kHfFormat;  // see checkpoint_save_model
     DST_TRY(st::write_file(fn, out_path, all, md));
 
     if (summary && summary_size > 0) {

@@ -638,6 +638,7 @@ TEST_F(Checkpoint, HfSaveLoadAndConvertAreBitExact) {
     const StRead r = st_read(hf);
     EXPECT_EQ(r.names().size(), 2u * 2u * 16u);
     EXPECT_EQ(r.meta("layout"), "hf_bert");
+    EXPECT_EQ(r.meta("format"), "pt") << "transformers refuses any other format";
     const int64_t H = 16;
     for (int i = 0; i < 2; ++i) {
         const std::string base = "bert.encoder.layer." + std::to_string(i) + ".";
@@ -679,6 +680,7 @@ TEST_F(Checkpoint, HfSaveLoadAndConvertAreBitExact) {
     const StRead rh = st_read(hf2);
     for (const std::string &n : r.names()) EXPECT_EQ(rh.tensor(n), r.tensor(n)) << n;  // same as save() wrote
     EXPECT_EQ(rh.meta("layout"), "hf_bert");
+    EXPECT_EQ(rh.meta("format"), "pt");
     ASSERT_DST_OK(dst_checkpoint_convert(hf2.c_str(), DST_LAYOUT_HF_BERT, nullptr, ds2.c_str(), DST_LAYOUT_DEEPSPEED,
                                          "", summary, sizeof summary));
     EXPECT_TRUE(contains(summary, "prefix \"bert.encoder.\" (detected)")) << summary;
@@ -694,6 +696,212 @@ TEST_F(Checkpoint, HfSaveLoadAndConvertAreBitExact) {
     }
     EXPECT_EQ(r2.meta("layout"), "deepspeed");
     EXPECT_EQ(r2.meta("config.1"), r1.meta("config.1"));
+}
+
+// ---- models: layers and named tensors in one file (dst_checkpoint_save_model / load_model) ---------
+
+// Host memory of a CPU context holding a named tensor's values (fp32 or int32 patterns from fill_random).
+struct Named {
+    std::string name;
+    dst_dtype dt;
+    std::vector<int64_t> shape;
+    std::vector<char> mem;
+    dst_named_tensor nt() const {
+        dst_named_tensor t;
+        std::memset(&t, 0, sizeof t);
+        t.name = name.c_str();
+        t.tensor.data = const_cast<char *>(mem.data());
+        t.tensor.dtype = dt;
+        t.tensor.ndim = static_cast<int32_t>(shape.size());
+        for (size_t i = 0; i < shape.size(); ++i) t.tensor.shape[i] = shape[i];
+        t.required = 1;
+        return t;
+    }
+};
+Named make_named(const std::string &name, dst_dtype dt, std::vector<int64_t> shape, uint64_t seed) {
+    Named n{name, dt, std::move(shape), {}};
+    size_t count = 1;
+    for (int64_t d : n.shape) count *= static_cast<size_t>(d);
+    n.mem.resize(count * esize(dt));
+    if (dt == DST_DTYPE_INT32)
+        for (size_t i = 0; i < count; ++i) {
+            const int32_t v = static_cast<int32_t>(splitmix(seed) % 1000) - 500;
+            std::memcpy(n.mem.data() + 4 * i, &v, 4);
+        }
+    else
+        fill_random(n.mem.data(), dt, count, seed);
+    return n;
+}
+
+TEST_F(Checkpoint, ModelFilesHoldLayersAndNamedTensors) {
+    Stack a = make_stack(2, DST_DTYPE_FP32, false, 1);
+    randomize(a, false, 7);
+    ASSERT_DST_OK(dst_context_set_rng_state(a.ctx.get(), 17, 33));
+    std::vector<Named> src = {make_named("bert.embeddings.word_embeddings.weight", DST_DTYPE_FP32, {11, 16}, 1),
+                              make_named("cls.predictions.bias", DST_DTYPE_FP32, {11}, 2),
+                              make_named("steps", DST_DTYPE_INT32, {3}, 3)};
+    std::vector<dst_named_tensor> nts;
+    for (const Named &n : src) nts.push_back(n.nt());
+    dst_checkpoint_options o;
+    dst_checkpoint_options_default(&o);
+    o.layout = DST_LAYOUT_HF_BERT;
+    o.prefix = "bert.encoder.";
+    o.client_state = "{\"epoch\": 2}";
+    const std::string f = path("model.safetensors");
+    ASSERT_DST_OK(dst_checkpoint_save_model(a.ctx.get(), a.data(), 2, nts.data(), 3, f.c_str(), &o));
+    const StRead r = st_read(f);
+    EXPECT_EQ(r.names().size(), 2u * 16u + 3u);
+    EXPECT_EQ(r.tensor("bert.embeddings.word_embeddings.weight"), std::string(src[0].mem.begin(), src[0].mem.end()));
+    EXPECT_EQ(r.hdr["cls.predictions.bias"]["shape"], nlohmann::json({11}));
+    EXPECT_EQ(r.hdr["steps"]["dtype"], "I32");
+    EXPECT_EQ(r.meta("num_tensors"), "3");
+    EXPECT_EQ(r.hdr["bert.encoder.layer.1.output.LayerNorm.weight"]["shape"], nlohmann::json({16}));
+
+    // Into a fresh stack and fresh buffers: everything back, bit for bit, with the RNG and client state.
+    Stack b = make_stack(2, DST_DTYPE_FP32, false, 50);
+    std::vector<Named> dst = {make_named(src[0].name, DST_DTYPE_FP32, {11, 16}, 9),
+                              make_named(src[1].name, DST_DTYPE_FP32, {11}, 10),
+                              make_named(src[2].name, DST_DTYPE_INT32, {3}, 11)};
+    std::vector<dst_named_tensor> dnts;
+    for (const Named &n : dst) dnts.push_back(n.nt());
+    int32_t found[3] = {-1, -1, -1};
+    char client[64];
+    o.prefix = nullptr;  // detected
+    ASSERT_DST_OK(dst_checkpoint_load_model(b.ctx.get(), b.data(), 2, dnts.data(), 3, found, f.c_str(), &o, client,
+                                            sizeof client, nullptr));
+    EXPECT_TRUE(snapshot(a) == snapshot(b));
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(found[i], 1);
+        EXPECT_EQ(dst[i].mem, src[i].mem) << dst[i].name;
+    }
+    EXPECT_EQ(std::string(client), "{\"epoch\": 2}");
+    // Nothing but the client state (what a program stored there before it builds the model), the RNG
+    // state left alone without restore_rng.
+    dst_checkpoint_options peek;
+    dst_checkpoint_options_default(&peek);
+    peek.restore_rng = 0;
+    ASSERT_DST_OK(dst_context_set_rng_state(b.ctx.get(), 1, 2));
+    std::memset(client, 0, sizeof client);
+    size_t len = 0;
+    ASSERT_DST_OK(dst_checkpoint_load_model(b.ctx.get(), nullptr, 0, nullptr, 0, nullptr, f.c_str(), &peek, client,
+                                            sizeof client, &len));
+    EXPECT_EQ(std::string(client), "{\"epoch\": 2}");
+    EXPECT_EQ(len, 12u);
+    uint64_t rs = 0, ro = 0;
+    ASSERT_DST_OK(dst_context_get_rng_state(b.ctx.get(), &rs, &ro));
+    EXPECT_EQ(rs, 1u);
+    EXPECT_EQ(ro, 2u);
+
+    // Saved as fp16: float tensors converted, int32 kept; loading into fp32 converts back.
+    o.save_dtype = DST_DTYPE_FP16;
+    const std::string h = path("model16.safetensors");
+    ASSERT_DST_OK(dst_checkpoint_save_model(a.ctx.get(), a.data(), 2, nts.data(), 3, h.c_str(), &o));
+    const StRead r16 = st_read(h);
+    EXPECT_EQ(r16.hdr["cls.predictions.bias"]["dtype"], "F16");
+    EXPECT_EQ(r16.hdr["steps"]["dtype"], "I32");
+    ASSERT_DST_OK(dst_checkpoint_load_model(b.ctx.get(), nullptr, 0, dnts.data(), 3, found, h.c_str(), &o, nullptr, 0,
+                                            nullptr));
+    EXPECT_EQ(dst[2].mem, src[2].mem);
+    for (int i = 0; i < 11; ++i) {
+        float x = 0, y = 0;
+        std::memcpy(&x, src[1].mem.data() + 4 * i, 4);
+        std::memcpy(&y, dst[1].mem.data() + 4 * i, 4);
+        EXPECT_NEAR(y, x, std::fabs(x) * 1e-3) << i;
+    }
+
+    // An optional tensor the file lacks keeps its values and is reported as not found; tensors only
+    // (no layers) work.
+    Named extra = make_named("cls.seq_relationship.weight", DST_DTYPE_FP32, {2, 16}, 12);
+    const std::vector<char> extra_before = extra.mem;
+    std::vector<dst_named_tensor> opt = {dnts[1], extra.nt()};
+    opt[1].required = 0;
+    ASSERT_DST_OK(dst_checkpoint_load_model(b.ctx.get(), nullptr, 0, opt.data(), 2, found, f.c_str(), nullptr, nullptr,
+                                            0, nullptr));
+    EXPECT_EQ(found[0], 1);
+    EXPECT_EQ(found[1], 0);
+    EXPECT_EQ(extra.mem, extra_before);
+}
+
+TEST_F(Checkpoint, ModelFailuresChangeNothing) {
+    Stack a = make_stack(1, DST_DTYPE_FP32, false, 1);
+    randomize(a, false, 7);
+    Named w = make_named("emb", DST_DTYPE_FP32, {5, 16}, 1), ids = make_named("ids", DST_DTYPE_INT32, {4}, 2);
+    std::vector<dst_named_tensor> nts = {w.nt(), ids.nt()};
+    const std::string f = path("m.safetensors");
+    ASSERT_DST_OK(dst_checkpoint_save_model(a.ctx.get(), a.data(), 1, nts.data(), 2, f.c_str(), nullptr));
+    const std::string bytes = slurp(f);
+
+    auto expect_bad = [&](dst_status st, const std::string &frag, dst_status got) {
+        EXPECT_EQ(got, st) << frag << ": " << dst_last_error();
+        EXPECT_TRUE(contains(dst_last_error(), frag)) << "'" << frag << "' not in: " << dst_last_error();
+    };
+    // Save: arguments.
+    dst_named_tensor dup[2] = {w.nt(), w.nt()};
+    const std::string g = path("g.safetensors");
+    expect_bad(DST_ERR_INVALID_ARGUMENT, "ctx is NULL",
+               dst_checkpoint_save_model(nullptr, a.data(), 1, nts.data(), 2, g.c_str(), nullptr));
+    expect_bad(DST_ERR_INVALID_ARGUMENT, "occurs twice",
+               dst_checkpoint_save_model(a.ctx.get(), a.data(), 1, dup, 2, g.c_str(), nullptr));
+    dst_named_tensor clash = w.nt();
+    clash.name = "layer.0.attn_qkvw";
+    expect_bad(DST_ERR_INVALID_ARGUMENT, "occurs twice",
+               dst_checkpoint_save_model(a.ctx.get(), a.data(), 1, &clash, 1, g.c_str(), nullptr));
+    dst_named_tensor bad = w.nt();
+    bad.name = "";
+    expect_bad(DST_ERR_INVALID_ARGUMENT, "tensors[0].name has 0 bytes",
+               dst_checkpoint_save_model(a.ctx.get(), nullptr, 0, &bad, 1, g.c_str(), nullptr));
+    bad.name = "caf\xe9";
+    expect_bad(DST_ERR_INVALID_ARGUMENT, "not valid UTF-8",
+               dst_checkpoint_save_model(a.ctx.get(), nullptr, 0, &bad, 1, g.c_str(), nullptr));
+    bad = w.nt();
+    bad.tensor.ndim = 0;
+    expect_bad(DST_ERR_INVALID_ARGUMENT, "ndim 0",
+               dst_checkpoint_save_model(a.ctx.get(), nullptr, 0, &bad, 1, g.c_str(), nullptr));
+    expect_bad(DST_ERR_INVALID_ARGUMENT, "nothing to save",
+               dst_checkpoint_save_model(a.ctx.get(), nullptr, 0, nullptr, 0, g.c_str(), nullptr));
+    expect_bad(DST_ERR_INVALID_ARGUMENT, "tensors is NULL",
+               dst_checkpoint_save_model(a.ctx.get(), nullptr, 0, nullptr, 2, g.c_str(), nullptr));
+    Stack other = make_stack(1, DST_DTYPE_FP32, false, 3);
+    expect_bad(DST_ERR_INVALID_ARGUMENT, "another context",
+               dst_checkpoint_save_model(a.ctx.get(), other.data(), 1, nts.data(), 2, g.c_str(), nullptr));
+    EXPECT_FALSE(fs::exists(g));
+
+    // Load: a required tensor missing, a wrong shape, a wrong dtype, overlapping targets — nothing changes.
+    Stack b = make_stack(1, DST_DTYPE_FP32, false, 9);
+    const Snapshot before = snapshot(b);
+    Named w2 = make_named("emb", DST_DTYPE_FP32, {5, 16}, 5), ids2 = make_named("ids", DST_DTYPE_INT32, {4}, 6);
+    const std::vector<char> w2_before = w2.mem, ids2_before = ids2.mem;
+    int32_t found[3] = {7, 7, 7};
+    auto load_fails = [&](std::vector<dst_named_tensor> ts, dst_status st, const std::string &frag) {
+        expect_bad(st, frag,
+                   dst_checkpoint_load_model(b.ctx.get(), b.data(), 1, ts.data(), static_cast<int>(ts.size()), found,
+                                             f.c_str(), nullptr, nullptr, 0, nullptr));
+        EXPECT_TRUE(snapshot(b) == before) << frag;
+        EXPECT_EQ(w2.mem, w2_before) << frag;
+        EXPECT_EQ(ids2.mem, ids2_before) << frag;
+        EXPECT_EQ(found[0], 7) << frag;
+        EXPECT_EQ(slurp(f), bytes);
+    };
+    Named missing = make_named("cls.predictions.bias", DST_DTYPE_FP32, {5}, 1);
+    load_fails({w2.nt(), ids2.nt(), missing.nt()}, DST_ERR_FORMAT, "\"cls.predictions.bias\" (tensors[2]) is missing");
+    Named shape = make_named("emb", DST_DTYPE_FP32, {4, 16}, 1);
+    load_fails({shape.nt()}, DST_ERR_FORMAT, "has shape [5, 16], expected [4, 16]");
+    Named as_float = make_named("ids", DST_DTYPE_FP32, {4}, 1);
+    load_fails({w2.nt(), as_float.nt()}, DST_ERR_FORMAT, "\"ids\" in");
+    Named as_int = make_named("emb", DST_DTYPE_INT32, {5, 16}, 1);
+    load_fails({as_int.nt()}, DST_ERR_FORMAT, "has dtype F32, expected I32");
+    dst_named_tensor half = w2.nt();
+    half.name = "ids";
+    half.tensor.dtype = DST_DTYPE_INT32;
+    half.tensor.ndim = 1;
+    half.tensor.shape[0] = 4;
+    load_fails({w2.nt(), half}, DST_ERR_INVALID_ARGUMENT, "overlap");
+    Stack pre = make_stack(1, DST_DTYPE_FP32, true, 9);
+    dst_checkpoint_options o;
+    dst_checkpoint_options_default(&o);
+    o.layout = DST_LAYOUT_HF_BERT;
+    expect_bad(DST_ERR_INVALID_ARGUMENT, "Pre-LN",
+               dst_checkpoint_save_model(pre.ctx.get(), pre.data(), 1, nullptr, 0, g.c_str(), &o));
 }
 
 TEST_F(Checkpoint, HfImportOfHandMadeFile) {

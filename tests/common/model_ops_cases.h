@@ -258,6 +258,37 @@ inline ModelOpCase cross_entropy_case(dst_dtype dt, int64_t N, int64_t M, int64_
     return c;
 }
 
+// Slots: x, y. The context's RNG state is set to (seed 1234, offset 77) first, so that every backend
+// draws the same mask.
+inline ModelOpCase dropout_fwd_case(dst_dtype dt, std::vector<int64_t> shape, float p, uint64_t seed) {
+    Rng r(seed);
+    ModelOpCase c;
+    c.name = "dropout_fwd";
+    c.dt = dt;
+    c.slots.push_back(in("x", rand_float(r, dt, shape)));
+    c.slots.push_back(out("y", HostTensor(dt, shape)));
+    c.call = [p](dst_context *ctx, std::vector<dst_tensor *> &v) {
+        const dst_status st = dst_context_set_rng_state(ctx, 1234, 77);
+        if (st != DST_OK) return st;
+        return dst_dropout_forward(ctx, v[0], p, v[1], nullptr, nullptr);
+    };
+    return c;
+}
+
+// Slots: dy, dx; the mask of (seed 1234, offset 77).
+inline ModelOpCase dropout_bwd_case(dst_dtype dt, std::vector<int64_t> shape, float p, uint64_t seed) {
+    Rng r(seed);
+    ModelOpCase c;
+    c.name = "dropout_bwd";
+    c.dt = dt;
+    c.slots.push_back(in("dy", rand_float(r, dt, shape)));
+    c.slots.push_back(out("dx", HostTensor(dt, shape)));
+    c.call = [p](dst_context *ctx, std::vector<dst_tensor *> &v) {
+        return dst_dropout_backward(ctx, v[0], p, 1234, 77, v[1]);
+    };
+    return c;
+}
+
 }  // namespace dsttest
 
 #endif  // DST_TESTS_COMMON_MODEL_OPS_CASES_H

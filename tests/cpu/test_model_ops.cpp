@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "../../kernels/philox.h"  // the dropout rule the op must follow (docs/rng.md)
 #include "../common/bounds.h"
 #include "../common/model_ops_cases.h"
 #include "test_util.h"
@@ -427,6 +429,138 @@ TEST(ModelOps, BadInputIsRefusedWithoutWriting) {
     EXPECT_EQ(dst_model_op_workspace_bytes(static_cast<dst_model_op>(42), DST_DTYPE_FP32, 1, 1, 1, 1, &bytes), bad);
     EXPECT_EQ(dst_model_op_workspace_bytes(DST_MODEL_OP_DENSE, DST_DTYPE_INT32, 1, 1, 1, 1, &bytes), bad);
     EXPECT_EQ(dst_model_op_workspace_bytes(DST_MODEL_OP_DENSE, DST_DTYPE_FP32, -1, 1, 1, 1, &bytes), bad);
+}
+
+// ---- dropout ----------------------------------------------------------------------------------------
+
+// The rule of docs/rng.md, element by element: element e is kept iff the Philox word of (seed, offset, e)
+// is ≥ ⌈p·2³²⌉, and kept elements are x·scale with scale = 1/(1 − p) rounded to the compute type, the
+// product rounded once to the storage type; the call takes one RNG offset and reports it; backward
+// regenerates the same mask; in place equals out of place.
+TEST(ModelOps, DropoutFollowsThePhiloxRule) {
+    Ctx ctx = make_ctx();
+    for (dst_dtype dt : {DST_DTYPE_FP64, DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16}) {
+        SCOPED_TRACE(dst_dtype_string(dt));
+        const float p = 0.25f;
+        ModelOpCase c = dropout_fwd_case(dt, {3, 7, 33}, p, 11);
+        ASSERT_EQ(dst_context_set_rng_state(ctx.get(), 99, 5), DST_OK);
+        const HostTensor &x = c.slots[0].t;
+        HostTensor y(dt, x.shape());
+        y.poison();
+        dst_tensor xv = x.view(), yv = y.view();
+        uint64_t seed = 0, offset = 0, s2 = 0, o2 = 0;
+        ASSERT_EQ(dst_dropout_forward(ctx.get(), &xv, p, &yv, &seed, &offset), DST_OK) << dst_last_error();
+        EXPECT_EQ(seed, 99u);
+        EXPECT_EQ(offset, 5u);
+        ASSERT_EQ(dst_context_get_rng_state(ctx.get(), &s2, &o2), DST_OK);
+        EXPECT_EQ(o2, 6u) << "one offset per call";
+        const uint32_t threshold = dst::dropout_threshold(p);
+        const double scale64 = 1.0 / (1.0 - static_cast<double>(p));
+        const double scale = dt == DST_DTYPE_FP64 ? scale64 : static_cast<double>(static_cast<float>(scale64));
+        HostTensor want(dt, x.shape());
+        int64_t dropped = 0;
+        for (int64_t e = 0; e < x.numel(); ++e) {
+            const bool keep = dst::philox_dropout_keep(99, 5, static_cast<uint64_t>(e), threshold);
+            const double v = dt == DST_DTYPE_FP64 ? x.get(e) * scale
+                                                  : static_cast<double>(static_cast<float>(x.get(e)) * static_cast<float>(scale));
+            want.set(e, keep ? v : 0.0);
+            dropped += keep ? 0 : 1;
+        }
+        EXPECT_TRUE(y.same_bytes(want.bytes())) << "the mask or the scaling differs from the rule";
+        EXPECT_GT(dropped, 0);
+        // Backward with the reported (seed, offset): the same mask on dy.
+        Rng gen(3);
+        HostTensor dy = rand_float(gen, dt, x.shape());
+        HostTensor dx(dt, x.shape());
+        dx.poison();
+        dst_tensor dyv = dy.view(), dxv = dx.view();
+        ASSERT_EQ(dst_dropout_backward(ctx.get(), &dyv, p, seed, offset, &dxv), DST_OK) << dst_last_error();
+        for (int64_t e = 0; e < x.numel(); ++e)
+            EXPECT_EQ(dx.get(e) == 0.0 && dy.get(e) != 0.0, y.get(e) == 0.0 && x.get(e) != 0.0) << "element " << e;
+        ASSERT_EQ(dst_context_get_rng_state(ctx.get(), &s2, &o2), DST_OK);
+        EXPECT_EQ(o2, 6u) << "backward takes no offset";
+        // In place, from the same state: the same bytes.
+        ASSERT_EQ(dst_context_set_rng_state(ctx.get(), 99, 5), DST_OK);
+        HostTensor z = clone(x);
+        dst_tensor zv = z.view();
+        ASSERT_EQ(dst_dropout_forward(ctx.get(), &zv, p, &zv, nullptr, nullptr), DST_OK) << dst_last_error();
+        EXPECT_TRUE(z.same_bytes(y.bytes()));
+    }
+}
+
+// Over 2^20 elements the dropped fraction is p within 0.3 %; the next call (next offset) draws another
+// mask; p = 0 copies and still takes an offset.
+TEST(ModelOps, DropoutFractionAndFreshMasks) {
+    Ctx ctx = make_ctx();
+    const int64_t n = int64_t(1) << 20;
+    HostTensor x(DST_DTYPE_FP32, {n}), y1(DST_DTYPE_FP32, {n}), y2(DST_DTYPE_FP32, {n});
+    for (int64_t i = 0; i < n; ++i) x.set(i, 1.0);
+    dst_tensor xv = x.view(), v1 = y1.view(), v2 = y2.view();
+    ASSERT_EQ(dst_dropout_forward(ctx.get(), &xv, 0.1f, &v1, nullptr, nullptr), DST_OK) << dst_last_error();
+    ASSERT_EQ(dst_dropout_forward(ctx.get(), &xv, 0.1f, &v2, nullptr, nullptr), DST_OK) << dst_last_error();
+    int64_t d1 = 0, same = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        d1 += y1.get(i) == 0.0;
+        same += (y1.get(i) == 0.0) == (y2.get(i) == 0.0);
+    }
+    EXPECT_NEAR(static_cast<double>(d1) / static_cast<double>(n), 0.1, 0.003);
+    EXPECT_LT(same, n - n / 20) << "two calls drew (nearly) the same mask";
+    uint64_t seed = 0, off = 0, before = 0;
+    ASSERT_EQ(dst_context_get_rng_state(ctx.get(), &seed, &before), DST_OK);
+    ASSERT_EQ(dst_dropout_forward(ctx.get(), &xv, 0.0f, &v1, nullptr, &off), DST_OK) << dst_last_error();
+    EXPECT_EQ(off, before);
+    EXPECT_TRUE(y1.same_bytes(x.bytes()));
+    ASSERT_EQ(dst_context_get_rng_state(ctx.get(), &seed, &off), DST_OK);
+    EXPECT_EQ(off, before + 1);
+}
+
+// Bad arguments: the status, a message naming the argument, y and the RNG state untouched.
+TEST(ModelOps, DropoutBadInput) {
+    Ctx ctx = make_ctx();
+    ASSERT_EQ(dst_context_set_rng_state(ctx.get(), 5, 10), DST_OK);
+    HostTensor x(DST_DTYPE_FP32, {4, 6}), y(DST_DTYPE_FP32, {4, 6}), small(DST_DTYPE_FP32, {4, 5}),
+        ints(DST_DTYPE_INT32, {4, 6}), half(DST_DTYPE_FP16, {4, 6});
+    for (int64_t i = 0; i < x.numel(); ++i) x.set(i, 1.5);
+    y.poison();
+    const std::vector<unsigned char> before = y.bytes();
+    dst_tensor xv = x.view(), yv = y.view(), sv = small.view(), iv = ints.view(), hv = half.view();
+    dst_tensor shifted = x.view();
+    shifted.data = static_cast<float *>(x.data()) + 1;
+    shifted.shape[0] = 3;
+    dst_tensor xpart = x.view();
+    xpart.shape[0] = 3;
+    struct Bad { const char *what; dst_status st; std::function<dst_status()> call; };
+    const Bad bad[] = {
+        {"ctx is NULL", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_forward(nullptr, &xv, 0.1f, &yv, nullptr, nullptr); }},
+        {"x is NULL", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_forward(ctx.get(), nullptr, 0.1f, &yv, nullptr, nullptr); }},
+        {"y is NULL", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_forward(ctx.get(), &xv, 0.1f, nullptr, nullptr, nullptr); }},
+        {"p is 1", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_forward(ctx.get(), &xv, 1.0f, &yv, nullptr, nullptr); }},
+        {"p is -0.1", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_forward(ctx.get(), &xv, -0.1f, &yv, nullptr, nullptr); }},
+        {"p is nan", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_forward(ctx.get(), &xv, NAN, &yv, nullptr, nullptr); }},
+        {"y must have the dtype", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_forward(ctx.get(), &xv, 0.1f, &sv, nullptr, nullptr); }},
+        {"y must have the dtype", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_forward(ctx.get(), &xv, 0.1f, &hv, nullptr, nullptr); }},
+        {"x->dtype", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_forward(ctx.get(), &iv, 0.1f, &iv, nullptr, nullptr); }},
+        {"partly overlaps", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_forward(ctx.get(), &xpart, 0.1f, &shifted, nullptr, nullptr); }},
+        {"dy is NULL", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_backward(ctx.get(), nullptr, 0.1f, 1, 2, &yv); }},
+        {"p is 2", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_backward(ctx.get(), &xv, 2.0f, 1, 2, &yv); }},
+        {"dx must have the dtype", DST_ERR_INVALID_ARGUMENT, [&] { return dst_dropout_backward(ctx.get(), &xv, 0.1f, 1, 2, &sv); }},
+    };
+    for (const Bad &b : bad) {
+        EXPECT_EQ(b.call(), b.st) << b.what;
+        EXPECT_NE(std::string(dst_last_error()).find(b.what), std::string::npos) << b.what << " not in: " << dst_last_error();
+        EXPECT_TRUE(y.same_bytes(before)) << b.what << ": y was written";
+        uint64_t s = 0, o = 0;
+        ASSERT_EQ(dst_context_get_rng_state(ctx.get(), &s, &o), DST_OK);
+        EXPECT_EQ(o, 10u) << b.what << ": the RNG state moved";
+    }
+    // An exhausted stream: DST_ERR_STATE, nothing written, the state kept.
+    ASSERT_EQ(dst_context_set_rng_state(ctx.get(), 5, UINT64_MAX), DST_OK);
+    EXPECT_EQ(dst_dropout_forward(ctx.get(), &xv, 0.1f, &yv, nullptr, nullptr), DST_ERR_STATE);
+    EXPECT_NE(std::string(dst_last_error()).find("exhausted"), std::string::npos) << dst_last_error();
+    EXPECT_TRUE(y.same_bytes(before));
+    uint64_t s = 0, o = 0;
+    ASSERT_EQ(dst_context_get_rng_state(ctx.get(), &s, &o), DST_OK);
+    EXPECT_EQ(o, UINT64_MAX);
 }
 
 // A caller-owned workspace of the queried size runs the call; one byte less than the dense backward's

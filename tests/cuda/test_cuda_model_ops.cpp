@@ -64,6 +64,14 @@ std::vector<Named> all_cases() {
         for (bool acc : {false, true})
             v.push_back({"scatter_rows_" + d + "_N387_M60_H100" + std::string(acc ? "_acc" : ""),
                          [=] { return scatter_case(dt, 387, 60, 100, acc, 6); }});
+        // Dropout: the same Philox mask on both backends (odd sizes: a partial group of four at the end).
+        for (float p : {0.0f, 0.1f, 0.5f}) {
+            std::ostringstream s;
+            s << "B3_S129_H100_p" << static_cast<int>(p * 100);
+            v.push_back({"dropout_fwd_" + d + "_" + s.str(), [=] { return dropout_fwd_case(dt, {3, 129, 100}, p, 8); }});
+            v.push_back({"dropout_bwd_" + d + "_" + s.str(), [=] { return dropout_bwd_case(dt, {3, 129, 100}, p, 9); }});
+        }
+        v.push_back({"dropout_fwd_" + d + "_n7", [=] { return dropout_fwd_case(dt, {7}, 0.3f, 10); }});
         struct X { int64_t n, m, h, v; bool rows, bias, grads, acc; double scale; };
         const X xs[] = {{387, 59, 72, 1001, true, true, true, true, 1.0},     // MLM: rows of [B·S, H], tied dW
                         {129, 129, 100, 30523, false, true, true, false, 8.0},  // V like BERT's, not a multiple of 8

@@ -5,7 +5,9 @@
 // non-UTF-8, shards with missing or inconsistent datasets): a message and an error status.
 #include <gtest/gtest.h>
 
+#ifdef DSTP_HAVE_HDF5
 #include <hdf5.h>
+#endif
 #include <unistd.h>
 
 #include <cmath>
@@ -237,6 +239,7 @@ TEST(PretrainExamples, BadCorpora) {
 }
 
 // ---- HDF5 shards ------------------------------------------------------------------------------------------
+#ifdef DSTP_HAVE_HDF5
 
 // Writes a shard with n samples of length S and P predictions; `skip` names a dataset to leave out,
 // `bad_mask_rows` gives input_mask a wrong number of rows.
@@ -361,6 +364,16 @@ TEST(PretrainShards, BadShards) {
     EXPECT_EQ(dstp_shard_read(write_shard("shape.hdf5", 3, 8, 2, nullptr, true).c_str(), &sh, &err), DSTP_ERR_FORMAT);
     EXPECT_NE(std::string(err.msg).find("disagree in shape"), std::string::npos) << err.msg;
 }
+#else
+// A build without libhdf5 refuses every shard with the reason (dst-pretrain exits 4 with it).
+TEST(PretrainShards, BuiltWithoutHdf5) {
+    dstp_shard sh{};
+    dstp_error err{};
+    EXPECT_EQ(dstp_shard_read(write_file("any.hdf5", "not read").c_str(), &sh, &err), DSTP_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(err.msg).find("built without HDF5 support"), std::string::npos) << err.msg;
+    EXPECT_NE(std::string(err.msg).find("any.hdf5"), std::string::npos) << err.msg;
+}
+#endif
 
 // ---- the loader thread --------------------------------------------------------------------------------------
 

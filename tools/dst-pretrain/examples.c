@@ -78,7 +78,45 @@ void dstp_corpus_free(dstp_corpus *c) {
     free(c);
 }
 
+static int add_sentence(dstp_corpus *c, size_t off);
+static int end_document(dstp_corpus *c, size_t first);
+
 size_t dstp_corpus_documents(const dstp_corpus *c) { return c->ndoc; }
+
+dstp_status dstp_corpus_split(const dstp_corpus *c, int32_t every, int heldout, dstp_corpus **out, dstp_error *err) {
+    dstp_corpus *p;
+    size_t d, s, k;
+    if (every < 2) {
+        dstp_seterr(err, "corpus: hold out one document in %d: expected at least 2", (int)every);
+        return DSTP_ERR_ARG;
+    }
+    p = (dstp_corpus *)calloc(1, sizeof *p);
+    if (!p) goto nomem;
+    for (d = 0; d < c->ndoc; ++d) {
+        const document *doc = &c->doc[d];
+        const size_t first = p->nsent;
+        if ((d % (size_t)every == (size_t)every - 1) != (heldout != 0)) continue;
+        for (s = doc->first; s < doc->first + doc->count; ++s) {
+            const size_t off = p->tokens.n;
+            for (k = 0; k < c->sent[s].len; ++k)
+                if (dstp_ids_push(&p->tokens, c->tokens.v[c->sent[s].off + k]) != DSTP_OK) goto nomem;
+            if (!add_sentence(p, off)) goto nomem;
+        }
+        if (!end_document(p, first)) goto nomem;
+    }
+    if (p->ndoc == 0) {
+        dstp_seterr(err, "corpus: its %zu documents leave no %s document when one in %d is held out", c->ndoc,
+                    heldout ? "held-out" : "training", (int)every);
+        dstp_corpus_free(p);
+        return DSTP_ERR_FORMAT;
+    }
+    *out = p;
+    return DSTP_OK;
+nomem:
+    dstp_corpus_free(p);
+    dstp_seterr(err, "corpus: out of memory");
+    return DSTP_ERR_NOMEM;
+}
 size_t dstp_corpus_tokens(const dstp_corpus *c) { return c->tokens.n; }
 
 static int add_sentence(dstp_corpus *c, size_t off) {

@@ -30,7 +30,7 @@ struct dstp_loader {
     dstp_epoch ep;
     /* HDF5 */
     dstp_shard shard;
-    int64_t *order;
+    int64_t *order, norder;
     dstp_example tmp;
     int32_t *tmp_mem;
     /* stream position */
@@ -90,9 +90,18 @@ static dstp_status begin_epoch(dstp_loader *l, dstp_error *err) {
         dstp_seterr(err, "loader: out of memory");
         return DSTP_ERR_NOMEM;
     }
-    for (i = 0; i < l->shard.n; ++i) l->order[i] = i;
+    l->norder = 0;
+    for (i = 0; i < l->shard.n; ++i)
+        if (!l->cfg.holdout_every || ((i % l->cfg.holdout_every == l->cfg.holdout_every - 1) == (l->cfg.heldout != 0)))
+            l->order[l->norder++] = i;
+    if (l->norder == 0) {
+        dstp_seterr(err, "%s: its %lld samples leave no %s sample when one in %d is held out",
+                    l->shards[l->epoch % l->cfg.num_shards], (long long)l->shard.n,
+                    l->cfg.heldout ? "held-out" : "training", (int)l->cfg.holdout_every);
+        return DSTP_ERR_FORMAT;
+    }
     dstp_rng_seed(&rng, l->cfg.seed, 0x4D5000ull + l->epoch);
-    for (i = l->shard.n - 1; i > 0; --i) {
+    for (i = l->norder - 1; i > 0; --i) {
         const int64_t j = (int64_t)dstp_rng_below(&rng, (uint64_t)i + 1), t = l->order[i];
         l->order[i] = l->order[j];
         l->order[j] = t;
@@ -102,7 +111,7 @@ static dstp_status begin_epoch(dstp_loader *l, dstp_error *err) {
 
 /* The next batch of the stream into `b`. */
 static dstp_status make_batch(dstp_loader *l, dstp_batch *b, dstp_error *err) {
-    const size_t total = l->corpus ? l->ep.count : (size_t)l->shard.n;
+    const size_t total = l->corpus ? l->ep.count : (size_t)l->norder;
     int32_t k = 0, j;
     dstp_status st;
     if (!l->have_epoch || l->cursor >= total) {
@@ -213,8 +222,9 @@ dstp_status dstp_loader_create(const dstp_loader_config *cfg, dstp_loader **out,
     int i;
     size_t f;
     if (!cfg || !out || !cfg->vocab || (!cfg->corpus == !cfg->shards) || (cfg->shards && cfg->num_shards == 0) ||
-        cfg->batch < 1 || cfg->depth < 1 || cfg->depth > 64) {
-        dstp_seterr(err, "loader: need a vocabulary, exactly one of a corpus or shards, batch >= 1 and depth 1..64");
+        cfg->batch < 1 || cfg->depth < 1 || cfg->depth > 64 || cfg->holdout_every < 0 || cfg->holdout_every == 1) {
+        dstp_seterr(err, "loader: need a vocabulary, exactly one of a corpus or shards, batch >= 1, depth 1..64 and "
+                         "holdout_every 0 or >= 2");
         return DSTP_ERR_ARG;
     }
     l = (dstp_loader *)calloc(1, sizeof *l);
@@ -249,6 +259,16 @@ dstp_status dstp_loader_create(const dstp_loader_config *cfg, dstp_loader **out,
         l->seq = cfg->seq;
         l->max_pred = cfg->max_pred;
         st = dstp_corpus_load(cfg->corpus, &l->tok, &l->corpus, err);
+        if (st == DSTP_OK && cfg->holdout_every) {
+            dstp_corpus *part = NULL;
+            st = dstp_corpus_split(l->corpus, cfg->holdout_every, cfg->heldout, &part, err);
+            if (st == DSTP_ERR_FORMAT) {
+                dstp_error inner = *err;
+                dstp_seterr(err, "%s: %s", cfg->corpus, inner.msg);
+            }
+            dstp_corpus_free(l->corpus);
+            l->corpus = part;
+        }
         if (st == DSTP_OK) st = begin_epoch(l, err); /* validates the settings and the corpus here */
         if (st == DSTP_OK) l->have_epoch = 1;
     } else if (st == DSTP_OK) {
@@ -332,3 +352,7 @@ dstp_status dstp_loader_next(dstp_loader *l, const dstp_batch **out, dstp_error 
 }
 
 const dstp_vocab *dstp_loader_vocab(const dstp_loader *l) { return l->vocab; }
+
+size_t dstp_loader_units(const dstp_loader *l) {
+    return l->corpus ? dstp_corpus_documents(l->corpus) : (size_t)l->norder;
+}

@@ -26,7 +26,8 @@ typedef enum dstp_status {
     DSTP_ERR_IO = 2,      /* a file could not be opened or read */
     DSTP_ERR_FORMAT = 3,  /* malformed data: not UTF-8, not an HDF5 shard, missing or inconsistent fields */
     DSTP_ERR_NOMEM = 4,   /* out of memory */
-    DSTP_ERR_STATE = 5    /* the loader stopped (after an error of its thread, or being destroyed) */
+    DSTP_ERR_STATE = 5,   /* the loader stopped (after an error of its thread, or being destroyed) */
+    DSTP_ERR_UNSUPPORTED = 6 /* HDF5 shards in a build without libhdf5 */
 } dstp_status;
 
 typedef struct dstp_error {
@@ -94,6 +95,10 @@ typedef struct dstp_corpus dstp_corpus;
  * sentences after '.', '!' or '?' followed by a space. Empty corpus (no tokens) is DSTP_ERR_FORMAT. */
 dstp_status dstp_corpus_load(const char *path, const dstp_tokenizer *tok, dstp_corpus **out, dstp_error *err);
 void dstp_corpus_free(dstp_corpus *c);
+/* The documents d of `c` with (d % every == every − 1) == heldout, as a corpus of their own: every = 20
+ * holds out one document in twenty (heldout = 1 gives those, 0 the others). DSTP_ERR_FORMAT when the part
+ * is empty. */
+dstp_status dstp_corpus_split(const dstp_corpus *c, int32_t every, int heldout, dstp_corpus **out, dstp_error *err);
 size_t dstp_corpus_documents(const dstp_corpus *c);
 size_t dstp_corpus_tokens(const dstp_corpus *c);
 
@@ -164,11 +169,14 @@ typedef struct dstp_loader_config {
     uint64_t seed;
     uint64_t start_batch;     /* skip this many batches first (resume) */
     int32_t depth;            /* batches prepared ahead, ≥ 1 */
+    int32_t holdout_every;    /* 0: all the data; k ≥ 2: one document (text) or sample (HDF5) in k is held out */
+    int heldout;              /* with holdout_every: 0 the training part, 1 the held-out part */
 } dstp_loader_config;
 
 typedef struct dstp_loader dstp_loader;
 /* Starts the loader thread; the corpus or the first shard is read before it returns, so bad data is
- * reported here. */
+ * reported here. With holdout_every, documents (text) or samples (HDF5, by index in each shard) d with
+ * d % holdout_every == holdout_every − 1 form the held-out part and the others the training part. */
 dstp_status dstp_loader_create(const dstp_loader_config *cfg, dstp_loader **out, dstp_error *err);
 /* The next batch, waiting for the thread when it is not ready. The batch stays valid until the next
  * call; the stream is endless (epoch after epoch). DSTP_ERR_* with the thread's message when it failed. */
@@ -176,6 +184,8 @@ dstp_status dstp_loader_next(dstp_loader *l, const dstp_batch **out, dstp_error 
 /* Stops the thread (also while it waits for a free slot) and frees everything; NULL is allowed. */
 void dstp_loader_destroy(dstp_loader *l);
 const dstp_vocab *dstp_loader_vocab(const dstp_loader *l);
+/* Documents (text) or samples of the first shard (HDF5) of the loader's part of the data. */
+size_t dstp_loader_units(const dstp_loader *l);
 
 #ifdef __cplusplus
 }

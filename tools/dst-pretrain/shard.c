@@ -1,13 +1,16 @@
 /*
  * NVIDIA's pre-processed BERT shards (HDF5; deepspeed_engine.md §7.5) through libhdf5's C API.
  * HDF5's own error printing is switched off; every failure becomes a message naming the file and the
- * dataset.
+ * dataset. Without libhdf5 at build time (DSTP_HAVE_HDF5 undefined) dstp_shard_read refuses every file
+ * with DSTP_ERR_UNSUPPORTED; the rest of the program is unchanged.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#ifdef DSTP_HAVE_HDF5
 #include <hdf5.h>
+#endif
 
 #include "pretrain_data.h"
 
@@ -24,6 +27,7 @@ void dstp_shard_free(dstp_shard *s) {
     memset(s, 0, sizeof *s);
 }
 
+#ifdef DSTP_HAVE_HDF5
 /* Reads dataset `name` of rank `rank` as `mem_type` (element size `esize`) into a new buffer; dims out. */
 static dstp_status read_dataset(hid_t file, const char *path, const char *name, int rank, hid_t mem_type,
                                 size_t esize, void **data, hsize_t dims[2], dstp_error *err) {
@@ -126,6 +130,15 @@ dstp_status dstp_shard_read(const char *path, dstp_shard *out, dstp_error *err) 
     *out = r;
     return DSTP_OK;
 }
+
+#else
+dstp_status dstp_shard_read(const char *path, dstp_shard *out, dstp_error *err) {
+    (void)out;
+    dstp_seterr(err, "%s: this dst-pretrain was built without HDF5 support (install libhdf5-dev and rebuild to "
+                     "read NVIDIA's shards)", path);
+    return DSTP_ERR_UNSUPPORTED;
+}
+#endif
 
 dstp_status dstp_shard_example(const dstp_shard *s, int64_t i, int32_t vocab_size, dstp_example *ex, dstp_error *err) {
     const int64_t S = s->seq, P = s->max_pred;

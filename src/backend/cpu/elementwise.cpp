@@ -15,7 +15,9 @@ using cpu::compute_t;
 using cpu::load;
 using cpu::store;
 
-// Calls f(e, factor) for every element, factor = scale when kept, 0 when dropped, 1 when inactive.
+// Calls f(e, factor) for every element, factor = scale when kept, 0 when dropped, 1 when inactive. A
+// dropped element is written as +0 (not x·0, which is −0 for negative x and NaN for NaN), as the CUDA
+// kernels write it, so both backends give the same bits.
 template <typename C, typename F>
 void for_each_dropout(const DropoutSite &site, int64_t count, int nt, F &&f) {
     const int64_t groups = (count + 3) / 4;
@@ -63,7 +65,7 @@ dst_status CpuBackend::dropout_residual_fwd(dst_dtype dt, const void *a, const v
         using T = decltype(tag);
         using C = compute_t<T>;
         for_each_dropout<C>(site, count, nt, [&](int64_t e, C f) {
-            const C v = load<T>(a, e) * f;
+            const C v = f != C(0) ? load<T>(a, e) * f : C(0);
             store<T>(y, e, residual ? load<T>(residual, e) + v : v);
         });
         return DST_OK;
@@ -76,7 +78,9 @@ dst_status CpuBackend::dropout_bwd(dst_dtype dt, const void *dy, void *dx, int64
     return cpu::dispatch(dt, "dropout_bwd", [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
-        for_each_dropout<C>(site, count, nt, [&](int64_t e, C f) { store<T>(dx, e, load<T>(dy, e) * f); });
+        for_each_dropout<C>(site, count, nt, [&](int64_t e, C f) {
+            store<T>(dx, e, f != C(0) ? load<T>(dy, e) * f : C(0));
+        });
         return DST_OK;
     });
 }
