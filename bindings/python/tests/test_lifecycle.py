@@ -42,13 +42,18 @@ def churn(n):
 
 
 def test_no_leak_create_destroy_loop():
+    # The steady state is measured: a first window of 60 cycles absorbs one-time growth of the process
+    # (allocator arenas, pools of libraries loaded by earlier tests in the same process); a leak shows in
+    # the second window as much as in the first.
     churn(10)
+    gc.collect()
+    churn(60)
     gc.collect()
     before = rss_bytes()
     churn(60)
     gc.collect()
     grown = rss_bytes() - before
-    assert grown < 16 << 20, f"RSS grew by {grown} bytes over 60 create/destroy cycles"
+    assert grown < 16 << 20, f"RSS grew by {grown} bytes over 60 create/destroy cycles (after 70 cycles)"
 
 
 def test_close_is_idempotent_and_closed_objects_refuse_use():
