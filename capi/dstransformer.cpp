@@ -67,6 +67,25 @@ dst_status check_activation(const char *fn, const char *arg, const dst_tensor *t
     return DST_OK;
 }
 
+// Checks a packed [N, H] activation in the layer dtype. `expect_N` > 0 pins N.
+dst_status check_packed(const char *fn, const char *arg, const dst_tensor *t, const dst::Layer &L, int64_t expect_N) {
+    if (!t) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, arg);
+    if (!t->data) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, arg);
+    if (t->dtype != L.config().dtype)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s->dtype is %s, expected %s (the layer dtype)", fn, arg,
+                         dt_name(t->dtype), dt_name(L.config().dtype));
+    if (t->ndim != 2)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s->ndim is %d, expected 2 ([N, H], packed tokens)", fn, arg,
+                         (int)t->ndim);
+    if (t->shape[0] < 1 || t->shape[1] != L.dims().H)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s->shape is [%lld, %lld], expected [N, %lld] with N >= 1", fn,
+                         arg, (long long)t->shape[0], (long long)t->shape[1], (long long)L.dims().H);
+    if (expect_N > 0 && t->shape[0] != expect_N)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s->shape[0] is %lld, expected N = %lld as in the recorded forward",
+                         fn, arg, (long long)t->shape[0], (long long)expect_N);
+    return DST_OK;
+}
+
 dst_status check_mask(const char *fn, const dst_mask *m, const dst::Layer &L, int64_t B, int64_t S,
                       dst::MaskArg *out) {
     *out = dst::MaskArg{};
@@ -118,6 +137,24 @@ dst_status resolve_saved(const char *fn, dst_layer *layer, dst_saved *saved, dst
     if (saved->impl->layer != layer->impl.get())
         return set_error(DST_ERR_INVALID_ARGUMENT, "%s: saved was created for another layer", fn);
     *out = saved->impl;
+    return DST_OK;
+}
+
+// The start of every layer forward/backward: a deferred device-side failure of an earlier call, the
+// capture rule, and the saved-activations object to use.
+dst_status begin_layer_call(const char *fn, dst_layer *layer, dst_saved *saved, bool backward, dst::Saved **sv) {
+    DST_REQUIRE(fn, layer);
+    dst::Layer &L = *layer->impl;
+    DST_TRY(L.backend().take_deferred_error(fn));
+    DST_TRY(L.check_capture(fn, backward));
+    if (saved && !saved->impl->layer) return set_error(DST_ERR_STATE, "%s: saved outlived its layer", fn);
+    return resolve_saved(fn, layer, saved, sv);
+}
+
+dst_status check_grad_mode(const char *fn, dst_grad_mode mode) {
+    if (mode != DST_GRAD_WRITE && mode != DST_GRAD_ACCUMULATE)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: mode is %d, expected DST_GRAD_WRITE or DST_GRAD_ACCUMULATE", fn,
+                         (int)mode);
     return DST_OK;
 }
 
@@ -689,19 +726,14 @@ dst_status dst_layer_forward(dst_layer *layer, dst_saved *saved, const dst_tenso
                              dst_tensor *output) {
     static const char fn[] = "dst_layer_forward";
     return guarded(fn, [&]() -> dst_status {
-        DST_REQUIRE(fn, layer);
+        dst::Saved *sv = nullptr;
+        DST_TRY(begin_layer_call(fn, layer, saved, false, &sv));
         dst::Layer &L = *layer->impl;
-        DST_TRY(L.backend().take_deferred_error(fn));
-        DST_TRY(L.check_capture(fn, false));
         DST_TRY(check_activation(fn, "input", input, L, 0, 0));
         const int64_t B = input->shape[0], S = input->shape[1];
         DST_TRY(check_activation(fn, "output", output, L, B, S));
         if (views_overlap(input, output))
             return set_error(DST_ERR_INVALID_ARGUMENT, "%s: output overlaps input", fn);
-        if (saved && !saved->impl->layer)
-            return set_error(DST_ERR_STATE, "%s: saved outlived its layer", fn);
-        dst::Saved *sv = nullptr;
-        DST_TRY(resolve_saved(fn, layer, saved, &sv));
         dst::MaskArg m;
         DST_TRY(check_mask(fn, mask, L, B, S, &m));
         return L.forward(sv, input->data, B, S, m, output->data);
@@ -712,25 +744,80 @@ dst_status dst_layer_backward(dst_layer *layer, dst_saved *saved, const dst_tens
                               dst_tensor *grad_input, dst_grad_mode mode) {
     static const char fn[] = "dst_layer_backward";
     return guarded(fn, [&]() -> dst_status {
-        DST_REQUIRE(fn, layer);
-        dst::Layer &L = *layer->impl;
-        DST_TRY(L.backend().take_deferred_error(fn));
-        DST_TRY(L.check_capture(fn, true));
-        if (saved && !saved->impl->layer)
-            return set_error(DST_ERR_STATE, "%s: saved outlived its layer", fn);
         dst::Saved *sv = nullptr;
-        DST_TRY(resolve_saved(fn, layer, saved, &sv));
+        DST_TRY(begin_layer_call(fn, layer, saved, true, &sv));
+        dst::Layer &L = *layer->impl;
         if (!sv->valid)
             return set_error(DST_ERR_STATE, "%s: saved holds no training forward (call dst_layer_forward in "
                                             "training mode with the same saved object first)", fn);
+        if (sv->packed)
+            return set_error(DST_ERR_STATE, "%s: saved holds a packed forward: use dst_layer_backward_packed", fn);
         DST_TRY(check_activation(fn, "grad_output", grad_output, L, sv->B, sv->S));
         DST_TRY(check_activation(fn, "grad_input", grad_input, L, sv->B, sv->S));
         if (views_overlap(grad_output, grad_input))
             return set_error(DST_ERR_INVALID_ARGUMENT, "%s: grad_input overlaps grad_output", fn);
-        if (mode != DST_GRAD_WRITE && mode != DST_GRAD_ACCUMULATE)
-            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: mode is %d, expected DST_GRAD_WRITE or DST_GRAD_ACCUMULATE",
-                             fn, (int)mode);
+        DST_TRY(check_grad_mode(fn, mode));
         return L.backward(sv, grad_output->data, grad_input->data, mode == DST_GRAD_ACCUMULATE);
+    });
+}
+
+dst_status dst_layer_forward_packed(dst_layer *layer, dst_saved *saved, const dst_tensor *input,
+                                    const dst_tensor *cu_seqlens, int64_t max_seqlen, dst_tensor *output) {
+    static const char fn[] = "dst_layer_forward_packed";
+    return guarded(fn, [&]() -> dst_status {
+        dst::Saved *sv = nullptr;
+        DST_TRY(begin_layer_call(fn, layer, saved, false, &sv));
+        dst::Layer &L = *layer->impl;
+        DST_TRY(check_packed(fn, "input", input, L, 0));
+        const int64_t N = input->shape[0];
+        DST_TRY(check_packed(fn, "output", output, L, N));
+        if (views_overlap(input, output))
+            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: output overlaps input", fn);
+        DST_REQUIRE(fn, cu_seqlens);
+        if (!cu_seqlens->data) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: cu_seqlens->data is NULL", fn);
+        if (cu_seqlens->dtype != DST_DTYPE_INT32 || cu_seqlens->ndim != 1 || cu_seqlens->shape[0] < 2)
+            return set_error(DST_ERR_INVALID_ARGUMENT,
+                             "%s: cu_seqlens must be int32 of shape [B + 1] with B >= 1 (got %s, ndim %d%s%lld)", fn,
+                             dt_name(cu_seqlens->dtype), (int)cu_seqlens->ndim, cu_seqlens->ndim >= 1 ? ", shape[0] " : "",
+                             cu_seqlens->ndim >= 1 ? (long long)cu_seqlens->shape[0] : 0LL);
+        const int64_t B = cu_seqlens->shape[0] - 1;
+        const dst_layer_config &c = L.config();
+        if (max_seqlen < 1 || max_seqlen > c.max_seq_len)
+            return set_error(max_seqlen < 1 ? DST_ERR_INVALID_ARGUMENT : DST_ERR_CAPACITY,
+                             "%s: max_seqlen is %lld, expected 1..max_seq_len = %d", fn, (long long)max_seqlen,
+                             c.max_seq_len);
+        if (N < B || N > B * max_seqlen)
+            return set_error(DST_ERR_INVALID_ARGUMENT,
+                             "%s: input has N = %lld rows, but %lld sequences of 1..max_seqlen = %lld tokens hold %lld..%lld",
+                             fn, (long long)N, (long long)B, (long long)max_seqlen, (long long)B,
+                             (long long)(B * max_seqlen));
+        if (B * max_seqlen > c.max_batch_tokens)
+            return set_error(DST_ERR_CAPACITY,
+                             "%s: B*max_seqlen = %lld*%lld tokens (the padded layout this version runs) is above "
+                             "max_batch_tokens %lld", fn, (long long)B, (long long)max_seqlen,
+                             (long long)c.max_batch_tokens);
+        return L.forward_packed(sv, input->data, N, static_cast<const int32_t *>(cu_seqlens->data), B, max_seqlen,
+                                output->data);
+    });
+}
+
+dst_status dst_layer_backward_packed(dst_layer *layer, dst_saved *saved, const dst_tensor *grad_output,
+                                     dst_tensor *grad_input, dst_grad_mode mode) {
+    static const char fn[] = "dst_layer_backward_packed";
+    return guarded(fn, [&]() -> dst_status {
+        dst::Saved *sv = nullptr;
+        DST_TRY(begin_layer_call(fn, layer, saved, true, &sv));
+        dst::Layer &L = *layer->impl;
+        if (!sv->valid || !sv->packed)
+            return set_error(DST_ERR_STATE, "%s: saved holds no packed training forward (call "
+                                            "dst_layer_forward_packed in training mode with the same saved object "
+                                            "first%s)", fn, sv->valid ? "; it holds a padded one: use dst_layer_backward" : "");
+        DST_TRY(check_packed(fn, "grad_output", grad_output, L, sv->packed_n));
+        DST_TRY(check_packed(fn, "grad_input", grad_input, L, sv->packed_n));
+        if (views_overlap(grad_output, grad_input))
+            return set_error(DST_ERR_INVALID_ARGUMENT, "%s: grad_input overlaps grad_output", fn);
+        DST_TRY(check_grad_mode(fn, mode));
+        return L.backward_packed(sv, grad_output->data, grad_input->data, mode == DST_GRAD_ACCUMULATE);
     });
 }
 

@@ -46,7 +46,37 @@ __global__ void check_nonzero_kernel(const T *x, int64_t count, DeferredCheck *s
     find_and_record(x, count, [](T e) { return to_compute(e) == compute_t<T>(0); }, slot, id);
 }
 
+__global__ void check_offsets_kernel(const int32_t *cu, int64_t B, int64_t n, int64_t s, DeferredCheck *slot,
+                                     uint32_t id) {
+    __shared__ unsigned long long first;
+    if (threadIdx.x == 0) first = ~0ull;
+    __syncthreads();
+    for (int64_t b = threadIdx.x; b < B; b += blockDim.x) {
+        const int64_t len = int64_t(cu[b + 1]) - cu[b];
+        if (len < 1 || len > s || (b == 0 && cu[0] != 0) || (b == B - 1 && cu[B] != n)) {
+            atomicMin(&first, static_cast<unsigned long long>(b));
+            break;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x != 0 || first == ~0ull) return;
+    volatile DeferredCheck *sl = slot;
+    if (sl->state != 0) return;
+    sl->id = id;
+    sl->index = static_cast<int64_t>(first);
+    sl->value = static_cast<double>(int64_t(cu[first + 1]) - cu[first]);
+    __threadfence_system();
+    sl->state = 1;
+}
+
 }  // namespace
+
+cudaError_t check_offsets_deferred(cudaStream_t stream, const int32_t *cu, int64_t B, int64_t n, int64_t s,
+                                   DeferredCheck *slot, uint32_t id) {
+    if (B <= 0) return cudaSuccess;
+    check_offsets_kernel<<<1, kThreads, 0, stream>>>(cu, B, n, s, slot, id);
+    return cudaGetLastError();
+}
 
 cudaError_t check_range_deferred(cudaStream_t stream, const int32_t *v, int64_t count, int32_t lo, int32_t hi,
                                  DeferredCheck *slot, uint32_t id) {

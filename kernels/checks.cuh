@@ -27,6 +27,10 @@ struct DeferredCheck {
 // Checks lo <= v[i] <= hi for i < count. Asynchronous; `slot` is a device pointer to mapped host memory.
 cudaError_t check_range_deferred(cudaStream_t stream, const int32_t *v, int64_t count, int32_t lo, int32_t hi,
                                  DeferredCheck *slot, uint32_t id);
+// Checks packed-sequence offsets: 0 = cu[0], cu[B] = n, and 1 <= cu[b+1] - cu[b] <= s for b < B. A
+// failure records index b and value cu[b+1] - cu[b] (the first failing b).
+cudaError_t check_offsets_deferred(cudaStream_t stream, const int32_t *cu, int64_t B, int64_t n, int64_t s,
+                                   DeferredCheck *slot, uint32_t id);
 // Checks x[i] != 0 for i < count (floating dtypes).
 cudaError_t check_nonzero_deferred(cudaStream_t stream, dst_dtype dt, const void *x, int64_t count,
                                    DeferredCheck *slot, uint32_t id);

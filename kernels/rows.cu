@@ -40,6 +40,28 @@ __global__ void check_repeat_kernel(const int32_t *__restrict__ idx, int64_t cou
     }
 }
 
+__global__ void packed_index_kernel(const int32_t *__restrict__ cu, int64_t B, int64_t s, int64_t n,
+                                    int32_t *__restrict__ idx, int32_t *__restrict__ lens) {
+    const int64_t total = n > B ? n : B;
+    for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
+        if (t < B) {
+            const int64_t len = int64_t(cu[t + 1]) - cu[t];
+            lens[t] = static_cast<int32_t>(len < 0 ? 0 : (len > s ? s : len));
+        }
+        if (t < n) {
+            int64_t lo = 0, hi = B - 1;  // the last b with cu[b] <= t (b = 0 when none)
+            while (lo < hi) {
+                const int64_t mid = (lo + hi + 1) / 2;
+                if (cu[mid] <= t) lo = mid;
+                else hi = mid - 1;
+            }
+            int64_t pos = t - cu[lo];
+            pos = pos < 0 ? 0 : (pos >= s ? s - 1 : pos);
+            idx[t] = static_cast<int32_t>(lo * s + pos);
+        }
+    }
+}
+
 template <typename T>
 __global__ void gather_rows_kernel(const T *__restrict__ src, const int32_t *__restrict__ idx, T *__restrict__ dst,
                                    int64_t m, int64_t h) {
@@ -83,6 +105,14 @@ cudaError_t check_indices(cudaStream_t stream, const int32_t *idx, int64_t count
         DST_KERNEL_CHECK(cudaGetLastError());
     }
     return cudaSuccess;
+}
+
+cudaError_t packed_index(cudaStream_t stream, const int32_t *cu, int64_t B, int64_t s, int64_t n, int32_t *idx,
+                         int32_t *lens) {
+    const int64_t total = n > B ? n : B;
+    if (total <= 0) return cudaSuccess;
+    packed_index_kernel<<<grid_blocks(total, kThreads), kThreads, 0, stream>>>(cu, B, s, n, idx, lens);
+    return cudaGetLastError();
 }
 
 cudaError_t gather_rows(cudaStream_t stream, dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,

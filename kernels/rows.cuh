@@ -22,6 +22,11 @@ size_t check_indices_workspace(int64_t range, bool distinct);
 // the caller copies it back. Asynchronous.
 cudaError_t check_indices(cudaStream_t stream, const int32_t *idx, int64_t count, int32_t lo, int32_t hi,
                          bool distinct, void *workspace);
+// Packed sequences (offsets cu[0..B] over n rows): idx[r] = b*s + (r - cu[b]) for the b with
+// cu[b] <= r < cu[b+1], and lens[b] = cu[b+1] - cu[b]; both clamped into range (idx in [0, B*s), lens in
+// 0..s) whatever the offsets hold, which check_offsets_deferred (kernels/checks.cuh) verifies.
+cudaError_t packed_index(cudaStream_t stream, const int32_t *cu, int64_t B, int64_t s, int64_t n, int32_t *idx,
+                         int32_t *lens);
 // dst[i, :] = src[idx[i], :] for i < m (rows of h elements).
 cudaError_t gather_rows(cudaStream_t stream, dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
                        int64_t h);

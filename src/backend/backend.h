@@ -244,6 +244,13 @@ public:
     // dst[idx[i],:] (+)= src[i,:] for i < m, idx distinct; write: the other rows of dst [n, h] become 0.
     virtual dst_status scatter_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n,
                                     int64_t m, int64_t h, bool accumulate) = 0;
+    // Packed sequences: from offsets cu[0..B] (sequence b is rows cu[b] .. cu[b+1]-1 of N), idx[r] =
+    // b·S + (r − cu[b]) (row r's place in the padded [B, S] layout) for r < N, and lens[b] = cu[b+1] −
+    // cu[b]. The offsets must run 0 = cu[0] < … < cu[B] = N with every length in 1..S: the CPU backend
+    // checks that now; the CUDA backend on the device, reported as a deferred check (`what` names the
+    // call), with idx and lens clamped into range so that nothing reads or writes out of bounds.
+    virtual dst_status packed_index(const int32_t *cu, int64_t B, int64_t S, int64_t N, int32_t *idx, int32_t *lens,
+                                    const char *what) = 0;
     // y = tanh(u); du = dy·(1 − tanh(u)²) (outputs may alias inputs).
     virtual dst_status tanh_fwd(dst_dtype dt, const void *u, void *y, int64_t count) = 0;
     virtual dst_status tanh_bwd(dst_dtype dt, const void *dy, const void *u, void *du, int64_t count) = 0;

@@ -86,6 +86,7 @@ Layer::~Layer() {
     }
     default_saved_.release();
     Backend &be = *ctx_->backend;
+    if (stage_) be.free(stage_);
     if (own_params_) be.free(params_);
     if (own_grads_) be.free(grads_);
 }
@@ -158,10 +159,15 @@ dst_status Layer::zero_grads() { return backend().zero(grads_, arena_bytes_); }
 
 void Saved::release() {
     if (mem && layer) layer->backend().free(mem);
+    if (packed_idx && layer) layer->backend().free(packed_idx);
     mem = nullptr;
     capacity = 0;
     bytes = 0;
     valid = false;
+    packed = false;
+    packed_n = 0;
+    packed_idx = nullptr;
+    packed_idx_capacity = 0;
 }
 
 dst_status Layer::new_saved(Saved **out) {
@@ -288,6 +294,7 @@ dst_status Layer::forward(Saved *saved, const void *x, int64_t B, int64_t S, con
 
     if (train) {
         saved->valid = true;
+        saved->packed = false;
         saved->B = B;
         saved->S = S;
         saved->rng_seed = seed;
@@ -372,6 +379,81 @@ dst_status Layer::check_capture(const char *fn, bool backward) const {
                      "dropout, or run training calls eagerly",
                      fn, backward ? "backward" : "training forward", (double)cfg_.attn_dropout_ratio,
                      (double)cfg_.hidden_dropout_ratio);
+}
+
+// ---- packed sequences -----------------------------------------------------------------------------
+
+dst_status Layer::staging(size_t bytes, char **out) {
+    if (bytes > stage_bytes_) {
+        void *m = nullptr;
+        DST_TRY(backend().alloc(bytes, &m));
+        if (stage_) backend().free(stage_);
+        stage_ = m;
+        stage_bytes_ = bytes;
+    }
+    *out = static_cast<char *>(stage_);
+    return DST_OK;
+}
+
+static size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+
+// Padded staging: [B·S, H] input, [B·S, H] output, lengths [B], row places [N]. The padded rows of
+// the input are zero; they give the packed rows nothing (masked as keys, and their own outputs are
+// dropped), so every packed row gets what the padded layer with key lengths gives it, and in backward
+// the padded rows' zero gradients add nothing to the parameter gradients.
+dst_status Layer::forward_packed(Saved *saved, const void *x, int64_t N, const int32_t *cu, int64_t B, int64_t S,
+                                 void *y) {
+    Backend &be = backend();
+    const dst_dtype dt = cfg_.dtype;
+    const int64_t H = dims_.H;
+    const size_t pad = align256(static_cast<size_t>(B * S * H) * dtype_size(dt));
+    const size_t lens_at = 2 * pad, idx_at = lens_at + align256(static_cast<size_t>(B) * 4);
+    char *st = nullptr;
+    DST_TRY(staging(idx_at + align256(static_cast<size_t>(N) * 4), &st));
+    const bool train = training_;
+    void *new_idx = nullptr;  // kept apart until the call has succeeded (a failed call changes nothing)
+    if (train && saved->packed_idx_capacity < static_cast<size_t>(N) * 4)
+        DST_TRY(be.alloc(static_cast<size_t>(N) * 4, &new_idx));
+    int32_t *lens = reinterpret_cast<int32_t *>(st + lens_at), *idx = reinterpret_cast<int32_t *>(st + idx_at);
+    auto run = [&]() -> dst_status {
+        DST_TRY(be.packed_index(cu, B, S, N, idx, lens, "dst_layer_forward_packed: cu_seqlens"));
+        DST_TRY(be.scatter_rows(dt, x, idx, st, B * S, N, H, false));
+        MaskArg m;
+        m.kind = DST_MASK_KEY_LENGTHS;
+        m.data = lens;
+        m.dtype = DST_DTYPE_INT32;
+        DST_TRY(forward(saved, st, B, S, m, st + pad));
+        return be.gather_rows(dt, st + pad, idx, y, N, H);
+    };
+    const dst_status s = run();
+    if (s != DST_OK) {
+        if (new_idx) be.free(new_idx);
+        return s;
+    }
+    if (!train) return DST_OK;
+    if (new_idx) {
+        if (saved->packed_idx) be.free(saved->packed_idx);
+        saved->packed_idx = new_idx;
+        saved->packed_idx_capacity = static_cast<size_t>(N) * 4;
+    }
+    DST_TRY(be.copy(saved->packed_idx, idx, static_cast<size_t>(N) * 4, CopyKind::DeviceToDevice));
+    saved->packed = true;
+    saved->packed_n = N;
+    saved->bytes += static_cast<size_t>(N) * 4;  // dst_saved_bytes: the padded forward's and the row places
+    return DST_OK;
+}
+
+dst_status Layer::backward_packed(Saved *saved, const void *dy, void *dx, bool accumulate) {
+    Backend &be = backend();
+    const dst_dtype dt = cfg_.dtype;
+    const int64_t H = dims_.H, B = saved->B, S = saved->S, N = saved->packed_n;
+    const size_t pad = align256(static_cast<size_t>(B * S * H) * dtype_size(dt));
+    char *st = nullptr;
+    DST_TRY(staging(2 * pad, &st));
+    const int32_t *idx = static_cast<const int32_t *>(saved->packed_idx);
+    DST_TRY(be.scatter_rows(dt, dy, idx, st, B * S, N, H, false));
+    DST_TRY(backward(saved, st, st + pad, accumulate));
+    return be.gather_rows(dt, st + pad, idx, dx, N, H);
 }
 
 // ---- backward -----------------------------------------------------------------------------------

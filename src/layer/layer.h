@@ -28,6 +28,11 @@ struct Saved {
     dst_mask_kind mask_kind = DST_MASK_NONE;
     dst_dtype mask_dtype = DST_DTYPE_FP32;
     size_t bytes = 0;             // bytes of the recorded forward
+    // A packed forward (dst_layer_forward_packed): its N rows and their places in the padded layout.
+    bool packed = false;
+    int64_t packed_n = 0;
+    void *packed_idx = nullptr;   // int32 [packed_n], backend memory
+    size_t packed_idx_capacity = 0;
 
     void release();
     ~Saved() { release(); }
@@ -79,10 +84,17 @@ public:
     dst_status check_capture(const char *fn, bool backward) const;
     dst_status forward(Saved *saved, const void *x, int64_t B, int64_t S, const MaskArg &mask, void *y);
     dst_status backward(Saved *saved, const void *dy, void *dx, bool accumulate);
+    // Packed sequences: x, y are [N, H]; cu (int32 [B+1], context memory) gives sequence b's rows
+    // cu[b] .. cu[b+1]-1, each at most S long. Runs the padded dataflow with key lengths on a staging
+    // copy (padded rows zero), which gives the packed tokens exactly what the padded layer gives them.
+    dst_status forward_packed(Saved *saved, const void *x, int64_t N, const int32_t *cu, int64_t B, int64_t S,
+                              void *y);
+    dst_status backward_packed(Saved *saved, const void *dy, void *dx, bool accumulate);
 
 private:
     Layer() = default;
     dst_status init_params();
+    dst_status staging(size_t bytes, char **out);
     void *param(int p) const { return static_cast<char *>(params_) + offset_[p]; }
     void *grad(int p) const { return static_cast<char *>(grads_) + offset_[p]; }
     DropoutSite site(uint64_t seed, uint64_t offset, float ratio) const;
@@ -115,6 +127,8 @@ private:
     bool own_params_ = true, own_grads_ = true;
     Saved default_saved_;
     std::set<Saved *> saved_objects_;
+    void *stage_ = nullptr;  // padded copies of packed calls, grown on demand
+    size_t stage_bytes_ = 0;
 };
 
 // The 12 DeepSpeed parameter names, indexed by dst_param.

@@ -639,6 +639,80 @@ TEST(CudaLayerErrors, DeviceChecksAreReportedByALaterCall) {
     DST_EXPECT_OK(dst_context_synchronize(ctx.get()));
 }
 
+// Packed sequences on CUDA: every packed row gets the bits of the padded layer with key lengths on the
+// same device (forward, dx and parameter gradients; dropout on; the deterministic backward), and bad
+// offsets come back from a later call, with nothing written out of bounds.
+TEST(CudaLayerPacked, EveryRowGetsThePaddedLayersBitsAndBadOffsetsAreReported) {
+    SKIP_WITHOUT_GPU();
+    const std::vector<int32_t> lens = {5, 1, 33, 64, 17};
+    const int64_t B = 5, S = 64, H = 64, N = 120;
+    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16, DST_DTYPE_FP32}) {
+        SCOPED_TRACE(dst_dtype_string(dt));
+        const Case c{true, 0, true, DST_MASK_KEY_LENGTHS, dt, {int(B), int(S), int(H), 4, 96}};
+        Ctx ctx = make_cuda_ctx();
+        Layer pl = make_layer(ctx.get(), config_of(c, dt)), ql = make_layer(ctx.get(), config_of(c, dt));
+        ASSERT_TRUE(pl && ql);
+        randomize_params(pl.get(), 31);
+        randomize_params(ql.get(), 31);
+        Rng rng(32);
+        const std::vector<double> xs = rng.normals(size_t(N * H)), dys = rng.normals(size_t(N * H));
+        std::vector<double> xp(size_t(B * S * H), 0.0), dyp(size_t(B * S * H), 0.0);
+        HostTensor cu(DST_DTYPE_INT32, {B + 1}), kl(DST_DTYPE_INT32, {B});
+        int64_t r = 0;
+        cu.set(0, 0);
+        for (int64_t b = 0; b < B; ++b) {
+            kl.set(b, lens[size_t(b)]);
+            for (int64_t s = 0; s < lens[size_t(b)]; ++s, ++r)
+                for (int64_t h = 0; h < H; ++h) {
+                    xp[size_t((b * S + s) * H + h)] = xs[size_t(r * H + h)];
+                    dyp[size_t((b * S + s) * H + h)] = dys[size_t(r * H + h)];
+                }
+            cu.set(b + 1, double(r));
+        }
+        ASSERT_EQ(r, N);
+        HostTensor hxp = HostTensor::from_doubles(dt, {B, S, H}, xp), hdyp = HostTensor::from_doubles(dt, {B, S, H}, dyp);
+        HostTensor hxs = HostTensor::from_doubles(dt, {N, H}, xs), hdys = HostTensor::from_doubles(dt, {N, H}, dys);
+        HostTensor zp(dt, {B, S, H}), zs(dt, {N, H});
+        DevTensor dxp(ctx.get(), hxp), ddyp(ctx.get(), hdyp), dyp_out(ctx.get(), zp), ddxp(ctx.get(), zp),
+            dxs(ctx.get(), hxs), ddys(ctx.get(), hdys), dys_out(ctx.get(), zs), ddxs(ctx.get(), zs),
+            dcu(ctx.get(), cu), dkl(ctx.get(), kl);
+        dst_mask m = mask_none();
+        m.kind = DST_MASK_KEY_LENGTHS;
+        m.tensor = *dkl.view();
+        DST_ASSERT_OK(dst_context_set_rng_state(ctx.get(), 9, 0));
+        DST_ASSERT_OK(dst_layer_forward(pl.get(), nullptr, dxp.view(), &m, dyp_out.view()));
+        DST_ASSERT_OK(dst_layer_backward(pl.get(), nullptr, ddyp.view(), ddxp.view(), DST_GRAD_WRITE));
+        DST_ASSERT_OK(dst_context_set_rng_state(ctx.get(), 9, 0));
+        DST_ASSERT_OK(dst_layer_forward_packed(ql.get(), nullptr, dxs.view(), dcu.view(), S, dys_out.view()));
+        DST_ASSERT_OK(dst_layer_backward_packed(ql.get(), nullptr, ddys.view(), ddxs.view(), DST_GRAD_WRITE));
+        DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
+        HostTensor yp(dt, {B, S, H}), dxph(dt, {B, S, H}), ys(dt, {N, H}), dxsh(dt, {N, H});
+        dyp_out.download(yp);
+        ddxp.download(dxph);
+        dys_out.download(ys);
+        ddxs.download(dxsh);
+        const size_t row = size_t(H) * esize(dt);
+        auto valid = [&](const HostTensor &t) {
+            std::vector<unsigned char> out;
+            const unsigned char *p = static_cast<const unsigned char *>(t.data());
+            for (int64_t b = 0; b < B; ++b)
+                out.insert(out.end(), p + size_t(b * S) * row, p + size_t(b * S + lens[size_t(b)]) * row);
+            return out;
+        };
+        EXPECT_TRUE(valid(yp) == ys.bytes()) << "forward";
+        EXPECT_TRUE(valid(dxph) == dxsh.bytes()) << "dx";
+        for (const char *name : kParamNames) EXPECT_TRUE(bit_equal(get_grad(pl.get(), name), get_grad(ql.get(), name))) << name;
+        // Offsets that do not add up: the call returns, the next one reports it.
+        HostTensor bad(DST_DTYPE_INT32, {B + 1});
+        for (int64_t b = 0; b <= B; ++b) bad.set(b, cu.get(b));
+        bad.set(3, bad.get(2) - 1);  // sequence 2 gets a negative length
+        DevTensor dbad(ctx.get(), bad);
+        DST_EXPECT_OK(dst_layer_forward_packed(ql.get(), nullptr, dxs.view(), dbad.view(), S, dys_out.view()));
+        EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "sequence 2", dst_context_synchronize(ctx.get()));
+        DST_EXPECT_OK(dst_context_synchronize(ctx.get()));
+    }
+}
+
 // The standalone LayerNorm of the C API on device memory, against the CPU backend in FP64 on the same
 // rounded inputs: an awkward row count and width, BERT-Large's width, every dtype, write and accumulate.
 TEST(CudaLayerNormApi, MatchesCpuFp64) {

@@ -838,6 +838,44 @@ DST_API dst_status dst_layer_forward(dst_layer *layer, dst_saved *saved, const d
  */
 DST_API dst_status dst_layer_backward(dst_layer *layer, dst_saved *saved, const dst_tensor *grad_output,
                                       dst_tensor *grad_input, dst_grad_mode mode);
+
+/**
+ * @brief Runs the layer forward on packed sequences: B sequences laid end to end, no padding.
+ *
+ * Sequence b is rows `cu_seqlens[b]` .. `cu_seqlens[b+1] - 1` of `input` (attention stays within a
+ * sequence; causal applies within it). Each row gets exactly what dst_layer_forward() gives it in a
+ * padded [B, max_seqlen, H] batch with key lengths `cu_seqlens[b+1] - cu_seqlens[b]` (same bits, same
+ * dropout masks for the same RNG state: dropout elements are numbered in that padded layout). This
+ * version runs that padded layout internally (a staging copy the layer keeps, counted as padding
+ * work), so B·max_seqlen must fit max_batch_tokens; the saved activations are the padded forward's
+ * plus N int32 (both counted by dst_saved_bytes()). The offsets are checked as dst_layer_forward()
+ * checks key lengths: at once on the CPU backend, on the device on CUDA (reported by a later call).
+ * @param layer The layer.
+ * @param saved As for dst_layer_forward(); a later backward must be dst_layer_backward_packed().
+ * @param input [N, H] in the layer dtype, N ≥ B.
+ * @param cu_seqlens int32 [B + 1] in context memory: 0 = cu_seqlens[0] < … < cu_seqlens[B] = N.
+ * @param max_seqlen At least every sequence's length, 1..max_seq_len.
+ * @param output [N, H] in the layer dtype; may not overlap `input`.
+ * @return As dst_layer_forward(): ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shapes, dtypes, offsets);
+ *         ::DST_ERR_CAPACITY (max_seqlen above max_seq_len, B·max_seqlen above max_batch_tokens);
+ *         ::DST_ERR_UNSUPPORTED; ::DST_ERR_STATE; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_forward_packed(dst_layer *layer, dst_saved *saved, const dst_tensor *input,
+                                            const dst_tensor *cu_seqlens, int64_t max_seqlen, dst_tensor *output);
+
+/**
+ * @brief Runs the layer backward for the packed forward recorded in `saved`.
+ * @param layer The layer.
+ * @param saved The object filled by dst_layer_forward_packed() in training mode; NULL: the default object.
+ * @param grad_output dL/dY, [N, H] with the N of that forward.
+ * @param grad_input dL/dX, [N, H]; may not overlap `grad_output`.
+ * @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE (for the gradient arena; dX is written).
+ * @return As dst_layer_backward(); ::DST_ERR_STATE also when `saved` holds a padded forward.
+ * Ownership: all tensors stay the caller's. Thread safety: as for the layer. @since v0.1
+ */
+DST_API dst_status dst_layer_backward_packed(dst_layer *layer, dst_saved *saved, const dst_tensor *grad_output,
+                                             dst_tensor *grad_input, dst_grad_mode mode);
 /** @} */
 
 /**

@@ -66,6 +66,8 @@ public:
     dst_status embedding_bwd(dst_dtype dt, const void *dout, const int32_t *ids, const int32_t *types,
                              void *dword, void *dpos, void *dtype, int64_t B, int64_t S, int64_t H, int64_t V,
                              int64_t P, int64_t T, bool accumulate) override;
+    dst_status packed_index(const int32_t *cu, int64_t B, int64_t S, int64_t N, int32_t *idx, int32_t *lens,
+                            const char *what) override;
     dst_status gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
                            int64_t h) override;
     dst_status scatter_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n, int64_t m,

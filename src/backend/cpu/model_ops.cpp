@@ -245,6 +245,27 @@ dst_status CpuBackend::embedding_bwd(dst_dtype dt, const void *dout, const int32
     });
 }
 
+dst_status CpuBackend::packed_index(const int32_t *cu, int64_t B, int64_t S, int64_t N, int32_t *idx,
+                                    int32_t *lens, const char *what) {
+    if (cu[0] != 0 || cu[B] != N)
+        return set_error(DST_ERR_INVALID_ARGUMENT,
+                         "%s runs from %d to %d, expected from 0 to N = %lld (the input's rows)", what,
+                         (int)cu[0], (int)cu[B], (long long)N);
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t len = int64_t(cu[b + 1]) - cu[b];
+        if (len < 1 || len > S)
+            return set_error(DST_ERR_INVALID_ARGUMENT,
+                             "%s: sequence %lld has length %lld (cu_seqlens[%lld] = %d, cu_seqlens[%lld] = %d), "
+                             "expected 1..max_seqlen = %lld", what, (long long)b, (long long)len, (long long)b,
+                             (int)cu[b], (long long)(b + 1), (int)cu[b + 1], (long long)S);
+    }
+    for (int64_t b = 0; b < B; ++b) {
+        lens[b] = cu[b + 1] - cu[b];
+        for (int32_t r = cu[b]; r < cu[b + 1]; ++r) idx[r] = static_cast<int32_t>(b * S + (r - cu[b]));
+    }
+    return DST_OK;
+}
+
 dst_status CpuBackend::gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
                                    int64_t h) {
     const size_t row = static_cast<size_t>(h) * dtype_size(dt);

@@ -125,13 +125,13 @@ bool CudaBackend::capturing() const {
 
 // ---- deferred checks ----------------------------------------------------------------------------
 
-dst_status CudaBackend::note_check(bool range, int32_t lo, int32_t hi, const char *what, const char *detail,
+dst_status CudaBackend::note_check(CheckKind kind, int32_t lo, int32_t hi, const char *what, const char *detail,
                                    uint32_t *id) {
     *id = next_check_++;
     if (next_check_ == 0) next_check_ = 1;  // 0 never names a check
     DeferredWhat &w = checks_[*id % kDeferredKept];
     w.id = *id;
-    w.range = range;
+    w.kind = kind;
     w.lo = lo;
     w.hi = hi;
     try {
@@ -147,7 +147,7 @@ dst_status CudaBackend::check_range_deferred(const int32_t *v, int64_t count, in
                                              const char *what, const char *detail) {
     DST_TRY(activate());
     uint32_t id = 0;
-    DST_TRY(note_check(true, lo, hi, what, detail, &id));
+    DST_TRY(note_check(CheckKind::Range, lo, hi, what, detail, &id));
     DST_CUDA_CHECK(cuda::check_range_deferred(stream_, v, count, lo, hi, check_dev_, id));
     return DST_OK;
 }
@@ -156,7 +156,7 @@ dst_status CudaBackend::check_nonzero_deferred(dst_dtype dt, const void *x, int6
                                                const char *detail) {
     DST_TRY(activate());
     uint32_t id = 0;
-    DST_TRY(note_check(false, 0, 0, what, detail, &id));
+    DST_TRY(note_check(CheckKind::Nonzero, 0, 0, what, detail, &id));
     DST_CUDA_CHECK(cuda::check_nonzero_deferred(stream_, dt, x, count, check_dev_, id));
     return DST_OK;
 }
@@ -177,7 +177,12 @@ dst_status CudaBackend::take_deferred_error(const char *fn) {
     if (w.id != id)
         return set_error(DST_ERR_INVALID_ARGUMENT, "%s: an earlier call's argument check #%u failed at index %lld%s",
                          fn, (unsigned)id, index, tail);
-    if (w.range)
+    if (w.kind == CheckKind::Offsets)
+        return set_error(DST_ERR_INVALID_ARGUMENT,
+                         "%s: an earlier call, %s: sequence %lld has length %.17g, or the offsets do not run from 0 "
+                         "to N (expected 0 = cu_seqlens[0] < ... < cu_seqlens[B] = N with every length in 1..%d)%s",
+                         fn, w.what.c_str(), index, value, (int)w.hi, tail);
+    if (w.kind == CheckKind::Range)
         return set_error(DST_ERR_INVALID_ARGUMENT, "%s: an earlier call, %s value %.17g at index %lld is outside %d..%d%s%s",
                          fn, w.what.c_str(), value, index, (int)w.lo, (int)w.hi, w.detail.c_str(), tail);
     return set_error(DST_ERR_INVALID_ARGUMENT, "%s: an earlier call, %s has a zero element (index %lld)%s%s", fn,

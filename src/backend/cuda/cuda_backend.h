@@ -95,6 +95,8 @@ public:
     dst_status embedding_bwd(dst_dtype dt, const void *dout, const int32_t *ids, const int32_t *types,
                              void *dword, void *dpos, void *dtype, int64_t B, int64_t S, int64_t H, int64_t V,
                              int64_t P, int64_t T, bool accumulate) override;
+    dst_status packed_index(const int32_t *cu, int64_t B, int64_t S, int64_t N, int32_t *idx, int32_t *lens,
+                            const char *what) override;
     dst_status gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
                            int64_t h) override;
     dst_status scatter_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n, int64_t m,
@@ -179,9 +181,10 @@ private:
     // The deferred checks' failure slot (pinned host memory, mapped: check_dev_ is its device address)
     // and the descriptions of the last kDeferredKept checks, by id.
     static constexpr uint32_t kDeferredKept = 64;
+    enum class CheckKind { Nonzero, Range, Offsets };
     struct DeferredWhat {
         uint32_t id = 0;
-        bool range = false;
+        CheckKind kind = CheckKind::Nonzero;
         int32_t lo = 0, hi = 0;
         std::string what, detail;
     };
@@ -189,7 +192,7 @@ private:
     cuda::DeferredCheck *check_dev_ = nullptr;
     std::array<DeferredWhat, kDeferredKept> checks_;
     uint32_t next_check_ = 1;
-    dst_status note_check(bool range, int32_t lo, int32_t hi, const char *what, const char *detail, uint32_t *id);
+    dst_status note_check(CheckKind kind, int32_t lo, int32_t hi, const char *what, const char *detail, uint32_t *id);
     bool stochastic_ = false;
     // cuBLASLt heuristic results of the GEMMs, by problem (same problem: same algorithm).
     struct LtAlgoEntry {

@@ -18,6 +18,7 @@
 #include "kernels/cross_entropy.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/checks.cuh"
 #include "kernels/rows.cuh"
 
 namespace dst {
@@ -93,6 +94,16 @@ dst_status CudaBackend::embedding_bwd(dst_dtype dt, const void *dout, const int3
     DST_TRY(workspace(bytes, &ws));
     DST_CUDA_CHECK(cuda::embedding_bwd(stream_, dt, dout, ids, types, dword, dpos, dtype, B, S, H, V, P, T,
                                        accumulate, ws, bytes));
+    return DST_OK;
+}
+
+dst_status CudaBackend::packed_index(const int32_t *cu, int64_t B, int64_t S, int64_t N, int32_t *idx,
+                                     int32_t *lens, const char *what) {
+    DST_TRY(activate());
+    uint32_t id = 0;
+    DST_TRY(note_check(CheckKind::Offsets, 0, static_cast<int32_t>(S), what, "", &id));
+    DST_CUDA_CHECK(cuda::check_offsets_deferred(stream_, cu, B, N, S, check_dev_, id));
+    DST_CUDA_CHECK(cuda::packed_index(stream_, cu, B, S, N, idx, lens));
     return DST_OK;
 }
 

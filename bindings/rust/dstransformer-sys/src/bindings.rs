@@ -945,6 +945,53 @@ extern "C" {
     ) -> dst_status;
 }
 extern "C" {
+    #[doc = " @brief Runs the layer forward on packed sequences: B sequences laid end to end, no padding."]
+    #[doc = ""]
+    #[doc = " Sequence b is rows `cu_seqlens[b]` .. `cu_seqlens[b+1] - 1` of `input` (attention stays within a"]
+    #[doc = " sequence; causal applies within it). Each row gets exactly what dst_layer_forward() gives it in a"]
+    #[doc = " padded [B, max_seqlen, H] batch with key lengths `cu_seqlens[b+1] - cu_seqlens[b]` (same bits, same"]
+    #[doc = " dropout masks for the same RNG state: dropout elements are numbered in that padded layout). This"]
+    #[doc = " version runs that padded layout internally (a staging copy the layer keeps, counted as padding"]
+    #[doc = " work), so B·max_seqlen must fit max_batch_tokens; the saved activations are the padded forward's"]
+    #[doc = " plus N int32 (both counted by dst_saved_bytes()). The offsets are checked as dst_layer_forward()"]
+    #[doc = " checks key lengths: at once on the CPU backend, on the device on CUDA (reported by a later call)."]
+    #[doc = " @param layer The layer."]
+    #[doc = " @param saved As for dst_layer_forward(); a later backward must be dst_layer_backward_packed()."]
+    #[doc = " @param input [N, H] in the layer dtype, N ≥ B."]
+    #[doc = " @param cu_seqlens int32 [B + 1] in context memory: 0 = cu_seqlens[0] < … < cu_seqlens[B] = N."]
+    #[doc = " @param max_seqlen At least every sequence's length, 1..max_seq_len."]
+    #[doc = " @param output [N, H] in the layer dtype; may not overlap `input`."]
+    #[doc = " @return As dst_layer_forward(): ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shapes, dtypes, offsets);"]
+    #[doc = "         ::DST_ERR_CAPACITY (max_seqlen above max_seq_len, B·max_seqlen above max_batch_tokens);"]
+    #[doc = "         ::DST_ERR_UNSUPPORTED; ::DST_ERR_STATE; ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND."]
+    #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the layer. @since v0.1"]
+    pub fn dst_layer_forward_packed(
+        layer: *mut dst_layer,
+        saved: *mut dst_saved,
+        input: *const dst_tensor,
+        cu_seqlens: *const dst_tensor,
+        max_seqlen: i64,
+        output: *mut dst_tensor,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Runs the layer backward for the packed forward recorded in `saved`."]
+    #[doc = " @param layer The layer."]
+    #[doc = " @param saved The object filled by dst_layer_forward_packed() in training mode; NULL: the default object."]
+    #[doc = " @param grad_output dL/dY, [N, H] with the N of that forward."]
+    #[doc = " @param grad_input dL/dX, [N, H]; may not overlap `grad_output`."]
+    #[doc = " @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE (for the gradient arena; dX is written)."]
+    #[doc = " @return As dst_layer_backward(); ::DST_ERR_STATE also when `saved` holds a padded forward."]
+    #[doc = " Ownership: all tensors stay the caller's. Thread safety: as for the layer. @since v0.1"]
+    pub fn dst_layer_backward_packed(
+        layer: *mut dst_layer,
+        saved: *mut dst_saved,
+        grad_output: *const dst_tensor,
+        grad_input: *mut dst_tensor,
+        mode: dst_grad_mode,
+    ) -> dst_status;
+}
+extern "C" {
     #[doc = " @defgroup layernorm Final LayerNorm of a Pre-LN stack"]
     #[doc = " @brief A standalone LayerNorm over the last dimension, for the LN a Pre-LN model needs after its"]
     #[doc = " last layer (Pre-LN layers normalise their inputs, not their outputs)."]
