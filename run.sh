@@ -118,6 +118,8 @@ run_ctest() {
     set -e
     line=$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1 || true)
     rm -f "$log"
+    # A selection that matches nothing checks nothing: a failure, not a pass.
+    case "$line" in *"No tests were found"*) rc=1 ;; esac
     if [ "$rc" -eq 0 ]; then
         record "$phase" "ok: ${line:-no summary} ($(elapsed $t))"
     else
@@ -126,18 +128,47 @@ run_ctest() {
     return "$rc"
 }
 
+# Runs one build step (a function or command) and records "<phase>: ok|FAILED (time)"; returns its
+# status. run_tests runs in a condition (`run_tests || status=$?`), where `set -e` does not stop at
+# a failed command, so every build there goes through this.
+run_build() {
+    local phase=$1
+    shift
+    local t=$SECONDS rc=0
+    "$@" || rc=$?
+    if [ "$rc" -eq 0 ]; then record "$phase" "ok ($(elapsed $t))"
+    else record "$phase" "FAILED (exit $rc, $(elapsed $t))"; fi
+    return "$rc"
+}
+
+build_asan() {
+    cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DPython_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF -DDST_BUILD_DOCS=OFF \
+        -DDST_SANITIZE=address,undefined &&
+        cmake --build build-asan -j"$JOBS"
+}
+
+build_tsan() {
+    cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+        -DCMAKE_CXX_COMPILER=clang++ -DPython_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF \
+        -DDST_SANITIZE=thread -DDST_BUILD_DOCS=OFF -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_BENCH=OFF &&
+        cmake --build build-tsan -j"$JOBS" --target test_threads test_hostile test_pretrain_data
+}
+
+build_fuzz() {
+    cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+        -DCMAKE_CXX_COMPILER=clang++ -DPython_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF \
+        -DDST_BUILD_FUZZ=ON -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_BENCH=OFF &&
+        cmake --build build-fuzz -j"$JOBS" --target fuzz_safetensors
+}
+
 run_tests() {
     local failed=0
     say "ctest: build/ (all labels)"
     run_ctest "ctest build/ (all labels)" --test-dir build || failed=1
 
     say "configure + build: build-asan/ (CPU only, address,undefined)"
-    local t=$SECONDS
-    cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DPython_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF -DDST_BUILD_DOCS=OFF \
-        -DDST_SANITIZE=address,undefined
-    cmake --build build-asan -j"$JOBS"
-    record "build-asan (RelWithDebInfo)" "ok ($(elapsed $t))"
+    run_build "build-asan (RelWithDebInfo)" build_asan || failed=1
 
     say "ctest: build-asan/ (label cpu, ASan + UBSan)"
     local lsan=""
@@ -153,12 +184,7 @@ run_tests() {
     # test binaries are built; the tests are the threaded ones (Threads.*, dst-pretrain's loader thread
     # PretrainLoader.* and PretrainShards.*) and the quick Hostile.*.
     say "configure + build: build-tsan/ (clang, CPU only, thread)"
-    t=$SECONDS
-    cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-        -DCMAKE_CXX_COMPILER=clang++ -DPython_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF \
-        -DDST_SANITIZE=thread -DDST_BUILD_DOCS=OFF -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_BENCH=OFF
-    cmake --build build-tsan -j"$JOBS" --target test_threads test_hostile test_pretrain_data
-    record "build-tsan (clang, thread)" "ok ($(elapsed $t))"
+    run_build "build-tsan (clang, thread)" build_tsan || failed=1
     say "ctest: build-tsan/ (Threads.*, Hostile.*, PretrainLoader.*, PretrainShards.*, ThreadSanitizer)"
     # ignore_noninstrumented_modules: accesses inside the uninstrumented OpenMP and BLAS libraries are
     # not reported (archer's advice); the library's own code is instrumented and fully checked.
@@ -171,12 +197,7 @@ run_tests() {
 
     # The checkpoint parser under libFuzzer (clang, ASan + UBSan) for a bounded time.
     say "configure + build: build-fuzz/ (clang, libFuzzer)"
-    t=$SECONDS
-    cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-        -DCMAKE_CXX_COMPILER=clang++ -DPython_EXECUTABLE="$PYTHON" -DDST_ENABLE_CUDA=OFF \
-        -DDST_BUILD_FUZZ=ON -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_BENCH=OFF
-    cmake --build build-fuzz -j"$JOBS" --target fuzz_safetensors
-    record "build-fuzz (clang)" "ok ($(elapsed $t))"
+    run_build "build-fuzz (clang)" build_fuzz || failed=1
     run_ctest "ctest build-fuzz/ (label fuzz)" --test-dir build-fuzz -L fuzz || failed=1
     return "$failed"
 }

@@ -193,6 +193,31 @@ dst_gelu gelu_form(dst_activation a) { return a == DST_ACTIVATION_GELU_TANH ? DS
 
 size_t elems_bytes(int64_t n, dst_dtype dt) { return static_cast<size_t>(n) * dst::dtype_size(dt); }
 
+// The dropout ops' shared checks: a float input of 1..4 dims, an output of its dtype and shape that is
+// the input itself or disjoint from it, and p in [0, 1). Returns the element count.
+dst_status check_dropout_args(const char *fn, const char *in_name, const dst_tensor *in, const char *out_name,
+                              const dst_tensor *out, float p, int64_t *count) {
+    DST_TRY(check_float(fn, in_name, in, 1, DST_MAX_DIMS));
+    DST_TRY(check_view(fn, in_name, in, 1, DST_MAX_DIMS, count));
+    DST_TRY(check_like(fn, out_name, out, in, in_name));
+    if (out->data != in->data && views_overlap(out, in))
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s partly overlaps %s (it must be the same memory or disjoint)",
+                         fn, out_name, in_name);
+    if (!(p >= 0.0f && p < 1.0f))
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: p is %g, expected a value in [0, 1)", fn, (double)p);
+    return DST_OK;
+}
+
+// The site of one dropout call: the layer's rule (docs/rng.md), threshold ⌈p·2³²⌉ and scale 1/(1 − p).
+dst::DropoutSite dropout_site(uint64_t seed, uint64_t offset, float p) {
+    dst::DropoutSite d;
+    d.seed = seed;
+    d.offset = offset;
+    d.threshold = dst::dropout_threshold(static_cast<double>(p));
+    d.scale = d.threshold ? 1.0 / (1.0 - static_cast<double>(p)) : 1.0;
+    return d;
+}
+
 }  // namespace
 
 extern "C" {
@@ -506,34 +531,6 @@ dst_status dst_linear_cross_entropy(dst_context *ctx, const dst_tensor *x, const
     });
 }
 
-namespace {
-
-// The dropout ops' shared checks: a float input of 1..4 dims, an output of its dtype and shape that is
-// the input itself or disjoint from it, and p in [0, 1). Returns the element count.
-dst_status check_dropout_args(const char *fn, const char *in_name, const dst_tensor *in, const char *out_name,
-                              const dst_tensor *out, float p, int64_t *count) {
-    DST_TRY(check_float(fn, in_name, in, 1, DST_MAX_DIMS));
-    DST_TRY(check_view(fn, in_name, in, 1, DST_MAX_DIMS, count));
-    DST_TRY(check_like(fn, out_name, out, in, in_name));
-    if (out->data != in->data && views_overlap(out, in))
-        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s partly overlaps %s (it must be the same memory or disjoint)",
-                         fn, out_name, in_name);
-    if (!(p >= 0.0f && p < 1.0f))
-        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: p is %g, expected a value in [0, 1)", fn, (double)p);
-    return DST_OK;
-}
-
-// The site of one dropout call: the layer's rule (docs/rng.md), threshold ⌈p·2³²⌉ and scale 1/(1 − p).
-dst::DropoutSite dropout_site(uint64_t seed, uint64_t offset, float p) {
-    dst::DropoutSite d;
-    d.seed = seed;
-    d.offset = offset;
-    d.threshold = dst::dropout_threshold(static_cast<double>(p));
-    d.scale = d.threshold ? 1.0 / (1.0 - static_cast<double>(p)) : 1.0;
-    return d;
-}
-
-}  // namespace
 
 dst_status dst_dropout_forward(dst_context *ctx, const dst_tensor *x, float p, dst_tensor *y, uint64_t *seed,
                                uint64_t *offset) {

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <array>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -1571,12 +1572,13 @@ TEST_F(Checkpoint, FifoIsRefusedWithoutBlocking) {
 
 // Item 6: header validation was quadratic in the number of tensors (100,000 one-element tensors: 46 s
 // to describe). Describe, load and convert of such a header, and of names built to defeat the name
-// parser, each finish in well under a second.
+// parser, scale like n log n: 10× the tensors may take at most 25× the time (quadratic work takes
+// 100×), plus a fixed allowance for timer noise; and each stays within a generous absolute bound.
 TEST_F(Checkpoint, HundredThousandTensorsAreFast) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    const double limit = 4.0;  // instrumented builds run the same O(n log n) work a few times slower
+    const double limit = 10.0;  // instrumented builds run the same O(n log n) work a few times slower
 #else
-    const double limit = 1.0;
+    const double limit = 2.5;
 #endif
     auto timed = [](const std::function<dst_status()> &f, dst_status *st) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -1594,36 +1596,42 @@ TEST_F(Checkpoint, HundredThousandTensorsAreFast) {
     };
     Stack s = make_stack(1, DST_DTYPE_FP32, false, 1);
     const std::string f = path("many.safetensors"), out = path("out.safetensors");
-    for (const Case &c : cases) {
-        SCOPED_TRACE(c.what);
+    // Seconds of describe, load and convert of a header of n one-element tensors.
+    auto run = [&](const Case &c, int n) {
         std::string json = "{";
-        const int n = 100000;
         for (int i = 0; i < n; ++i) {
             json += (i ? ",\"" : "\"") + c.name(i) + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" +
                     std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
         }
         json += "}";
-        spit(f, raw_file(json, std::string(4 * n, '\0')));
+        spit(f, raw_file(json, std::string(4 * size_t(n), '\0')));
+        std::array<double, 3> t{};
         dst_status st;
         std::vector<char> text(1 << 12);
         size_t len = 0;
-        double t = timed([&] { return dst_checkpoint_describe(f.c_str(), text.data(), text.size(), &len); }, &st);
-        std::printf("  %s: describe %.3f s\n", c.what, t);
+        t[0] = timed([&] { return dst_checkpoint_describe(f.c_str(), text.data(), text.size(), &len); }, &st);
         EXPECT_EQ(st, DST_OK) << dst_last_error();
-        EXPECT_TRUE(contains(text.data(), "tensors: 100000\n")) << text.data();
-        EXPECT_LT(t, limit) << "describe took " << t << " s";
-        t = timed([&] { return dst_checkpoint_load(s.data(), 1, f.c_str(), nullptr, nullptr, 0, nullptr); }, &st);
+        EXPECT_TRUE(contains(text.data(), ("tensors: " + std::to_string(n) + "\n").c_str())) << text.data();
+        t[1] = timed([&] { return dst_checkpoint_load(s.data(), 1, f.c_str(), nullptr, nullptr, 0, nullptr); }, &st);
         EXPECT_EQ(st, DST_ERR_FORMAT) << dst_last_error();  // no layer tensors
-        EXPECT_LT(t, limit) << "load took " << t << " s";
-        t = timed(
+        t[2] = timed(
             [&] {
                 return dst_checkpoint_convert(f.c_str(), DST_LAYOUT_DEEPSPEED, "", out.c_str(), DST_LAYOUT_HF_BERT,
                                               nullptr, nullptr, 0);
             },
             &st);
         EXPECT_EQ(st, DST_ERR_FORMAT) << dst_last_error();
-        EXPECT_LT(t, limit) << "convert took " << t << " s";
-        std::printf("  100,000 tensors, %s: describe, load, convert within %.2f s each\n", c.what, limit);
+        return t;
+    };
+    const char *ops[3] = {"describe", "load", "convert"};
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.what);
+        const auto small = run(c, 10000), big = run(c, 100000);
+        for (int k = 0; k < 3; ++k) {
+            std::printf("  %s, %s: %.3f s for 10,000 tensors, %.3f s for 100,000\n", c.what, ops[k], small[k], big[k]);
+            EXPECT_LT(big[k], 25.0 * small[k] + 0.05) << ops[k] << " grows faster than n log n";
+            EXPECT_LT(big[k], limit) << ops[k] << " took " << big[k] << " s";
+        }
     }
     // One name of 1 MiB made of "layer.7.": every dotted component looks like the start of a layer.
     std::string name;

@@ -255,12 +255,12 @@ int64_t dstp_model_num_parameters(const dstp_model *m) {
 
 void dstp_model_destroy(dstp_model *m) {
     int i;
+    if (!m) return;  /* before the addresses below are taken */
     void **bufs[] = {&m->ids,  &m->types, &m->lengths, &m->rows,  &m->labels, &m->cls_rows, &m->nsp_labels,
                      &m->emb,  &m->x0,    &m->act[0],  &m->act[1], &m->fin,   &m->stats_emb, &m->stats_fin,
                      &m->hm,   &m->t_pre, &m->t_g,     &m->t_ln,  &m->stats_t, &m->cls,     &m->p_pre,
                      &m->pooled, &m->loss, &m->counts, &m->g_t,   &m->g_t2,   &m->g_hm,     &m->g_pooled,
                      &m->g_cls, &m->g_seq, &m->g_a,    &m->g_b};
-    if (!m) return;
     for (i = 0; i < (int)(sizeof bufs / sizeof bufs[0]); ++i) dst_free(m->ctx, *bufs[i]);
     for (i = 0; i < P_COUNT; ++i) {
         dst_free(m->ctx, m->p[i].data);
