@@ -20,10 +20,10 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dest=${1:-$root/.gpu-deps}
 packages=(libjansson4 libjansson-dev libutf8proc2 libutf8proc-dev)
-command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || {
+if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
     echo "gpu-deps: needs apt-get and dpkg-deb (a Debian or Ubuntu machine)" >&2
     exit 1
-}
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 (cd "$work" && apt-get download "${packages[@]}") || {
