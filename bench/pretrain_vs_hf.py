@@ -261,6 +261,19 @@ class Case:
         row.tflops = row.samples_s * self.flops() / 1e12
 
     def train_hf(self, row, budget):
+        """The Hugging Face row; the model, optimizer and compiled graphs are released afterwards."""
+        import gc
+
+        import torch
+        try:
+            self.measure_hf(row, budget)
+        finally:
+            torch._dynamo.reset()
+            gc.collect()
+            if self.args.backend == "cuda":
+                torch.cuda.empty_cache()
+
+    def measure_hf(self, row, budget):
         import torch
         import transformers
 
@@ -341,10 +354,6 @@ class Case:
         row.tokens_s = self.real_tokens() / dt
         row.tflops = row.samples_s * self.flops() / 1e12
         row.skipped_steps = skipped[0] if scaler is not None else 0
-        del fwd, model, opt
-        torch._dynamo.reset()
-        if dev == "cuda":
-            torch.cuda.empty_cache()
 
 
 # ---- running within the budget ------------------------------------------------------------------------

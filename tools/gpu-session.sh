@@ -7,6 +7,9 @@
 #                                            # the Hugging Face interop test on the CUDA backend
 #   bash tools/gpu-session.sh bench OUTDIR   # bench/bench_layer and bench/compare_torch.py (fp16 and
 #                                            # bf16, 64x128 to 1x16384, within the time that is left)
+#                                            # (DST_COMPARE_ARGS: more options for it, e.g.
+#                                            # "--shapes 64x128,16x512" to leave time for the padded,
+#                                            # CUDA-graph and sweep parts)
 #   bash tools/gpu-session.sh pretrain OUTDIR [CASES]
 #                                            # dst-pretrain (DST_BUILD_PRETRAIN=ON against .gpu-deps/,
 #                                            # which tools/gpu-deps.sh makes on the development machine:
@@ -70,8 +73,9 @@ bench)
     limit=$((570 - SECONDS))
     [ "$limit" -gt 420 ] && limit=420
     [ "$limit" -lt 60 ] && limit=60
+    # shellcheck disable=SC2086  # DST_COMPARE_ARGS is a list of options
     step compare_torch "$limit" "$out/compare_torch.txt" env DST_LIB="$lib" PYTHONUNBUFFERED=1 \
-        python3 bench/compare_torch.py --budget $((limit - 40)) --out "$out"
+        python3 bench/compare_torch.py --budget $((limit - 40)) --out "$out" ${DST_COMPARE_ARGS:-}
     ;;
 pretrain)
     cases=${3:-fp16:128,fp16:512}
