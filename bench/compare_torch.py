@@ -696,7 +696,7 @@ class SweepCompile:
                 x = layer(x, mask)
             return x
 
-        self.fwd = torch.compile(run, dynamic=False)
+        self.fwd = torch.compile(run)  # dynamic=None: the dimensions marked below stay dynamic
 
     def at(self, B):
         """The training call at batch B."""
