@@ -39,8 +39,10 @@ Columns, per layer (a call of the 4-layer stack / 4; gemms alone: one layer's GE
   ratio             the row's fwd+bwd time / torch.compile + SDPA's (< 1: faster than torch.compile);
                     each case ends with "speedup vs compile" = torch.compile's time / ours (> 1: ours
                     is faster) for "ours, key lengths" and "ours, additive"
-  infer ms/layer    a forward in inference mode (torch: eval() and no_grad; ours: training=0); not
-                    measured for torch.compile, whose inference would be a second compilation
+  infer ms/layer    a forward in inference mode (torch: eval() and no_grad; ours: training=0); for
+                    torch.compile the first such call compiles the inference graph (its seconds are in
+                    the JSON, infer_compile_s; the budget must hold half the training compilation for it;
+                    --no-compile-inference leaves it out)
   saved MiB         activations kept for backward, MiB (2**20 bytes) per sample per layer; counted:
                     the library's count, dst_layer_config_saved_bytes / B; measured: for ours the drop
                     of the device's free memory (torch.cuda.mem_get_info) over one training forward of
@@ -49,17 +51,38 @@ Columns, per layer (a call of the 4-layer stack / 4; gemms alone: one layer's GE
                     forward (it includes each layer's output)
   compile s         torch.compile: seconds of the first training call (compiles forward and backward)
 
+More cases, after each dtype's dense shapes (each a part of the same table, with its own summary line):
+  padded            --padded-shapes (default 64x128,16x512; none: off): lengths uniform in [S/4, S]
+                    from a fixed seed (PADDING_SEED), rows "padded: torch eager SDPA" (the equivalent
+                    additive mask), "padded: ours, key lengths" (summary: its time / ours dense, the
+                    "ours, key lengths" row at the same shape) and "padded: ours packed", which says n/a
+                    while the library has no packed input (dst_layer_forward_packed); no fake numbers
+  graph             (--no-graphs: off) the stack at 8x128 with dropout 0, since a training forward or
+                    backward with dropout is refused on a capturing stream: "graph: ours eager, dropout
+                    0", then "graph: ours replay, dropout 0": the training call (forward + backward)
+                    and the inference forward captured with torch.cuda.CUDAGraph on torch's current
+                    stream, which is the library's, after eager calls sized the workspace, and replayed
+                    (summary: replay / eager)
+and last, for the first dtype, the batch-token sweep (--no-sweep: off): 1K, 2K, ... 64K tokens per call
+at S=128 and S=512, fwd+bwd µs per token per layer of "ours, key lengths" and of torch.compile + SDPA
+(one compilation per S with the batch dimension marked dynamic), (reps, iters, warm-up) = (3, 5, 2);
+printed, in the JSON ("sweep", and "sweep_cliffs": points slower per token than 1.3× the next smaller
+call), and plotted as --out/batch_token_sweep.svg (written by hand: no plotting library needed).
+Without a CUDA device the script says so and exits with status 1 before measuring anything; --help
+needs no GPU.
+
 Time: --budget SECONDS counts from the start of main(). Before a row, its time is predicted from the
 same row at an earlier case (setup, plus its calls scaled by the layer's FLOPs); after warm-up, from
 the last warm-up call. A row that would not fit prints "(skipped: time budget)"; an error (out of
 memory, a library error) is printed in its row and the run goes on. Rows are printed as they are
 measured, the whole table at the end, also when the run is stopped by SIGTERM (`timeout`). --out DIR
-receives compare_torch.json, rewritten after each case: every number of the table, and per row the
+receives compare_torch.json (and batch_token_sweep.svg), rewritten after each case: every number of the table, and per row the
 library's workspace (dst_layer_config_workspace_bytes), setup seconds (compilation included) and wall
 seconds; per case the compile seconds and speedups; the run's wall seconds.
 
 usage: DST_LIB=path/libdstransformer.so python3 bench/compare_torch.py [--dtypes fp16,bf16[,fp32]]
            [--shapes 64x128,16x512,8x2048,2x8192,1x16384] [--skip-compile] [--skip-eager]
+           [--no-compile-inference] [--padded-shapes 64x128,16x512|none] [--no-graphs] [--no-sweep]
            [--budget SECONDS] [--out DIR]
 """
 import argparse
@@ -69,6 +92,7 @@ import ctypes
 import dataclasses
 import functools
 import gc
+import html
 import json
 import math
 import os
@@ -103,8 +127,26 @@ OURS = [  # row name, key-length mask (else additive), configuration switches
 ]
 SPEEDUP_ROWS = ("ours, key lengths", "ours, additive")
 SKIPPED = "(skipped: time budget)"
+# The padding-distribution case: lengths uniform in [S/4, S] from this seed, at --padded-shapes.
+PADDING_SEED = 1234
+PADDED_SHAPES = "64x128,16x512"
+PADDED_SDPA, PADDED_OURS, PADDED_PACKED = ("padded: torch eager SDPA", "padded: ours, key lengths",
+                                           "padded: ours packed")
+DENSE_REF = "ours, key lengths"  # the dense row a padded one is compared with
+# The CUDA-graph case: the 4-layer stack at 8×128 with dropout 0 (a layer with dropout is refused on a
+# capturing stream), eager and replayed.
+GRAPH_SHAPE = (8, 128)
+NO_DROPOUT = {"attn_dropout_ratio": 0.0, "hidden_dropout_ratio": 0.0}
+GRAPH_EAGER, GRAPH_REPLAY = "graph: ours eager, dropout 0", "graph: ours replay, dropout 0"
+# The batch-token sweep: tokens per call 1K … 64K at these S, fwd+bwd per token, ours and torch.compile.
+SWEEP_TOKENS = [1024 << k for k in range(7)]
+SWEEP_S = (128, 512)
+SWEEP_OURS, SWEEP_COMPILE = "ours, key lengths", "torch.compile + SDPA"
+SWEEP_PLAN = None  # set below, after Plan
+CLIFF = 1.3  # a sweep point above this × the per-token time of the next smaller call is flagged
 
 Plan = collections.namedtuple("Plan", "reps iters warmup")
+SWEEP_PLAN = Plan(3, 5, 2)
 
 
 def plan_for(S):
@@ -118,16 +160,20 @@ def layer_flops(B, S):
     return 2 * B * S * (4 * H * H + 2 * H * I) + 4 * B * S * S * H
 
 
-def key_lengths(B, S):
-    """Keys each sequence keeps: S for even b, S - S//4 for odd b."""
+def key_lengths(B, S, padding="alternate"):
+    """Keys each sequence keeps. "alternate": S for even b, S - S//4 for odd b; "uniform": lengths drawn
+    uniformly from [S//4, S] by a generator seeded with PADDING_SEED (the padding-distribution case)."""
+    if padding == "uniform":
+        g = torch.Generator().manual_seed(PADDING_SEED)
+        return torch.randint(max(1, S // 4), S + 1, (B,), generator=g, dtype=torch.int32).to(DEVICE)
     n = torch.full((B,), S, dtype=torch.int32, device=DEVICE)
     n[1::2] = S - S // 4
     return n
 
 
-def additive_mask(B, S, dtype):
+def additive_mask(B, S, dtype, padding="alternate"):
     """[B, S]: -10000 on the keys past key_lengths, 0 elsewhere."""
-    padded = torch.arange(S, device=DEVICE) >= key_lengths(B, S)[:, None]
+    padded = torch.arange(S, device=DEVICE) >= key_lengths(B, S, padding)[:, None]
     return torch.zeros(B, S, device=DEVICE, dtype=dtype).masked_fill_(padded, -10000.0)
 
 
@@ -205,14 +251,15 @@ class Gemms:
 class TorchStack:
     """A stack of TorchLayer, eager or under torch.compile."""
     layers, workspace_mib = LAYERS, None
+    inference_compiled = True  # --no-compile-inference: no inference column for torch.compile
 
-    def __init__(self, dname, B, S, attn, compiled):
+    def __init__(self, dname, B, S, attn, compiled, padding="alternate"):
         dtype = DTYPES[dname]
-        self.B, self.compiled, self.compile_s = B, compiled, None
+        self.B, self.compiled, self.compile_s, self.infer_compile_s = B, compiled, None, None
         self.stack = stack = nn.Sequential(*[TorchLayer(attn) for _ in range(LAYERS)]).to(DEVICE, dtype)
         self.x = torch.randn(B, S, H, device=DEVICE, dtype=dtype, requires_grad=True)
         self.dy = torch.randn(B, S, H, device=DEVICE, dtype=dtype)
-        mask = additive_mask(B, S, dtype).view(B, 1, 1, S)
+        mask = additive_mask(B, S, dtype, padding).view(B, 1, 1, S)
 
         def run(x):
             for layer in stack:
@@ -240,7 +287,9 @@ class TorchStack:
         return None, grown / self.B / LAYERS / MIB
 
     def inference(self):
-        if self.compiled:
+        """Eager: eval() and no_grad. Compiled: the same, which makes torch.compile compile the inference
+        graph on the first call (timed here, in infer_compile_s)."""
+        if self.compiled and not self.inference_compiled:
             return None
         self.stack.eval()
 
@@ -248,6 +297,11 @@ class TorchStack:
             with torch.no_grad():
                 self.fwd(self.x)
 
+        if self.compiled:
+            t0 = time.monotonic()
+            forward()
+            torch.cuda.synchronize()
+            self.infer_compile_s = time.monotonic() - t0
         return forward
 
     def close(self):
@@ -259,8 +313,8 @@ class Ours:
     """A stack of libdstransformer layers on one CUDA context that runs on torch's current stream."""
     layers, compile_s = LAYERS, None
 
-    def __init__(self, lib, dname, B, S, use_key_lengths, switches):
-        self.lib, self.L, self.B, self.S = lib, lib.lib, B, S
+    def __init__(self, lib, dname, B, S, use_key_lengths, switches, padding="alternate"):
+        self.lib, self.L, self.B, self.S, self.padding = lib, lib.lib, B, S, padding
         self.handles = []
         self.ctx = lib.context(dc.BACKEND_CUDA)
         try:
@@ -275,9 +329,10 @@ class Ours:
         if not stream:  # NULL would mean the context's own stream, which torch's CUDA events do not see
             raise RuntimeError("torch's current stream is the default stream; run on a created stream")
         lib.check(self.L.dst_context_set_stream(self.ctx, stream))
-        self.cfg = lib.config(hidden_size=H, heads=HEADS, intermediate_size=I, attn_dropout_ratio=P,
-                              hidden_dropout_ratio=P, num_hidden_layers=LAYERS, dtype=dname,
-                              max_batch_tokens=B * S, max_seq_len=S, pre_layer_norm=1, **switches)
+        fields = dict(hidden_size=H, heads=HEADS, intermediate_size=I, attn_dropout_ratio=P, hidden_dropout_ratio=P,
+                      num_hidden_layers=LAYERS, dtype=dname, max_batch_tokens=B * S, max_seq_len=S, pre_layer_norm=1)
+        fields.update(switches)  # switches may also set the dropout ratios (the CUDA-graph rows: 0)
+        self.cfg = lib.config(**fields)
         self.workspace_mib = lib.workspace_bytes(self.cfg, B, S) / MIB
         for _ in range(LAYERS):
             self.handles.append(lib.layer(self.ctx, self.cfg))
@@ -286,10 +341,10 @@ class Ours:
         gs = [torch.empty(B, S, H, device=DEVICE, dtype=dtype) for _ in range(LAYERS)]
         gs += [torch.randn(B, S, H, device=DEVICE, dtype=dtype)]
         if use_key_lengths:
-            self.mask_data = key_lengths(B, S)
+            self.mask_data = key_lengths(B, S, self.padding)
             self.mask = dc.mask(dc.MASK_KEY_LENGTHS, self.mask_data.data_ptr(), "int32", (B,))
         else:
-            self.mask_data = additive_mask(B, S, dtype)
+            self.mask_data = additive_mask(B, S, dtype, self.padding)
             self.mask = dc.mask(dc.MASK_ADDITIVE, self.mask_data.data_ptr(), dname, (B, S))
         self.tensors = xs + gs  # the views below point into them
         self.tx = [dc.tensor(t.data_ptr(), dname, (B, S, H)) for t in xs]
@@ -336,16 +391,79 @@ class Ours:
             self.ctx = None
 
 
-def row_specs(lib, dname, B, S, args):
-    """(row name, constructor of what it measures, or None where the row is not run), in table order."""
-    specs = [(GEMMS, functools.partial(Gemms, dname, B, S))]
+class OursGraph(Ours):
+    """Ours (key lengths, dropout 0) captured into CUDA graphs with torch.cuda.CUDAGraph on torch's current
+    stream, which is the library's (Ours.setup), and replayed: train() replays forward + backward,
+    inference() a captured inference forward. Eager calls of the same shapes size the workspace and the
+    saved activations before each capture, as the header's dst_layer_forward doc asks."""
+
+    def __init__(self, lib, dname, B, S):
+        super().__init__(lib, dname, B, S, True, NO_DROPOUT)
+        try:
+            for _ in range(2):
+                Ours.train(self)
+            self.train_graph = self.capture(lambda: Ours.train(self))
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def capture(fn):
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=torch.cuda.current_stream()):
+            fn()
+        torch.cuda.synchronize()
+        return g
+
+    def train(self):
+        self.train_graph.replay()
+
+    def saved_mib(self):
+        return self.lib.saved_bytes(self.cfg, self.B, self.S) / self.B / MIB, None
+
+    def inference(self):
+        super().inference()  # training off
+        self.forward()
+        self.infer_graph = self.capture(self.forward)
+        return self.infer_graph.replay
+
+    def close(self):
+        self.train_graph = self.infer_graph = None  # the graphs before the layers whose memory they use
+        super().close()
+
+
+def packed_note(lib):
+    """Why the "ours packed" row has no numbers."""
+    try:
+        getattr(lib.lib, "dst_layer_forward_packed")
+    except AttributeError:
+        return "n/a: the library has no packed input (no dst_layer_forward_packed)"
+    return "n/a: dst_layer_forward_packed exists; this benchmark does not call it yet"
+
+
+def row_specs(lib, kind, dname, B, S, args):
+    """(row name, constructor of what it measures or None, why it is not run), in table order, for a case
+    of `kind`: "dense" (the main table), "padded" (lengths uniform in [S/4, S]) or "graph"."""
+    if kind == "padded":
+        specs = []
+        if not args.skip_eager:
+            specs.append((PADDED_SDPA, functools.partial(TorchStack, dname, B, S, "sdpa", False, "uniform"), None))
+        specs.append((PADDED_OURS, functools.partial(Ours, lib, dname, B, S, True, {}, "uniform"), None))
+        specs.append((PADDED_PACKED, None, packed_note(lib) if lib is not None else "n/a: no packed input"))
+        return specs
+    if kind == "graph":
+        return [(GRAPH_EAGER, functools.partial(Ours, lib, dname, B, S, True, NO_DROPOUT), None),
+                (GRAPH_REPLAY, functools.partial(OursGraph, lib, dname, B, S), None)]
+    specs = [(GEMMS, functools.partial(Gemms, dname, B, S), None)]
     if not args.skip_eager:
-        specs.append((SDPA, functools.partial(TorchStack, dname, B, S, "sdpa", False)))
+        specs.append((SDPA, functools.partial(TorchStack, dname, B, S, "sdpa", False), None))
     if not args.skip_compile:
-        specs.append((COMPILE, functools.partial(TorchStack, dname, B, S, "sdpa", True)))
+        specs.append((COMPILE, functools.partial(TorchStack, dname, B, S, "sdpa", True), None))
     if not args.skip_eager:
-        specs.append((PLAIN, functools.partial(TorchStack, dname, B, S, "plain", False) if S <= PLAIN_MAX_S else None))
-    specs += [(name, functools.partial(Ours, lib, dname, B, S, use_key_lengths, switches))
+        specs.append((PLAIN, functools.partial(TorchStack, dname, B, S, "plain", False) if S <= PLAIN_MAX_S else None,
+                      f"not run: S > {PLAIN_MAX_S}"))
+    specs += [(name, functools.partial(Ours, lib, dname, B, S, use_key_lengths, switches), None)
               for name, use_key_lengths, switches in OURS]
     return specs
 
@@ -364,6 +482,7 @@ class Row:
     saved_counted_mib: float | None = None  # per sample per layer
     saved_measured_mib: float | None = None  # per sample per layer
     compile_s: float | None = None
+    infer_compile_s: float | None = None  # torch.compile: the first inference call (its compilation)
     workspace_mib: float | None = None  # the library's workspace (dst_layer_config_workspace_bytes), whole call
     setup_s: float | None = None  # construction, compilation included
     wall_s: float | None = None  # the whole row
@@ -446,7 +565,10 @@ class Runner:
             row.compile_s, row.workspace_mib = bench.compile_s, bench.workspace_mib
             row.train_ms = time_ms(bench.train, plan, self.budget) / bench.layers
             row.saved_counted_mib, row.saved_measured_mib = bench.saved_mib()
+            if getattr(bench, "compiled", False):  # inference is a second compilation: about half the first
+                self.budget.need(0.5 * (bench.compile_s or 0.0))
             infer = bench.inference()
+            row.infer_compile_s = getattr(bench, "infer_compile_s", None)
             if infer is not None:
                 row.infer_ms = time_ms(infer, plan, self.budget) / bench.layers
         finally:
@@ -459,9 +581,9 @@ def run_case(rows, specs, measure, emit):
     """Fills the rows of one case (specs from row_specs, in the same order), torch.compile first since
     the others' ratios need it; emit(row) is called as each row is done."""
     ref = next((r for r in rows if r.impl == COMPILE), None)
-    for row, (_, make) in sorted(zip(rows, specs), key=lambda pair: pair[0].impl != COMPILE):
+    for row, (_, make, why_not) in sorted(zip(rows, specs), key=lambda pair: pair[0].impl != COMPILE):
         if make is None:
-            row.note = f"not run: S > {PLAIN_MAX_S}"
+            row.note = why_not
         else:
             measure(row, make)
         if row.train_ms is not None and ref is not None and ref.train_ms is not None:
@@ -476,13 +598,19 @@ HEADER = (f"{'dtype':5} {'B×S':9} {'row':30} {'fwd+bwd':>8} {'ratio':>6} {'infe
 UNITS = f"{'':5} {'':9} {'':30} {'ms/layer':>8} {'':6} {'ms/layer':>8} {'counted':>9} {'measured':>9} {'s':>8}"
 LEGEND = [
     "ms/layer: a 4-layer stack call / 4 (gemms alone: one layer's GEMMs); fwd+bwd: training forward + backward;",
-    "  infer: inference forward (not measured for torch.compile: it would be a second compilation).",
+    "  infer: inference forward (torch.compile: a second compilation, made by the first inference call).",
     "ratio = the row's fwd+bwd ms / torch.compile + SDPA's: < 1 is faster than torch.compile, > 1 slower.",
     "speedup vs compile = torch.compile + SDPA's fwd+bwd ms / ours: > 1 means ours is faster.",
     "saved MiB = 2**20 bytes per sample per layer; counted: dst_layer_config_saved_bytes; measured: ours, device",
     "  free memory used by a training forward into fresh dst_saved objects; torch, memory_allocated growth over",
     "  a training forward (includes each layer's output).",
     "compile s: the first training call of torch.compile (compilation of forward and backward), one per case.",
+    "padded: lengths uniform in [S/4, S] (seed fixed); ours with key lengths, torch SDPA with the same lengths as",
+    "  an additive mask; 'ours packed' is n/a while the library has no packed input (dst_layer_forward_packed).",
+    "graph: dropout 0 (training with dropout is refused on a capturing stream); eager calls, then the same",
+    "  calls captured with torch.cuda.CUDAGraph on the library's stream (torch's current one) and replayed.",
+    "sweep: fwd+bwd µs per token per layer, key-length mask (ours) / additive mask (torch.compile, batch",
+    "  dimension dynamic: one compilation per S); plotted in batch_token_sweep.svg with --out.",
 ]
 
 
@@ -511,33 +639,237 @@ def speedup_line(rows):
     return f"{r.dtype:5} {f'{r.B}×{r.S}':9} speedup vs compile: {parts}"
 
 
+def ratio_text(num, den):
+    return "-" if num is None or den is None else f"{num / den:.2f}×"
+
+
+def case_line(kind, rows, dense_ref):
+    """The line that ends a case: speedups (dense), the padded rows against ours dense at the same shape
+    (`dense_ref`: that row's fwd+bwd ms, or None), or the graph replay against eager."""
+    if kind == "dense":
+        return speedup_line(rows)
+    r, by_name = rows[0], {x.impl: x for x in rows}
+    head = f"{r.dtype:5} {f'{r.B}×{r.S}':9} "
+    if kind == "padded":
+        ours, sdpa = by_name.get(PADDED_OURS), by_name.get(PADDED_SDPA)
+        return (head + f"padded (lengths uniform in [S/4, S]): ours key lengths = "
+                f"{ratio_text(ours and ours.train_ms, dense_ref)} ours dense ({DENSE_REF}); torch SDPA padded / ours = "
+                f"{ratio_text(sdpa and sdpa.train_ms, ours and ours.train_ms)}")
+    eager, replay = by_name.get(GRAPH_EAGER), by_name.get(GRAPH_REPLAY)
+    return (head + f"CUDA graph replay / eager: fwd+bwd {ratio_text(replay and replay.train_ms, eager and eager.train_ms)}, "
+            f"inference {ratio_text(replay and replay.infer_ms, eager and eager.infer_ms)}")
+
+
+def dense_ref_ms(cases, dtype, B, S):
+    """Ours' dense fwd+bwd ms (DENSE_REF) at dtype and B×S from the cases run so far, or None."""
+    for kind, rows in cases:
+        for r in rows:
+            if kind == "dense" and r.impl == DENSE_REF and (r.dtype, r.B, r.S) == (dtype, B, S):
+                return r.train_ms
+    return None
+
+
+# ---- the batch-token sweep ----------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class SweepPoint:
+    dtype: str
+    S: int
+    tokens: int
+    B: int
+    impl: str
+    us_per_token: float | None = None  # fwd+bwd per layer, microseconds per token
+    note: str = ""
+
+
+class SweepCompile:
+    """A torch.compile + SDPA stack of one S for every B of the sweep: one compilation, with the batch
+    dimension marked dynamic (a compilation per point would not fit a GPU call)."""
+    layers, compile_s = LAYERS, None
+
+    def __init__(self, dname, S):
+        self.dtype, self.S = DTYPES[dname], S
+        self.stack = nn.Sequential(*[TorchLayer("sdpa") for _ in range(LAYERS)]).to(DEVICE, self.dtype)
+
+        def run(x, mask):
+            for layer in self.stack:
+                x = layer(x, mask)
+            return x
+
+        self.fwd = torch.compile(run)  # dynamic=None: the dimensions marked below stay dynamic
+
+    def at(self, B):
+        """The training call at batch B."""
+        x = torch.randn(B, self.S, H, device=DEVICE, dtype=self.dtype, requires_grad=True)
+        dy = torch.randn(B, self.S, H, device=DEVICE, dtype=self.dtype)
+        mask = additive_mask(B, self.S, self.dtype).view(B, 1, 1, self.S)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch._dynamo.mark_dynamic(mask, 0)
+
+        def train():
+            x.grad = None
+            self.stack.zero_grad()
+            self.fwd(x, mask).backward(dy)
+
+        return train
+
+    def close(self):
+        torch._dynamo.reset()
+
+
+def sweep_shapes():
+    return [(S, T, T // S) for S in SWEEP_S for T in SWEEP_TOKENS if T >= S]
+
+
+def run_sweep(lib, dname, args, budget, emit):
+    """Measures the sweep points in order (per S: ours, then torch.compile), within the budget."""
+    points, compiled = [], {}
+    last = {}  # impl -> (seconds of the last point, its tokens)
+    try:
+        for S, T, B in sweep_shapes():
+            for impl in (SWEEP_OURS, SWEEP_COMPILE):
+                if impl == SWEEP_COMPILE and args.skip_compile:
+                    continue
+                pt = SweepPoint(dname, S, T, B, impl)
+                points.append(pt)
+                t0 = time.monotonic()
+                try:
+                    if impl in last:
+                        budget.need(last[impl][0] * T / last[impl][1])
+                    if impl == SWEEP_OURS:
+                        bench = Ours(lib, dname, B, S, True, {})
+                        try:
+                            ms = time_ms(bench.train, SWEEP_PLAN, budget)
+                        finally:
+                            bench.close()
+                    else:
+                        if S not in compiled:
+                            budget.need(40.0)  # a first compilation (compare the "compile s" column)
+                            compiled[S] = SweepCompile(dname, S)
+                        ms = time_ms(compiled[S].at(B), SWEEP_PLAN, budget)
+                    pt.us_per_token = ms / LAYERS * 1e3 / T
+                    last[impl] = (time.monotonic() - t0, T)
+                except OutOfBudget:
+                    pt.note = SKIPPED
+                except Exception as e:  # out of memory, a library error: noted, the sweep goes on
+                    lines = str(e).strip().splitlines()
+                    pt.note = f"error: {type(e).__name__}: {lines[0] if lines else ''}"[:120]
+                gc.collect()
+                torch.cuda.empty_cache()
+                emit(pt)
+    finally:
+        for c in compiled.values():
+            c.close()
+    return points
+
+
+def cliffs(points):
+    """Cliffs of the sweep: points whose per-token time exceeds CLIFF × that of the next smaller measured
+    call of the same row and S (per-token time should fall, or stay, as calls grow)."""
+    out = []
+    for key in sorted({(p.impl, p.S) for p in points}):
+        series = sorted((p for p in points if (p.impl, p.S) == key and p.us_per_token is not None),
+                        key=lambda p: p.tokens)
+        out += [q for p, q in zip(series, series[1:]) if q.us_per_token > CLIFF * p.us_per_token]
+    return out
+
+
+def sweep_line(p):
+    return (f"{p.dtype:5} S={p.S:<4} {p.tokens:>6} tokens (B={p.B:<4}) {p.impl:22} "
+            f"{fmt(p.us_per_token, '.4f'):>8} µs/token/layer  {p.note}").rstrip()
+
+
+def sweep_svg(points, title):
+    """An SVG line plot of the sweep: fwd+bwd µs per token per layer over tokens per call (log 2), one line
+    per (row, S). Written by hand: no plotting library is needed on the GPU machine."""
+    series = {}
+    for p in points:
+        if p.us_per_token is not None:
+            series.setdefault((p.impl, p.S), []).append((p.tokens, p.us_per_token))
+    W, Hh, L, R, T, B = 720, 420, 70, 220, 40, 50
+    xs = [math.log2(t) for t in SWEEP_TOKENS]
+    ymax = max([y for pts in series.values() for _, y in pts] + [1e-9]) * 1.1
+
+    def px(tokens):
+        return L + (math.log2(tokens) - xs[0]) / (xs[-1] - xs[0]) * (W - L - R)
+
+    def py(y):
+        return Hh - B - y / ymax * (Hh - T - B)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{Hh}" font-family="sans-serif" '
+           f'font-size="12">', f'<rect width="{W}" height="{Hh}" fill="white"/>',
+           f'<text x="{L}" y="22" font-size="14">{html.escape(title)}</text>',
+           f'<line x1="{L}" y1="{Hh - B}" x2="{W - R}" y2="{Hh - B}" stroke="black"/>',
+           f'<line x1="{L}" y1="{T}" x2="{L}" y2="{Hh - B}" stroke="black"/>',
+           f'<text x="{(L + W - R) / 2}" y="{Hh - 12}" text-anchor="middle">tokens per call (B·S)</text>',
+           f'<text x="16" y="{(T + Hh - B) / 2}" transform="rotate(-90 16 {(T + Hh - B) / 2})" '
+           f'text-anchor="middle">fwd+bwd µs per token per layer</text>']
+    for t in SWEEP_TOKENS:
+        out.append(f'<line x1="{px(t):.1f}" y1="{Hh - B}" x2="{px(t):.1f}" y2="{Hh - B + 5}" stroke="black"/>')
+        out.append(f'<text x="{px(t):.1f}" y="{Hh - B + 18}" text-anchor="middle">{t // 1024}K</text>')
+    for k in range(6):
+        y = ymax / 1.1 * k / 5
+        out.append(f'<line x1="{L - 5}" y1="{py(y):.1f}" x2="{W - R}" y2="{py(y):.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{L - 8}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.3f}</text>')
+    colours = {(SWEEP_OURS, 128): "#1f77b4", (SWEEP_OURS, 512): "#17becf", (SWEEP_COMPILE, 128): "#d62728",
+               (SWEEP_COMPILE, 512): "#ff9896"}
+    for i, (key, pts) in enumerate(sorted(series.items())):
+        c = colours.get(key, "#555")
+        xy = " ".join(f"{px(t):.1f},{py(y):.1f}" for t, y in sorted(pts))
+        out.append(f'<polyline points="{xy}" fill="none" stroke="{c}" stroke-width="2"/>')
+        out += [f'<circle cx="{px(t):.1f}" cy="{py(y):.1f}" r="3" fill="{c}"/>' for t, y in pts]
+        ly = T + 10 + 20 * i
+        out.append(f'<line x1="{W - R + 15}" y1="{ly}" x2="{W - R + 40}" y2="{ly}" stroke="{c}" stroke-width="2"/>')
+        out.append(f'<text x="{W - R + 46}" y="{ly + 4}">{html.escape(key[0])}, S={key[1]}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 class Report:
-    """The rows of all cases: the table, and compare_torch.json in `out`."""
+    """The rows of all cases: the table, and compare_torch.json (and the sweep's SVG) in `out`."""
 
     def __init__(self, out, info):
-        self.out, self.info, self.cases = out, info, []
+        self.out, self.info, self.cases, self.sweep = out, info, [], []
 
     def print_table(self):
         print(f"\n{HEADER}\n{UNITS}\n{'-' * len(HEADER)}")
-        for rows in self.cases:
+        for kind, rows in self.cases:
             for r in rows:
                 print(row_line(r))
-            print(speedup_line(rows))
+            print(case_line(kind, rows, dense_ref_ms(self.cases, rows[0].dtype, rows[0].B, rows[0].S)))
+        if self.sweep:
+            print("\nbatch-token sweep (fwd+bwd per token per layer):")
+            for p in self.sweep:
+                print(sweep_line(p))
+            flagged = cliffs(self.sweep)
+            print(f"cliffs (per-token time > {CLIFF}× the next smaller call's): "
+                  + (", ".join(f"{p.impl} S={p.S} {p.tokens}" for p in flagged) if flagged else "none"))
         print("\n".join(LEGEND), flush=True)
 
     def write(self, wall_s):
         if not self.out:
             return
         data = dict(self.info, wall_s=wall_s,
-                    cases=[{"dtype": rows[0].dtype, "B": rows[0].B, "S": rows[0].S,
+                    cases=[{"kind": kind, "dtype": rows[0].dtype, "B": rows[0].B, "S": rows[0].S,
                             "compile_s": next((r.compile_s for r in rows if r.impl == COMPILE), None),
-                            "speedup_vs_compile": speedups(rows)} for rows in self.cases],
-                    rows=[dataclasses.asdict(r) for rows in self.cases for r in rows])
+                            "speedup_vs_compile": speedups(rows) if kind == "dense" else None,
+                            "summary": case_line(kind, rows, dense_ref_ms(self.cases, rows[0].dtype, rows[0].B,
+                                                                          rows[0].S))}
+                           for kind, rows in self.cases],
+                    rows=[dict(dataclasses.asdict(r), kind=kind) for kind, rows in self.cases for r in rows],
+                    sweep=[dataclasses.asdict(p) for p in self.sweep],
+                    sweep_cliffs=[dataclasses.asdict(p) for p in cliffs(self.sweep)])
         os.makedirs(self.out, exist_ok=True)
         path = os.path.join(self.out, "compare_torch.json")
         with open(path + ".tmp", "w") as f:
             json.dump(data, f, indent=1)
         os.replace(path + ".tmp", path)  # a run stopped while writing keeps the previous file
+        if any(p.us_per_token is not None for p in self.sweep):
+            svg = os.path.join(self.out, "batch_token_sweep.svg")
+            with open(svg + ".tmp", "w") as f:
+                f.write(sweep_svg(self.sweep, f"libdstransformer {self.info.get('library')} vs torch.compile, "
+                                              f"{self.sweep[0].dtype}, BERT-Large layer, {self.info.get('device')}"))
+            os.replace(svg + ".tmp", svg)
 
 
 # ---- self-test: the table from made-up numbers, without a GPU or the library -------------------------
@@ -552,23 +884,44 @@ def fake_measure(row, make):
         row.note = SKIPPED
         return
     scale = {GEMMS: 0.6, SDPA: 1.15, COMPILE: 1.0, PLAIN: 1.5, "ours, key lengths": 1.2,
-             "ours, key lengths + 3 switches": 1.3, "ours, key lengths, stochastic": 1.18}.get(row.impl, 1.25)
+             "ours, key lengths + 3 switches": 1.3, "ours, key lengths, stochastic": 1.18, PADDED_OURS: 0.8,
+             PADDED_SDPA: 1.1, GRAPH_EAGER: 1.1, GRAPH_REPLAY: 0.9}.get(row.impl, 1.25)
     row.train_ms = base * scale
-    row.infer_ms = None if row.impl == COMPILE else row.train_ms / 3
+    row.infer_ms = row.train_ms / 3
     if row.impl != GEMMS:
         row.saved_measured_mib = 0.032 * row.S * (1.1 if row.impl.startswith("torch") else 1.2)
-    if row.impl.startswith("ours"):
+    if "ours" in row.impl:
         row.saved_measured_mib *= 0.55 if "switches" in row.impl else 1.0
         row.saved_counted_mib = row.saved_measured_mib - 0.01
         row.workspace_mib = row.B * row.S * 0.05
     if row.impl == COMPILE:
         row.compile_s = 38.0 + row.S / 1000
+        row.infer_compile_s = 20.0 + row.S / 1000
+
+
+def fake_sweep(dname, emit):
+    """Made-up sweep points (one skipped, one with a cliff), for the self-test."""
+    points = []
+    for S, T, B in sweep_shapes():
+        for impl in (SWEEP_OURS, SWEEP_COMPILE):
+            p = SweepPoint(dname, S, T, B, impl)
+            if S == 512 and T == SWEEP_TOKENS[-1] and impl == SWEEP_COMPILE:
+                p.note = SKIPPED
+            else:
+                p.us_per_token = (0.5 if impl == SWEEP_OURS else 0.45) * (1 + 2048 / T) * (1.1 if S == 512 else 1.0)
+                if impl == SWEEP_OURS and S == 128 and T == 8192:
+                    p.us_per_token *= 1.6  # a cliff
+            points.append(p)
+            emit(p)
+    return points
 
 
 # ---- main ---------------------------------------------------------------------------------------------
 
 def parse_args():
-    def shapes(text):
+    def shapes(text, allow_none=False):
+        if allow_none and text == "none":
+            return []
         try:
             out = [tuple(int(v) for v in item.split("x")) for item in text.split(",")]
         except ValueError:
@@ -590,11 +943,33 @@ def parse_args():
                     help="BxS, comma-separated, in order (default %(default)s)")
     ap.add_argument("--skip-compile", action="store_true", help="no torch.compile rows")
     ap.add_argument("--skip-eager", action="store_true", help="no torch eager rows (SDPA and plain attention)")
+    ap.add_argument("--no-compile-inference", action="store_true",
+                    help="no inference column for torch.compile (its second compilation)")
+    ap.add_argument("--padded-shapes", type=functools.partial(shapes, allow_none=True), default=PADDED_SHAPES,
+                    help="BxS of the padding-distribution case, lengths uniform in [S/4, S] (default "
+                         "%(default)s; none: no such case)")
+    ap.add_argument("--no-graphs", action="store_true", help="no CUDA-graph case (the stack at 8x128)")
+    ap.add_argument("--no-sweep", action="store_true", help="no batch-token sweep (1K-64K tokens at S=128 and 512)")
     ap.add_argument("--budget", type=float, default=400.0,
                     help="seconds for the whole run; rows that would not fit are skipped (default %(default).0f)")
-    ap.add_argument("--out", default=None, help="folder for compare_torch.json")
+    ap.add_argument("--out", default=None, help="folder for compare_torch.json and batch_token_sweep.svg")
     ap.add_argument("--selftest", action="store_true", help=argparse.SUPPRESS)
-    return ap.parse_args()
+    args = ap.parse_args()
+    if isinstance(args.padded_shapes, str):  # argparse does not convert a string default through `type`
+        args.padded_shapes = shapes(args.padded_shapes, allow_none=True)
+    return args
+
+
+def case_plan(args):
+    """(kind, dtype, B, S) of every case, in run order: per dtype the dense shapes, the padded ones and the
+    CUDA-graph case."""
+    plan = []
+    for dname in args.dtypes:
+        plan += [("dense", dname, B, S) for B, S in args.shapes]
+        plan += [("padded", dname, B, S) for B, S in args.padded_shapes]
+        if not args.no_graphs:
+            plan.append(("graph", dname) + GRAPH_SHAPE)
+    return plan
 
 
 def main():
@@ -606,6 +981,8 @@ def main():
         lib, measure, stream = None, fake_measure, contextlib.nullcontext()
         info = {"library": "selftest", "torch": torch.__version__, "device": "none"}
     else:
+        if not torch.cuda.is_available():
+            sys.exit("compare_torch: needs a CUDA GPU (torch.cuda.is_available() is false); nothing was measured")
         lib = dc.Lib()
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -615,7 +992,11 @@ def main():
         # wait for. So torch and the library share one created stream.
         stream = torch.cuda.stream(torch.cuda.Stream())
         info = {"library": lib.version(), "torch": torch.__version__, "device": torch.cuda.get_device_name()}
+    if args.no_compile_inference:
+        TorchStack.inference_compiled = False
     info.update(dtypes=args.dtypes, shapes=[f"{B}x{S}" for B, S in args.shapes], budget_s=args.budget,
+                padded_shapes=[f"{B}x{S}" for B, S in args.padded_shapes], padding_seed=PADDING_SEED,
+                graphs=not args.no_graphs, sweep=not args.no_sweep,
                 plans={f"S={S}": plan_for(S)._asdict() for S in sorted({S for _, S in args.shapes})})
     print(f"libdstransformer {info['library']}, torch {info['torch']}, {info['device']}; BERT-Large layer "
           f"(H={H}, {HEADS} heads of {D}, I={I}), Pre-LN, dropout {P}, {LAYERS}-layer stack; "
@@ -624,14 +1005,27 @@ def main():
     report = Report(args.out, info)
     try:
         with stream:
-            for dname in args.dtypes:
-                for B, S in args.shapes:
-                    specs = row_specs(lib, dname, B, S, args)
-                    rows = [Row(dname, B, S, name) for name, _ in specs]
-                    report.cases.append(rows)  # filled in place: a run stopped mid-case still reports them
-                    run_case(rows, specs, measure, emit=lambda r: print(row_line(r), flush=True))
-                    print(speedup_line(rows), flush=True)
-                    report.write(time.monotonic() - t0)
+            for kind, dname, B, S in case_plan(args):
+                specs = row_specs(lib, kind, dname, B, S, args)
+                rows = [Row(dname, B, S, name) for name, _, _ in specs]
+                report.cases.append((kind, rows))  # filled in place: a run stopped mid-case still reports them
+                run_case(rows, specs, measure, emit=lambda r: print(row_line(r), flush=True))
+                print(case_line(kind, rows, dense_ref_ms(report.cases, dname, B, S)), flush=True)
+                report.write(time.monotonic() - t0)
+            if not args.no_sweep:
+                dname = args.dtypes[0]
+                print(f"batch-token sweep, {dname}: {', '.join(f'{t // 1024}K' for t in SWEEP_TOKENS)} tokens at "
+                      f"S={' and '.join(map(str, SWEEP_S))}", flush=True)
+
+                def emit(p):
+                    report.sweep.append(p)
+                    print(sweep_line(p), flush=True)
+
+                if args.selftest:
+                    fake_sweep(dname, emit)
+                else:
+                    run_sweep(lib, dname, args, budget, emit)
+                report.write(time.monotonic() - t0)
     finally:
         wall_s = time.monotonic() - t0
         report.print_table()

@@ -7,10 +7,21 @@
 #                                            # the Hugging Face interop test on the CUDA backend
 #   bash tools/gpu-session.sh bench OUTDIR   # bench/bench_layer and bench/compare_torch.py (fp16 and
 #                                            # bf16, 64x128 to 1x16384, within the time that is left)
+#                                            # (DST_COMPARE_ARGS: more options for it, e.g.
+#                                            # "--shapes 64x128,16x512" to leave time for the padded,
+#                                            # CUDA-graph and sweep parts)
+#   bash tools/gpu-session.sh pretrain OUTDIR [CASES]
+#                                            # dst-pretrain (DST_BUILD_PRETRAIN=ON against .gpu-deps/,
+#                                            # which tools/gpu-deps.sh makes on the development machine:
+#                                            # carry it), its cuda-labelled ctest entries, then
+#                                            # bench/pretrain_vs_hf.py for CASES (default
+#                                            # fp16:128,fp16:512; bf16:128,bf16:512 in a second call,
+#                                            # with DST_PRETRAIN_CTEST=0 to skip the tests there)
 #
 # Both share the build folder DST_GPU_BUILD_DIR (default /tmp/dst-gpu-build); `bench` builds it when
-# missing. Each step has a time limit so that the whole call returns inside the device's 10-minute
-# limit. OUTDIR receives a few files (the device returns at most 8): summary.txt and one log per step.
+# missing; `pretrain` reconfigures it with dst-pretrain on (the library's objects stay). Each step has a
+# time limit so that the whole call returns inside the device's 10-minute limit. OUTDIR receives a few
+# files (the device returns at most 8): summary.txt and one log per step (pretrain: and pretrain_vs_hf.json).
 set -u -o pipefail
 mode=${1:-tests}
 out=${2:-gpu-session-out}
@@ -62,10 +73,43 @@ bench)
     limit=$((570 - SECONDS))
     [ "$limit" -gt 420 ] && limit=420
     [ "$limit" -lt 60 ] && limit=60
+    # shellcheck disable=SC2086  # DST_COMPARE_ARGS is a list of options
     step compare_torch "$limit" "$out/compare_torch.txt" env DST_LIB="$lib" PYTHONUNBUFFERED=1 \
-        python3 bench/compare_torch.py --budget $((limit - 40)) --out "$out"
+        python3 bench/compare_torch.py --budget $((limit - 40)) --out "$out" ${DST_COMPARE_ARGS:-}
     ;;
-*) echo "usage: $0 tests|bench [OUTDIR]" >&2; exit 2 ;;
+pretrain)
+    cases=${3:-fp16:128,fp16:512}
+    deps=$root/.gpu-deps/usr
+    if [ ! -f "$deps/include/jansson.h" ] || [ ! -f "$deps/include/utf8proc.h" ]; then
+        echo "gpu-session: $deps lacks jansson.h/utf8proc.h: run bash tools/gpu-deps.sh on the development" \
+             "machine and carry .gpu-deps" >&2
+        exit 2
+    fi
+    multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+    export LD_LIBRARY_PATH=$deps/lib/$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # The configuration of tools/gpu-check.sh (the library's objects are shared with it) with dst-pretrain on,
+    # its libraries from the carried prefix; only dst-pretrain is built (its cuda tests run the program).
+    step build 240 "$out/build.log" bash -c "cmake -S . -B '$DST_GPU_BUILD_DIR' -G Ninja \
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_TESTS=ON -DDST_BUILD_PRETRAIN=ON \
+        -DCMAKE_PREFIX_PATH='$deps' -DPython_EXECUTABLE=\$(command -v python3) \
+        -DPython3_EXECUTABLE=\$(command -v python3) && ninja -C '$DST_GPU_BUILD_DIR' -j16 dst-pretrain"
+    prog=$DST_GPU_BUILD_DIR/tools/dst-pretrain/dst-pretrain
+    if [ ! -x "$prog" ]; then
+        echo "gpu-session: the build did not produce $prog (see $out/build.log)" >&2
+    else
+        if [ "${DST_PRETRAIN_CTEST:-1}" != 0 ]; then
+            step pretrain-ctest 150 "$out/pretrain_ctest.log" ctest --test-dir "$DST_GPU_BUILD_DIR" -L cuda \
+                -R '^pretrain_' --no-tests=error --output-on-failure --timeout 140
+        fi
+        # The benchmark gets what is left of the call (570 s of its 600); its --budget makes it start no
+        # part it cannot finish 40 s before that limit, which leaves time to print the table.
+        limit=$((570 - SECONDS))
+        [ "$limit" -lt 60 ] && limit=60
+        step pretrain_vs_hf "$limit" "$out/pretrain_vs_hf.txt" env PYTHONUNBUFFERED=1 python3 bench/pretrain_vs_hf.py \
+            --prog "$prog" --cases "$cases" --budget $((limit - 40)) --out "$out" --work "$tmp/pretrain-work"
+    fi
+    ;;
+*) echo "usage: $0 tests|bench|pretrain [OUTDIR] [CASES]" >&2; exit 2 ;;
 esac
 {
     echo "== gpu-session $mode: $(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -10,6 +10,10 @@
     check_train.py cpu-vs-cuda PROG OUT CONFIGS   the first steps on CUDA match the CPU (exit 77 without a GPU)
     check_train.py nccl-world1 PROG OUT CONFIGS   world size 1 through NCCL == no communicator, bit for bit
                                                   (exit 77 without a GPU)
+    check_train.py profile     PROG OUT CONFIGS   --profile: a time split per step that adds up to the step's
+                                                  time, the same losses as without it; --no-checkpoint
+    check_train.py data-out    PROG OUT CONFIGS   `data --out`: the batch records agree with the summary
+                                                  lines and with the rules of the masking
 
 Standard library only, except NumPy for the logits of hf-export (a Debian package of the build).
 Exit status 0 when the check passes, 1 when it fails, 77 when it is skipped.
@@ -446,6 +450,118 @@ def nccl_world1(prog, out, configs):
         print("%s: 4 steps, losses and %d tensors identical" % ("Pre-LN" if pre_ln else "Post-LN", len(a[1])))
 
 
+# ---- profile -------------------------------------------------------------------------------------------
+PHASES = ("data", "embeddings_head", "layers", "comm", "optimizer", "other")
+
+
+def profile(prog, out, configs):
+    """--profile writes one "profile" record per optimizer step whose phases add up to the time between two
+    steps, and changes no number; --no-checkpoint writes no checkpoint."""
+    runs = {}
+    for prof in (False, True):
+        o = fresh(os.path.join(out, "profile_%s" % ("on" if prof else "off")))
+        p = run(prog, ["train"] + tiny(configs) + ["--steps", "6", "--output", o, "--eval-every", "0", "--no-export",
+                                                   "--no-checkpoint"] + (["--profile"] if prof else []))
+        if os.path.exists(os.path.join(o, "checkpoints")) and os.listdir(os.path.join(o, "checkpoints")):
+            fail("--no-checkpoint: %s/checkpoints is not empty" % o)
+        recs = metrics(o)
+        runs[prof] = [(r["step"], r["loss"], r["mlm_loss"], r["nsp_loss"]) for r in recs if r["type"] == "train"]
+        prof_recs = [r for r in recs if r["type"] == "profile"]
+        if not prof:
+            if prof_recs or "profile:" in p.stdout:
+                fail("profile output without --profile")
+            continue
+        if [r["step"] for r in prof_recs] != list(range(1, 7)):
+            fail("profile records for steps %s, expected 1..6" % [r["step"] for r in prof_recs])
+        train = {r["step"]: r for r in recs if r["type"] == "train"}
+        for r in prof_recs:
+            if r["micro_batches"] != 2:  # tiny_ds.json: accumulation 2
+                fail("step %d: %s micro-batches, expected 2" % (r["step"], r["micro_batches"]))
+            parts = [r[ph + "_s"] for ph in PHASES]
+            if any(not (v >= 0.0 and math.isfinite(v)) for v in parts):
+                fail("step %d: a phase time is negative or not finite: %s" % (r["step"], r))
+            if not (r["layers_s"] > 0 and r["embeddings_head_s"] > 0 and r["optimizer_s"] > 0):
+                fail("step %d: layers, embeddings/head and optimizer must each take some time: %s" % (r["step"], r))
+            if r["step"] >= 2:  # the phases cover the loop from one step's optimizer to the next one's
+                dt = train[r["step"]]["elapsed_s"] - train[r["step"] - 1]["elapsed_s"]
+                total = sum(parts)
+                print("step %d: phases %.4f s, between the steps %.4f s" % (r["step"], total, dt))
+                if abs(total - dt) > 0.1 * dt + 0.005:
+                    fail("step %d: the phases add up to %.4f s, the step took %.4f s" % (r["step"], total, dt))
+        summary = [l for l in p.stdout.splitlines() if l.startswith("profile: 6 steps")]
+        if len(summary) != 1 or not all(ph in summary[0] for ph in PHASES):
+            fail("no profile summary naming every phase in the output")
+    if runs[True] != runs[False]:
+        fail("--profile changed the losses:\n%s\n%s" % (runs[True], runs[False]))
+    print("6 steps: the same losses with and without --profile")
+
+
+# ---- data-out ------------------------------------------------------------------------------------------
+def read_batches(path):
+    """The records of `dst-pretrain data --out` (docs/pretrain-data.md)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != b"DSTPBAT1":
+        fail("%s does not start with DSTPBAT1" % path)
+    at, out = 8, []
+    while at < len(data):
+        B, S, P, M = struct.unpack_from("<4i", data, at)
+        at += 16
+        n = (B * S, B * S, B, B, M, M)
+        arrays = []
+        for k in n:
+            arrays.append(list(struct.unpack_from("<%di" % k, data, at)))
+            at += 4 * k
+        out.append(dict(batch=B, seq=S, max_pred=P, nrows=M, ids=arrays[0], types=arrays[1], lengths=arrays[2],
+                        nsp=arrays[3], rows=arrays[4], labels=arrays[5]))
+    if at != len(data):
+        fail("%s: %d bytes left after the last record" % (path, len(data) - at))
+    return out
+
+
+def data_out(prog, out, configs):
+    o = fresh(os.path.join(out, "data_out"))
+    path = os.path.join(o, "batches.bin")
+    p = run(prog, ["data", "--batches", "5", "--batch", "6", "--seq", "48", "--max-pred", "7", "--seed", "3",
+                   "--out", path])
+    batches = read_batches(path)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("batch ")]
+    firsts = [l for l in p.stdout.splitlines() if l.startswith("  first ids:")]
+    if len(batches) != 5 or len(lines) != 5:
+        fail("%d records and %d summary lines, expected 5" % (len(batches), len(lines)))
+    vocab = sum(1 for _ in open(os.path.join(os.path.dirname(configs), "..", "..", "tools", "dst-pretrain", "data",
+                                             "vocab.txt")))
+    for i, (b, line, first) in enumerate(zip(batches, lines, firsts)):
+        B, S = b["batch"], b["seq"]
+        if (B, S, b["max_pred"]) != (6, 48, 7):
+            fail("record %d: batch %d, seq %d, max_pred %d" % (i, B, S, b["max_pred"]))
+        want = "batch %d (epoch 0): %d sequences of %d, %d tokens, %d masked" % (i, B, S, sum(b["lengths"]), b["nrows"])
+        if not line.startswith(want) or not line.endswith("%d random next" % sum(b["nsp"])):
+            fail("record %d does not match its summary line:\n  %s\n  expected %s ... %d random next"
+                 % (i, line, want, sum(b["nsp"])))
+        if first.split()[2:] != [str(v) for v in b["ids"][:min(16, b["lengths"][0])]]:
+            fail("record %d: the first ids differ from the summary line" % i)
+        if b["rows"] != sorted(b["rows"]) or len(set(b["rows"])) != b["nrows"] or b["nrows"] > B * 7:
+            fail("record %d: masked rows not ascending and distinct, or more than batch x max_pred" % i)
+        for s in range(B):
+            n = b["lengths"][s]
+            if not 1 <= n <= S:
+                fail("record %d: sequence %d has length %d" % (i, s, n))
+            if any(b["ids"][s * S + t] != 0 or b["types"][s * S + t] != 0 for t in range(n, S)):
+                fail("record %d: sequence %d is not padded with [PAD] (0) and type 0 after its length" % (i, s))
+        for r, lab in zip(b["rows"], b["labels"]):
+            s, t = divmod(r, S)
+            if not (0 < t < b["lengths"][s] and 0 <= lab < vocab):
+                fail("record %d: masked row %d (sequence %d, position %d) or label %d out of range" % (i, r, s, t, lab))
+    again = os.path.join(o, "again.bin")
+    run(prog, ["data", "--batches", "5", "--batch", "6", "--seq", "48", "--max-pred", "7", "--seed", "3",
+               "--out", again])
+    if open(path, "rb").read() != open(again, "rb").read():
+        fail("two runs with the same seed wrote different batches")
+    run(prog, ["data", "--batches", "1", "--out", os.path.join(o, "no", "such", "dir", "b.bin")], expect=1)
+    print("5 records agree with the summary lines; padding, masked rows and labels in range; deterministic")
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__)
@@ -454,7 +570,8 @@ def main():
     rest = [os.path.abspath(a) for a in sys.argv[4:]]
     t = time.time()
     {"loss-falls": loss_falls, "resume": resume, "interrupt": interrupt, "errors": errors, "hf-export": hf_export,
-     "cpu-vs-cuda": cpu_vs_cuda, "nccl-world1": nccl_world1}[what](prog, out, *rest)
+     "cpu-vs-cuda": cpu_vs_cuda, "nccl-world1": nccl_world1, "profile": profile, "data-out": data_out}[what](
+        prog, out, *rest)
     print("PASS: %s (%.1f s)" % (what, time.time() - t))
     return 0
 

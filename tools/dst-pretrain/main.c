@@ -41,6 +41,10 @@ static const char *data_path(const char *name) {
 
 static const char *prog = "dst-pretrain";
 
+/* The first 8 bytes of a `data --out` file; the records follow (write_batch). */
+#define DSTP_BATCH_FILE_MAGIC "DSTPBAT1"
+
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: %s train [options]            BERT masked-LM pre-training (see train --help)\n"
@@ -49,10 +53,12 @@ static void usage(FILE *f) {
             "       %s tokenize [--vocab FILE] [--cased] [FILE|-]\n"
             "       %s data [--vocab FILE] [--corpus FILE | --hdf5 SHARD...] [--batch N] [--seq S]\n"
             "               [--max-pred P] [--seed N] [--batches K] [--start K] [--depth D] [--cased]\n"
+            "               [--out FILE]\n"
             "train pre-trains BERT on the library (the embedded corpus and a small model by default: what\n"
             "`./run.sh demo` runs). export writes an engine checkpoint as a Hugging Face BertForMaskedLM\n"
             "folder; logits writes the MLM logits of one sequence (float32 [len, vocab]); tokenize prints\n"
-            "the WordPiece ids of each line; data summarises the loader thread's first batches.\n"
+            "the WordPiece ids of each line; data summarises the loader thread's first batches (and with\n"
+            "--out writes them whole, as the binary records of docs/pretrain-data.md, for other trainers).\n"
             "Defaults: --vocab %s --corpus %s --batch 8 --seq 128 --max-pred 20 --seed 42.\n"
             "Exit status: 0 success, 1 failure, 2 usage error, 3 configuration error, 4 data error,\n"
             "5 backend not available, 130 interrupted (a checkpoint was saved first).\n",
@@ -94,6 +100,10 @@ static void train_usage(FILE *f) {
             "  --quiet              no progress output (the files are written all the same)\n"
             "  --comm C             gradient averaging over the processes: auto (default: NCCL with the CUDA\n"
             "                       backend, world size 1 included), nccl, or none (one process only)\n"
+            "  --profile            time each phase of a step (data, embeddings and heads, layers, all-reduce\n"
+            "                       wait, optimizer, other) with a device synchronisation at its end: one\n"
+            "                       \"profile\" line per step in metrics.jsonl and a summary at the end\n"
+            "  --no-checkpoint      write no checkpoint (not every N steps, at the end or on a signal)\n"
             "Data parallelism: one process per GPU, started by mpirun or with RANK, WORLD_SIZE, LOCAL_RANK,\n"
             "MASTER_ADDR and MASTER_PORT set (docs/pretrain.md); rank 0 prints and writes the outputs.\n"
             "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint at the next step boundary and exits with 130; a\n"
@@ -164,6 +174,20 @@ static int cmd_tokenize(int argc, char **argv) {
     return rc;
 }
 
+/* One batch as a record of `data --out` (docs/pretrain-data.md): int32 values in the host's byte order,
+ * batch, seq, max_pred, nrows, then ids [batch·seq], types [batch·seq], lengths [batch], nsp [batch],
+ * rows [nrows], labels [nrows]. Returns 0, or -1 when the file cannot be written. */
+static int write_batch(FILE *f, const dstp_batch *b) {
+    const int32_t head[4] = {b->batch, b->seq, b->max_pred, b->nrows};
+    const size_t n = (size_t)b->batch * (size_t)b->seq, bs = (size_t)b->batch, m = (size_t)b->nrows;
+    return fwrite(head, sizeof head[0], 4, f) == 4 && fwrite(b->ids, sizeof(int32_t), n, f) == n &&
+                   fwrite(b->types, sizeof(int32_t), n, f) == n && fwrite(b->lengths, sizeof(int32_t), bs, f) == bs &&
+                   fwrite(b->nsp, sizeof(int32_t), bs, f) == bs && fwrite(b->rows, sizeof(int32_t), m, f) == m &&
+                   fwrite(b->labels, sizeof(int32_t), m, f) == m
+               ? 0
+               : -1;
+}
+
 static int cmd_data(int argc, char **argv) {
     dstp_loader_config cfg;
     const char **shards = NULL;
@@ -171,6 +195,8 @@ static int cmd_data(int argc, char **argv) {
     int i, rc = 0;
     dstp_loader *l = NULL;
     dstp_error err;
+    const char *out_path = NULL;
+    FILE *out = NULL;
     memset(&cfg, 0, sizeof cfg);
     cfg.vocab = data_path("vocab.txt");
     cfg.lower_case = 1;
@@ -195,6 +221,7 @@ static int cmd_data(int argc, char **argv) {
         else if (strcmp(a, "--start") == 0 && next && parse_int(next, 0, 0x7FFFFFFF, &v)) cfg.start_batch = (uint64_t)v, ++i;
         else if (strcmp(a, "--depth") == 0 && next && parse_int(next, 1, 64, &v)) cfg.depth = (int32_t)v, ++i;
         else if (strcmp(a, "--cased") == 0) cfg.lower_case = 0;
+        else if (strcmp(a, "--out") == 0 && next) out_path = argv[++i];
         else {
             fprintf(stderr, "%s: data: bad argument '%s'\n", prog, a);
             usage(stderr);
@@ -214,7 +241,14 @@ static int cmd_data(int argc, char **argv) {
         free(shards);
         return 1;
     }
-    for (v = 0; v < batches; ++v) {
+    if (out_path && !(out = fopen(out_path, "wb"))) {
+        fprintf(stderr, "%s: data: --out %s: cannot write: %s\n", prog, out_path, strerror(errno));
+        dstp_loader_destroy(l);
+        free(shards);
+        return 1;
+    }
+    if (out && fwrite(DSTP_BATCH_FILE_MAGIC, 1, 8, out) != 8) rc = -1;
+    for (v = 0; v < batches && rc == 0; ++v) {
         const dstp_batch *b;
         long tokens = 0, nsp = 0, b_i;
         if (dstp_loader_next(l, &b, &err) != DSTP_OK) {
@@ -232,6 +266,11 @@ static int cmd_data(int argc, char **argv) {
         printf("  first ids:");
         for (b_i = 0; b_i < b->lengths[0] && b_i < 16; ++b_i) printf(" %d", (int)b->ids[b_i]);
         printf("\n");
+        if (out && write_batch(out, b) != 0) rc = -1;
+    }
+    if (out && (fclose(out) != 0 || rc == -1)) {
+        fprintf(stderr, "%s: data: --out %s: write failed: %s\n", prog, out_path, strerror(errno));
+        rc = 1;
     }
     dstp_loader_destroy(l);
     free(shards);
@@ -316,6 +355,8 @@ static int cmd_train(int argc, char **argv) {
         else if (INT("--depth", 1, 64)) o.depth = (int32_t)v;
         else if (strcmp(a, "--quiet") == 0) o.quiet = 1;
         else if (strcmp(a, "--comm") == 0 && next && parse_comm(next, &o.comm)) ++i;
+        else if (strcmp(a, "--profile") == 0) o.profile = 1;
+        else if (strcmp(a, "--no-checkpoint") == 0) o.no_checkpoint = 1;
         else {
             free(shards);
             return bad_arg("train", a, next && a[0] == '-' ? "bad option or value" : "unknown argument");

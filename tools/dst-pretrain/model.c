@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 void dstp_seterr(dstp_error *err, const char *fmt, ...);
 
@@ -83,6 +84,7 @@ struct dstp_model {
     void *loss, *counts;                                                 /* fp32 [2], int32 [4] */
     void *g_t, *g_t2, *g_hm, *g_pooled, *g_cls, *g_seq, *g_a, *g_b;
     int32_t *host_i32;                                                   /* staging */
+    dstp_profile *prof;                                                  /* NULL: not profiling */
 };
 
 /* ---- host helpers --------------------------------------------------------------------------------- */
@@ -471,6 +473,48 @@ static dstp_status upload_i32(dstp_model *m, void *dst, const int32_t *src, size
     return DSTP_OK;
 }
 
+/* ---- profiling ------------------------------------------------------------------------------------ */
+
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+dstp_status dstp_profile_start(dstp_profile *p, dst_context *ctx, dstp_error *err) {
+    memset(p, 0, sizeof *p);
+    p->ctx = ctx;
+    LIB(dst_context_synchronize(ctx));
+    p->mark = mono_s();
+    return DSTP_OK;
+}
+
+dstp_status dstp_profile_lap(dstp_profile *p, dstp_phase phase, dstp_error *err) {
+    double t;
+    if (!p) return DSTP_OK;
+    if ((int)phase < 0 || phase >= DSTP_PHASE_COUNT) {
+        dstp_seterr(err, "profile: phase %d, expected 0..%d", (int)phase, DSTP_PHASE_COUNT - 1);
+        return DSTP_ERR_ARG;
+    }
+    LIB(dst_context_synchronize(p->ctx));
+    t = mono_s();
+    p->seconds[phase] += t - p->mark;
+    p->mark = t;
+    return DSTP_OK;
+}
+
+const char *dstp_phase_name(dstp_phase phase) {
+    static const char *const names[DSTP_PHASE_COUNT] = {"data", "embeddings_head", "layers", "comm", "optimizer", "other"};
+    return (int)phase >= 0 && phase < DSTP_PHASE_COUNT ? names[phase] : "?";
+}
+
+void dstp_model_set_profile(dstp_model *m, dstp_profile *p) { m->prof = p; }
+
+#define LAP(phase)                                                                                          \
+    do {                                                                                                    \
+        if (dstp_profile_lap(m->prof, (phase), err) != DSTP_OK) return DSTP_ERR_STATE;                      \
+    } while (0)
+
 /* The batch into context memory; the [CLS] rows are b·S. */
 static dstp_status upload(dstp_model *m, const dstp_batch *b, dstp_error *err) {
     const size_t N = (size_t)b->batch * (size_t)b->seq;
@@ -563,6 +607,7 @@ static dstp_status encode(dstp_model *m, const dstp_batch *b, int train, uint64_
     LIB(dst_embedding_forward(m->ctx, &ids, &types, &word, &pos, &type, &e));
     LIB(dst_layernorm_forward(m->ctx, &e, &lnw, &lnb, m->cfg.layer_norm_eps, &x0, train ? &st : NULL));
     if (train) LIB(dst_dropout_forward(m->ctx, &x0, m->cfg.hidden_dropout_prob, &x0, drop_seed, drop_off));
+    if (train) LAP(DSTP_PHASE_EMBED_HEAD);
     memset(&mask, 0, sizeof mask);
     mask.kind = DST_MASK_KEY_LENGTHS;
     mask.tensor = view(m->lengths, DST_DTYPE_INT32, 1, B, 0, 0);
@@ -573,6 +618,7 @@ static dstp_status encode(dstp_model *m, const dstp_batch *b, int train, uint64_
         LIB(dst_layer_forward(m->layers[l], NULL, &x, &mask, &y));
         in = m->act[l % 2];
     }
+    if (train) LAP(DSTP_PHASE_LAYERS);
     if (m->cfg.pre_layer_norm) {
         const dst_tensor x = view(in, m->dt, 3, B, S, H), w = pview(m, &m->p[P_FIN_LN_W], 0), bb = pview(m, &m->p[P_FIN_LN_B], 0);
         dst_tensor y = view(m->fin, m->dt, 3, B, S, H), fs = view(m->stats_fin, m->sdt, 2, 2, N, 0);
@@ -658,6 +704,7 @@ dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const
     int l;
     dst_tensor gseq = view(m->g_seq, m->dt, 2, N, H, 0);
     if (upload(m, b, err)) return DSTP_ERR_ARG;
+    LAP(DSTP_PHASE_DATA);
     if (encode(m, b, 1, &dseed, &doff, &seq, err) || heads(m, b, seq, 1, gs, err)) return DSTP_ERR_STATE;
 
     /* Heads backward into g_seq [N, H]: the MLM rows written, the [CLS] rows added. */
@@ -703,6 +750,7 @@ dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const
         spare[1] = m->g_seq;
         if (bucket(m, hook, final_done, 2, err)) return DSTP_ERR_STATE;
     }
+    LAP(DSTP_PHASE_EMBED_HEAD);
     for (l = m->L - 1; l >= 0; --l) {
         const dst_tensor dy = view(dout, m->dt, 3, B, S, H);
         dst_tensor dx = view(spare[0], m->dt, 3, B, S, H);
@@ -714,6 +762,7 @@ dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const
         spare[0] = spare[1];
         spare[1] = t;
     }
+    LAP(DSTP_PHASE_LAYERS);
 
     /* Embedding dropout (in place), LayerNorm and the tables. */
     {
@@ -728,7 +777,12 @@ dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const
         LIB(dst_embedding_backward(m->ctx, &de, &ids, &types, &dword, &dpos, &dtype, acc));
     }
     if (bucket(m, hook, embed_done, (int)(sizeof embed_done / sizeof embed_done[0]), err)) return DSTP_ERR_STATE;
-    return read_results(m, b, M > 0, m->cfg.next_sentence_prediction, r, err);
+    {
+        const dstp_status st = read_results(m, b, M > 0, m->cfg.next_sentence_prediction, r, err);
+        if (st != DSTP_OK) return st;
+    }
+    LAP(DSTP_PHASE_EMBED_HEAD);
+    return DSTP_OK;
 }
 
 dstp_status dstp_model_evaluate(dstp_model *m, const dstp_batch *b, dstp_result *r, dstp_error *err) {

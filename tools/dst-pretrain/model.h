@@ -79,6 +79,31 @@ typedef struct dstp_result {
     int64_t sequences, tokens;  /* sequences and real (unpadded) tokens */
 } dstp_result;
 
+/* The time split of training (`dst-pretrain train --profile`): each phase's host seconds, measured with a
+ * dst_context_synchronize() at its end, so that the device work a phase enqueued is counted in it. The
+ * synchronisations stop the host from running ahead of the device, which costs a little throughput. */
+typedef enum dstp_phase {
+    DSTP_PHASE_DATA = 0,    /* waiting for the loader thread, and the batch's copy into context memory */
+    DSTP_PHASE_EMBED_HEAD,  /* embeddings (forward and backward), the final LayerNorm, the MLM and NSP heads
+                               with their losses, and reading the losses back */
+    DSTP_PHASE_LAYERS,      /* the transformer layers, forward and backward */
+    DSTP_PHASE_COMM,        /* waiting for the data-parallel all-reduces */
+    DSTP_PHASE_OPTIMIZER,   /* the engine's step (unscale, overflow check, clipping, optimizer, schedule) */
+    DSTP_PHASE_OTHER,       /* the rest of the loop: progress lines, metrics, evaluation, checkpoints */
+    DSTP_PHASE_COUNT
+} dstp_phase;
+typedef struct dstp_profile {
+    dst_context *ctx;                  /* synchronised at the end of each phase */
+    double seconds[DSTP_PHASE_COUNT];  /* accumulated by dstp_profile_lap */
+    double mark;                       /* the end of the last phase (monotonic clock, seconds) */
+} dstp_profile;
+/* Starts a profile on `ctx`: synchronises it, zeroes the phases and sets the mark to now. */
+dstp_status dstp_profile_start(dstp_profile *p, dst_context *ctx, dstp_error *err);
+/* Ends a phase: synchronises the context and adds the seconds since the mark to `phase`. No effect for NULL. */
+dstp_status dstp_profile_lap(dstp_profile *p, dstp_phase phase, dstp_error *err);
+/* The name of a phase in the metrics file ("data", "embeddings_head", "layers", "comm", "optimizer", "other"). */
+const char *dstp_phase_name(dstp_phase phase);
+
 /* Creates the model in `ctx` with its initial weights (Hugging Face's rule: weights N(0, initializer_range),
  * the [PAD] row of the word embeddings zero, biases 0, LayerNorm γ 1 and β 0; the layers' own init). */
 dstp_status dstp_model_create(dst_context *ctx, const dstp_model_config *cfg, const dstp_model_options *opt,
@@ -115,6 +140,9 @@ typedef struct dstp_grad_hook {
     void *user;
 } dstp_grad_hook;
 
+/* Profiling of dstp_model_train (NULL: off, the default): the batch's copy counts as DSTP_PHASE_DATA, the
+ * layers as DSTP_PHASE_LAYERS and everything else as DSTP_PHASE_EMBED_HEAD. The profile stays the caller's. */
+void dstp_model_set_profile(dstp_model *m, dstp_profile *p);
 /* One training micro-batch: forward with dropout, the MLM (and NSP) loss, and backward accumulating every
  * gradient; the loss gradients are multiplied by grad_scale (loss scale / accumulation steps). `hook`
  * (NULL: none) hears of each bucket of final gradients; pass it on the last micro-batch of a step. */

@@ -436,6 +436,9 @@ int dstp_train(const dstp_train_options *o) {
     float lr = 0.0f, grad_scale = 1.0f;
     int have_eval = 0, stopped_early = 0, interrupted = 0, boundary = 0, saved_at_end = 0, evaluated_at = -1;
     size_t train_units = 0, eval_units = 0;
+    dstp_profile prof, *pp = NULL;
+    double prof_total[DSTP_PHASE_COUNT];
+    int64_t prof_steps = 0, prof_micro = 0;
     const char *data_kind = o->num_shards ? "hdf5" : "text";
     const char *export_dir = NULL;
 
@@ -444,6 +447,7 @@ int dstp_train(const dstp_train_options *o) {
     memset(&print_acc, 0, sizeof print_acc);
     memset(&last_eval, 0, sizeof last_eval);
     memset(&rs, 0, sizeof rs);
+    memset(prof_total, 0, sizeof prof_total);
     es.struct_size = sizeof es;
 
     /* 1. The launch: this process's rank among how many (comm.h). */
@@ -699,8 +703,9 @@ int dstp_train(const dstp_train_options *o) {
         if (world > 1 || dstp_comm_world(comm) > 1 || strcmp(dstp_comm_name(comm), "none") != 0)
             printf("data parallel: %d process%s (%s launch), gradients averaged by %s in buckets on a second stream\n",
                    world, world > 1 ? "es" : "", launch.method, dstp_comm_name(comm));
-        printf("run: steps %lld -> %lld%s, output %s/ (metrics.jsonl, metrics.svg, checkpoints/%s)\n",
-               (long long)step, (long long)steps, o->resume ? " (resumed)" : "", o->output, export_dir ? ", hf/" : "");
+        printf("run: steps %lld -> %lld%s, output %s/ (metrics.jsonl, metrics.svg%s%s)\n", (long long)step,
+               (long long)steps, o->resume ? " (resumed)" : "", o->output, o->no_checkpoint ? "" : ", checkpoints/",
+               export_dir ? ", hf/" : "");
         fflush(stdout);
     }
     if (metrics && !o->resume) {
@@ -715,17 +720,27 @@ int dstp_train(const dstp_train_options *o) {
 
     /* 7. The loop, one iteration per micro-batch. */
     install_signals();
+    if (o->profile) {
+        if (dstp_profile_start(&prof, ctx, &err) != DSTP_OK) {
+            fail_msg("%s", err.msg);
+            goto done;
+        }
+        pp = &prof;
+        dstp_model_set_profile(model, pp);
+    }
     t_start = t_print = now_s();
     grad_scale = es.loss_scale / (float)es.gradient_accumulation_steps;
     while (step < steps) {
         const dstp_batch *b = NULL;
         dstp_result r;
-        double t0 = now_s();
-        dstp_status st = DSTP_OK;
+        double t0;
+        dstp_status st = dstp_profile_lap(pp, DSTP_PHASE_OTHER, &err); /* the previous iteration's tail */
+        t0 = now_s();
         /* This rank's batch of the stream: the rest of the previous round, then `rank` others, then its own. */
         for (k = 0; k <= pending_skip + launch.rank && st == DSTP_OK; ++k) st = dstp_loader_next(loader, &b, &err);
         pending_skip = world - 1 - launch.rank;
         t_wait += now_s() - t0;
+        if (st == DSTP_OK) st = dstp_profile_lap(pp, DSTP_PHASE_DATA, &err);
         if (st != DSTP_OK) {
             fail_msg("data: %s", err.msg);
             rc = data_code(st);
@@ -735,6 +750,7 @@ int dstp_train(const dstp_train_options *o) {
         if (boundary) LIBCALL(dst_engine_get_lr(engine, 0, &lr), DSTP_EXIT_FAILURE);
         st = dstp_model_train(model, b, grad_scale, boundary ? &hook : NULL, &r, &err);
         if (st == DSTP_OK && boundary) st = dstp_comm_wait(comm, &err); /* the step after every all-reduce */
+        if (st == DSTP_OK && boundary) st = dstp_profile_lap(pp, DSTP_PHASE_COMM, &err);
         if (st != DSTP_OK) {
             fail_msg("%s", err.msg);
             goto done;
@@ -743,6 +759,11 @@ int dstp_train(const dstp_train_options *o) {
         data_position += world;
         rs.epoch = (int64_t)b->epoch;
         LIBCALL(dst_engine_step(engine), DSTP_EXIT_FAILURE);
+        if (dstp_profile_lap(pp, DSTP_PHASE_OPTIMIZER, &err) != DSTP_OK) {
+            fail_msg("%s", err.msg);
+            goto done;
+        }
+        ++prof_micro;
         if (!boundary) continue;
 
         /* A step boundary. */
@@ -763,6 +784,20 @@ int dstp_train(const dstp_train_options *o) {
                     now_s() - t_start);
             if (metrics) fflush(metrics);
             if (first_step_seen < 0) first_step_seen = step, first_loss = mlm, first_acc = ratio(step_acc.mlm_hits, step_acc.mlm_n);
+        }
+        if (pp) { /* this step's time split; its "other" is the previous step's tail */
+            int ph;
+            if (metrics) {
+                fprintf(metrics, "{\"type\": \"profile\", \"step\": %lld, \"micro_batches\": %lld", (long long)step,
+                        (long long)prof_micro);
+                for (ph = 0; ph < DSTP_PHASE_COUNT; ++ph)
+                    fprintf(metrics, ", \"%s_s\": %.6f", dstp_phase_name((dstp_phase)ph), prof.seconds[ph]);
+                fprintf(metrics, "}\n");
+                fflush(metrics);
+            }
+            for (ph = 0; ph < DSTP_PHASE_COUNT; ++ph) prof_total[ph] += prof.seconds[ph], prof.seconds[ph] = 0.0;
+            ++prof_steps;
+            prof_micro = 0;
         }
         print_acc.mlm_loss_sum += step_acc.mlm_loss_sum / (double)step_acc.micro;
         print_acc.nsp_loss_sum += step_acc.nsp_loss_sum / (double)step_acc.micro;
@@ -833,7 +868,8 @@ int dstp_train(const dstp_train_options *o) {
             interrupted = (flags & 1) != 0;
             stopped_early = !interrupted && (flags & 2) != 0;
         }
-        if (interrupted || stopped_early || step == steps || (o->save_every > 0 && step % o->save_every == 0)) {
+        if (!o->no_checkpoint &&
+            (interrupted || stopped_early || step == steps || (o->save_every > 0 && step % o->save_every == 0))) {
             rs.step = step;
             rs.samples = samples;
             rs.data_position = data_position;
@@ -862,12 +898,13 @@ int dstp_train(const dstp_train_options *o) {
         const double total = now_s() - t_start;
         const int64_t done_steps = step - start_step;
         if (talk) {
+            const char *saved_note = o->no_checkpoint ? "no checkpoint (--no-checkpoint)" : "checkpoint saved";
             if (interrupted)
-                printf("interrupted (%s) at step %lld: checkpoint saved\n", g_stop == SIGTERM ? "SIGTERM" : "SIGINT",
-                       (long long)step);
+                printf("interrupted (%s) at step %lld: %s\n", g_stop == SIGTERM ? "SIGTERM" : "SIGINT",
+                       (long long)step, saved_note);
             else if (stopped_early)
-                printf("time limit of %s reached at step %lld: checkpoint saved\n",
-                       duration(o->max_time, tbuf[0], sizeof tbuf[0]), (long long)step);
+                printf("time limit of %s reached at step %lld: %s\n",
+                       duration(o->max_time, tbuf[0], sizeof tbuf[0]), (long long)step, saved_note);
             if (done_steps > 0) {
                 char span[64];
                 if (last_from == step) snprintf(span, sizeof span, "step %lld", (long long)step);
@@ -882,6 +919,16 @@ int dstp_train(const dstp_train_options *o) {
                            100.0 * ratio(last_eval.mlm_hits, last_eval.mlm_n), evaluated_at);
                 printf("\nloader: waited %.2f s of %s for batches (the next batch was ready %.1f%% of the time)\n", t_wait,
                        duration(total, tbuf[2], sizeof tbuf[2]), total > 0 ? 100.0 * (1.0 - t_wait / total) : 100.0);
+            }
+            if (pp && prof_steps > 0) {
+                double sum = 0.0;
+                int ph;
+                for (ph = 0; ph < DSTP_PHASE_COUNT; ++ph) sum += prof_total[ph];
+                printf("profile: %lld steps, ms per step:", (long long)prof_steps);
+                for (ph = 0; ph < DSTP_PHASE_COUNT; ++ph)
+                    printf("%s %s %.2f (%.1f%%)", ph ? "," : "", dstp_phase_name((dstp_phase)ph),
+                           1e3 * prof_total[ph] / (double)prof_steps, sum > 0 ? 100.0 * prof_total[ph] / sum : 0.0);
+                printf("\n");
             }
             if (saved_at_end) printf("checkpoint: %s/global_step%lld (latest)\n", ckdir, (long long)step);
         }

@@ -53,6 +53,8 @@ typedef struct dstp_train_options {
     int32_t depth;
     int quiet;
     dstp_comm_kind comm;       /* data-parallel gradient averaging: auto (NCCL with CUDA), none or nccl */
+    int profile;               /* the time split of each step (model.h, dstp_profile) into the metrics */
+    int no_checkpoint;         /* no checkpoints at all (benchmarks): not every N steps, at the end or on a signal */
 } dstp_train_options;
 
 void dstp_train_options_default(dstp_train_options *o);
