@@ -841,6 +841,72 @@ class Layer(_Owned):
         self._run_backward(saved_h, gi.ptr, B, S, oi.ptr, accumulate)
         return out
 
+    def _check_packed(self, info, name: str, expect_n: Optional[int] = None) -> None:
+        if info.dtype != self._dtype:
+            raise TypeError(f"{name}: dtype is {dtype_label(info.dtype)}, expected {self.dtype} (the layer dtype)")
+        if len(info.shape) != 2 or info.shape[1] != self._H or info.shape[0] < 1:
+            raise ValueError(f"{name}: shape is {info.shape}, expected [N, {self._H}] (packed tokens, N >= 1)")
+        if expect_n is not None and info.shape[0] != expect_n:
+            raise ValueError(f"{name}: shape is {info.shape}, expected {(expect_n, self._H)}")
+        if self._on_device and info.device not in (f"cuda:{self._context.device}", "cuda:?"):
+            raise ValueError(f"{name}: array is on {info.device}, the context is on cuda:{self._context.device}")
+
+    def forward_packed(self, x: Any, cu_seqlens: Any, max_seqlen: Optional[int] = None,
+                       saved: Optional[SavedActivations] = None, out: Any = None):
+        """Runs the layer on packed sequences: ``x`` [N, H] holds B sequences end to end, sequence b in
+        rows ``cu_seqlens[b]`` .. ``cu_seqlens[b+1] - 1`` (int32 [B + 1], from 0 to N). Returns [N, H]:
+        each row gets what :meth:`forward` gives it in a padded batch with key lengths. ``max_seqlen``
+        (at least every length) is computed from ``cu_seqlens`` when it is a host array; give it for
+        device arrays (reading them would wait for the device). A later backward is
+        :meth:`backward_packed`."""
+        stream = self._context.stream if self._on_device else None
+        xi = describe(x, "x", self._on_device, stream)
+        self._check_packed(xi, "x")
+        N = xi.shape[0]
+        cu = cu_seqlens
+        if not self._on_device:
+            cu = np.asarray(cu)
+            if cu.dtype.kind in "iu" and cu.dtype != np.int32:
+                cu = cu.astype(np.int32)
+        ci = describe(cu, "cu_seqlens", self._on_device, stream)
+        if ci.dtype != DT_INT32 or len(ci.shape) != 1 or ci.shape[0] < 2:
+            raise TypeError(f"cu_seqlens: expected int32 [B + 1] with B >= 1, got {dtype_label(ci.dtype)} {ci.shape}")
+        if max_seqlen is None:
+            if ci.array is None:
+                raise ValueError("max_seqlen: give it for device offsets (reading cu_seqlens would wait for the device)")
+            lengths = np.diff(ci.array.astype(np.int64))
+            max_seqlen = int(lengths.max()) if lengths.size else 0
+        saved_h = self._saved_handle(saved)
+        if out is None:
+            out = self._alloc_like(x, xi)
+        oi = describe(out, "out", self._on_device, stream, writable=True)
+        self._check_packed(oi, "out", N)
+        t_in = _native.dst_tensor(xi.ptr, self._dtype, 2, N, self._H)
+        t_cu = _native.dst_tensor(ci.ptr, DT_INT32, 1, ci.shape[0])
+        t_out = _native.dst_tensor(oi.ptr, self._dtype, 2, N, self._H)
+        keep = (xi.keep, ci.keep)  # noqa: F841  (alive until the call returns)
+        _native.dst_layer_forward_packed(self.handle, saved_h, t_in, t_cu, int(max_seqlen), t_out)
+        return out
+
+    def backward_packed(self, dy: Any, saved: Optional[SavedActivations] = None, accumulate: bool = False,
+                        out: Any = None):
+        """Backward of the packed training forward recorded in ``saved``: takes dL/dY [N, H], returns dL/dX
+        [N, H]; the parameter gradients as in :meth:`backward`."""
+        stream = self._context.stream if self._on_device else None
+        gi = describe(dy, "dy", self._on_device, stream)
+        self._check_packed(gi, "dy")
+        N = gi.shape[0]
+        saved_h = self._saved_handle(saved)
+        if out is None:
+            out = self._alloc_like(dy, gi)
+        oi = describe(out, "out", self._on_device, stream, writable=True)
+        self._check_packed(oi, "out", N)
+        t_dy = _native.dst_tensor(gi.ptr, self._dtype, 2, N, self._H)
+        t_dx = _native.dst_tensor(oi.ptr, self._dtype, 2, N, self._H)
+        mode = _native.DST_GRAD_ACCUMULATE if accumulate else _native.DST_GRAD_WRITE
+        _native.dst_layer_backward_packed(self.handle, saved_h, t_dy, t_dx, mode)
+        return out
+
     # raw entry points (addresses already checked); used by the torch adapter
     def _run_forward(self, saved_h, x_ptr: int, B: int, S: int, native_mask, out_ptr: int) -> None:
         t_in = _native.dst_tensor(x_ptr, self._dtype, 3, B, S, self._H)

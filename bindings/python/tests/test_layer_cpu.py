@@ -378,3 +378,45 @@ def test_workspace_capacity(ctx, rng):
                 layer.forward(x)
         ctx.set_workspace(None)
         layer.forward(x)
+
+
+# ---- packed sequences ---------------------------------------------------------------------------------
+def test_packed_rows_match_the_padded_layer(ctx, rng):
+    lengths = [3, 8, 1, 5]
+    B, S, H = len(lengths), 8, 16
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    N = int(cu[-1])
+    x, dy = rng.standard_normal((N, H)), rng.standard_normal((N, H))
+    xp, dyp = np.zeros((B, S, H)), np.zeros((B, S, H))
+    for b, n in enumerate(lengths):
+        xp[b, :n], dyp[b, :n] = x[cu[b]:cu[b + 1]], dy[cu[b]:cu[b + 1]]
+    cfg = small_config(attn_dropout_ratio=0.1, hidden_dropout_ratio=0.1, batch_size=4, max_seq_length=8)
+    with dst.Layer(ctx, cfg) as layer:
+        randomize(layer, rng)
+        ctx.rng_state = (11, 0)
+        yp = layer.forward(xp, mask=np.array(lengths, dtype=np.int32))
+        dxp = layer.backward(dyp)
+        gp = layer.grads()
+        ctx.rng_state = (11, 0)
+        y = layer.forward_packed(x, cu)  # max_seqlen from the host offsets: 8
+        dx = layer.backward_packed(dy)
+        g = layer.grads()
+    for b, n in enumerate(lengths):
+        assert np.array_equal(y[cu[b]:cu[b + 1]], yp[b, :n]), b
+        assert np.array_equal(dx[cu[b]:cu[b + 1]], dxp[b, :n]), b
+    for name in dst.PARAM_NAMES:
+        assert np.array_equal(g[name], gp[name]), name
+
+
+def test_packed_bad_offsets_raise(ctx, rng):
+    with dst.Layer(ctx, small_config()) as layer:
+        x = rng.standard_normal((6, 16))
+        with pytest.raises(ValueError, match="cu_seqlens"):
+            layer.forward_packed(x, np.array([0, 2, 5], dtype=np.int32), max_seqlen=8)  # ends at 5, not N = 6
+        with pytest.raises(TypeError, match="cu_seqlens"):
+            layer.forward_packed(x, np.array([0.0, 6.0]), max_seqlen=8)
+        with pytest.raises(ValueError, match=r"\[N, 16\]"):
+            layer.forward_packed(rng.standard_normal((2, 3, 16)), np.array([0, 6], dtype=np.int32))
+        with pytest.raises(dst.StateError, match="packed"):
+            layer.forward(x.reshape(1, 6, 16))
+            layer.backward_packed(x)
