@@ -881,11 +881,8 @@ class Layer(_Owned):
             out = self._alloc_like(x, xi)
         oi = describe(out, "out", self._on_device, stream, writable=True)
         self._check_packed(oi, "out", N)
-        t_in = _native.dst_tensor(xi.ptr, self._dtype, 2, N, self._H)
-        t_cu = _native.dst_tensor(ci.ptr, DT_INT32, 1, ci.shape[0])
-        t_out = _native.dst_tensor(oi.ptr, self._dtype, 2, N, self._H)
         keep = (xi.keep, ci.keep)  # noqa: F841  (alive until the call returns)
-        _native.dst_layer_forward_packed(self.handle, saved_h, t_in, t_cu, int(max_seqlen), t_out)
+        self._run_forward_packed(saved_h, xi.ptr, N, ci.ptr, ci.shape[0] - 1, int(max_seqlen), oi.ptr)
         return out
 
     def backward_packed(self, dy: Any, saved: Optional[SavedActivations] = None, accumulate: bool = False,
@@ -901,10 +898,7 @@ class Layer(_Owned):
             out = self._alloc_like(dy, gi)
         oi = describe(out, "out", self._on_device, stream, writable=True)
         self._check_packed(oi, "out", N)
-        t_dy = _native.dst_tensor(gi.ptr, self._dtype, 2, N, self._H)
-        t_dx = _native.dst_tensor(oi.ptr, self._dtype, 2, N, self._H)
-        mode = _native.DST_GRAD_ACCUMULATE if accumulate else _native.DST_GRAD_WRITE
-        _native.dst_layer_backward_packed(self.handle, saved_h, t_dy, t_dx, mode)
+        self._run_backward_packed(saved_h, gi.ptr, N, oi.ptr, accumulate)
         return out
 
     # raw entry points (addresses already checked); used by the torch adapter
@@ -912,6 +906,19 @@ class Layer(_Owned):
         t_in = _native.dst_tensor(x_ptr, self._dtype, 3, B, S, self._H)
         t_out = _native.dst_tensor(out_ptr, self._dtype, 3, B, S, self._H)
         _native.dst_layer_forward(self.handle, saved_h, t_in, native_mask, t_out)
+
+    def _run_forward_packed(self, saved_h, x_ptr: int, N: int, cu_ptr: int, B: int, max_seqlen: int,
+                            out_ptr: int) -> None:
+        t_in = _native.dst_tensor(x_ptr, self._dtype, 2, N, self._H)
+        t_cu = _native.dst_tensor(cu_ptr, DT_INT32, 1, B + 1)
+        t_out = _native.dst_tensor(out_ptr, self._dtype, 2, N, self._H)
+        _native.dst_layer_forward_packed(self.handle, saved_h, t_in, t_cu, int(max_seqlen), t_out)
+
+    def _run_backward_packed(self, saved_h, dy_ptr: int, N: int, dx_ptr: int, accumulate: bool) -> None:
+        t_dy = _native.dst_tensor(dy_ptr, self._dtype, 2, N, self._H)
+        t_dx = _native.dst_tensor(dx_ptr, self._dtype, 2, N, self._H)
+        mode = _native.DST_GRAD_ACCUMULATE if accumulate else _native.DST_GRAD_WRITE
+        _native.dst_layer_backward_packed(self.handle, saved_h, t_dy, t_dx, mode)
 
     def _run_backward(self, saved_h, dy_ptr: int, B: int, S: int, dx_ptr: int, accumulate: bool) -> None:
         t_dy = _native.dst_tensor(dy_ptr, self._dtype, 3, B, S, self._H)

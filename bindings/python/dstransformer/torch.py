@@ -198,6 +198,15 @@ def _append_grads(grads, layout: "_Layout", grad_flat: torch.Tensor) -> None:
         grads.append([g.clone(), name])
 
 
+class _Packed:
+    """Packed sequences of one call: int32 offsets [B + 1] on the layer's device and the longest length."""
+
+    __slots__ = ("cu", "max_seqlen")
+
+    def __init__(self, cu: torch.Tensor, max_seqlen: int):
+        self.cu, self.max_seqlen = cu, int(max_seqlen)
+
+
 class _TransformerFunction(torch.autograd.Function):
     """One forward/backward of the native layer. Each forward owns one SavedActivations, so several
     forwards may be in flight. Backward writes the twelve gradients into one fresh aligned tensor, bound
@@ -206,14 +215,13 @@ class _TransformerFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, mask, module, native, training, grads, *params):  # noqa: D401
-        B, S, _ = x.shape
         saved = SavedActivations(native) if training else None
         out = torch.empty_like(x)
         module._run_forward(native, saved, x, mask, out)
         ctx.native = native
         ctx.saved_obj = saved
         ctx.module = module
-        ctx.shape = (B, S)
+        ctx.packed = isinstance(mask, _Packed)
         ctx.grads = grads
         ctx.layout = module._layout
         return out
@@ -230,7 +238,7 @@ class _TransformerFunction(torch.autograd.Function):
         module, native = ctx.module, ctx.native
         dy = dy.contiguous()
         dx = torch.empty_like(dy)
-        grad_flat = module._backward_into(native, saved, dy, dx)
+        grad_flat = module._backward_into(native, saved, dy, dx, ctx.packed)
         saved.close()
         ctx.saved_obj = None
         if ctx.grads is not None:
@@ -512,15 +520,18 @@ class TransformerLayer(nn.Module):
         return native_mask(_native.DST_MASK_ADDITIVE, mask.data_ptr(), _DST_OF_TORCH[mask.dtype], mask.shape)
 
     def _run_forward(self, native: Layer, saved: Optional[SavedActivations], x: torch.Tensor,
-                     mask: Optional[torch.Tensor], out: torch.Tensor) -> None:
-        B, S, _ = x.shape
+                     mask, out: torch.Tensor) -> None:
         _set_stream(native.context, x.device)
-        native._run_forward(None if saved is None else saved.handle, x.data_ptr(), B, S,
-                            self._native_mask(mask), out.data_ptr())
+        saved_h = None if saved is None else saved.handle
+        if isinstance(mask, _Packed):
+            native._run_forward_packed(saved_h, x.data_ptr(), x.shape[0], mask.cu.data_ptr(), mask.cu.numel() - 1,
+                                       mask.max_seqlen, out.data_ptr())
+            return
+        B, S, _ = x.shape
+        native._run_forward(saved_h, x.data_ptr(), B, S, self._native_mask(mask), out.data_ptr())
 
     def _backward_into(self, native: Layer, saved: SavedActivations, dy: torch.Tensor,
-                       dx: torch.Tensor) -> torch.Tensor:
-        B, S, _ = dy.shape
+                       dx: torch.Tensor, packed: bool = False) -> torch.Tensor:
         p = self._arena
         if p.dtype != dy.dtype:
             raise RuntimeError(f"TransformerLayer: parameters changed dtype ({p.dtype}) between forward and "
@@ -528,13 +539,18 @@ class TransformerLayer(nn.Module):
         grad = _aligned_empty(p.numel(), p.dtype, dy.device, zero=True)
         _set_stream(native.context, dy.device)
         native.bind_grad_arena(grad.data_ptr(), grad.numel() * grad.element_size())
-        native._run_backward(saved.handle, dy.data_ptr(), B, S, dx.data_ptr(), False)
+        if packed:
+            native._run_backward_packed(saved.handle, dy.data_ptr(), dy.shape[0], dx.data_ptr(), False)
+        else:
+            B, S, _ = dy.shape
+            native._run_backward(saved.handle, dy.data_ptr(), B, S, dx.data_ptr(), False)
         self._last_grad_buf = grad  # keeps the memory the native layer points at alive
         return grad
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                 head_mask=None, layer_head_mask=None, encoder_hidden_states=None,
-                encoder_attention_mask=None, past_key_value=None, output_attentions=False, grads=None):
+                encoder_attention_mask=None, past_key_value=None, output_attentions=False, grads=None,
+                cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None):
         """``hidden_states`` [B, S, H] in the layer dtype; ``attention_mask`` None, additive [B, 1, 1, S]
         or [B, S] (fp32 or the layer dtype; other float dtypes are converted), Hugging Face's integer
         [B, S] mask (1 attend, 0 padding; converted to the additive form), or integer key lengths [B].
@@ -544,7 +560,13 @@ class TransformerLayer(nn.Module):
         runs, ``[gradient, name]`` is appended for each parameter, in the order of
         :data:`GRAD_HOOK_NAMES` ("V_W", "V_B", "O_W", "O_B", "N2_W", "N2_B", "int_W", "int_B", "out_W",
         "out_B", "norm_W", "norm_B"; V_W/V_B are the V rows of ``attn_qkvw``/``attn_qkvb``). The tensors
-        are copies of this call's gradients. Nothing is appended for a call that has no backward."""
+        are copies of this call's gradients. Nothing is appended for a call that has no backward.
+
+        Packed sequences: with ``cu_seqlens`` (integer [B + 1], on the layer's device), ``hidden_states`` is
+        [N, H] holding B sequences end to end, sequence b in rows ``cu_seqlens[b]`` .. ``cu_seqlens[b+1] - 1``,
+        and the output is [N, H]: each row as the padded layer with key lengths gives it (the library's
+        dst_layer_forward_packed). ``attention_mask`` must then be None. ``max_seqlen`` (at least every
+        length) is read from the offsets when omitted, which waits for the device on CUDA."""
         if grads is not None:
             if not callable(getattr(grads, "append", None)):
                 raise TypeError(f"grads must be a list (or have an append method), got {type(grads).__name__}")
@@ -554,8 +576,9 @@ class TransformerLayer(nn.Module):
         x = hidden_states
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"hidden_states must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != 3:
-            raise ValueError(f"hidden_states: shape {tuple(x.shape)}, expected [B, S, H]")
+        if cu_seqlens is not None:
+            return self._forward_packed(x, cu_seqlens, max_seqlen, attention_mask, grads)
+        if x.dim() != 3:            raise ValueError(f"hidden_states: shape {tuple(x.shape)}, expected [B, S, H]")
         B, S, H = x.shape
         if H != int(self.config.hidden_size):
             raise ValueError(f"hidden_states: last dimension is {H}, expected hidden_size {self.config.hidden_size}")
@@ -578,6 +601,41 @@ class TransformerLayer(nn.Module):
         else:
             out = torch.empty_like(x)
             self._run_forward(native, None, x, mask, out)
+        return (out,) if self.config.return_tuple else out
+
+    def _forward_packed(self, x: torch.Tensor, cu_seqlens, max_seqlen, attention_mask, grads):
+        if attention_mask is not None:
+            raise ValueError("attention_mask must be None with cu_seqlens (the offsets define the sequences)")
+        if x.dim() != 2 or x.shape[1] != int(self.config.hidden_size) or x.shape[0] < 1:
+            raise ValueError(f"hidden_states: shape {tuple(x.shape)}, expected [N, {self.config.hidden_size}] "
+                             "(packed tokens) with cu_seqlens")
+        self._repack()
+        p = self._arena
+        if x.device != p.device:
+            raise ValueError(f"hidden_states is on {x.device}, the layer's parameters on {p.device}")
+        if x.dtype != p.dtype:
+            raise TypeError(f"hidden_states: dtype {x.dtype}, expected {p.dtype} (the layer dtype)")
+        cu = torch.as_tensor(cu_seqlens)
+        if cu.dim() != 1 or cu.numel() < 2 or cu.dtype.is_floating_point or cu.dtype == torch.bool:
+            raise ValueError(f"cu_seqlens: expected integer offsets [B + 1] with B >= 1, got {cu.dtype} "
+                             f"{tuple(cu.shape)}")
+        cu = cu.to(device=x.device, dtype=torch.int32).contiguous()
+        if max_seqlen is None:
+            max_seqlen = int((cu[1:] - cu[:-1]).max())
+        B, S = cu.numel() - 1, int(max_seqlen)
+        native = self._sync_native(B, max(S, 1))
+        x = x.contiguous()
+        packed = _Packed(cu, S)
+        training = bool(self.training and torch.is_grad_enabled())
+        if self._native_training != training:
+            native.train(training)
+            self._native_training = training
+        params = self._params()
+        if torch.is_grad_enabled() and (x.requires_grad or any(q.requires_grad for q in params)):
+            out = _TransformerFunction.apply(x, packed, self, native, training, grads, *params)
+        else:
+            out = torch.empty_like(x)
+            self._run_forward(native, None, x, packed, out)
         return (out,) if self.config.return_tuple else out
 
     # ---- parameters under DeepSpeed's names ---------------------------------------------------------------
