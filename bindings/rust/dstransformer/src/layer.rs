@@ -432,18 +432,178 @@ impl Layer {
         check_len("backward: grad_output", grad_output.len(), n)?;
         check_len("backward: grad_input", grad_input.len(), n)?;
         let saved = self.saved_ptr(saved, "backward")?;
+        let shape = [b, s, self.hidden as i64];
+        self.run_backward(saved, grad_output, grad_input, dtype, &shape, false, mode)
+    }
+
+    /// N, the rows of packed tokens `[N, H]` held by `len` elements.
+    fn packed_rows(&self, what: &str, len: usize) -> Result<i64> {
+        if self.hidden == 0 || len < self.hidden || len % self.hidden != 0 {
+            return Err(Error::invalid(format!(
+                "{what} has {len} elements, expected [N, {}] (N ≥ 1 packed tokens)",
+                self.hidden
+            )));
+        }
+        // A slice holds at most isize::MAX elements, so N fits an i64.
+        Ok((len / self.hidden) as i64)
+    }
+
+    /// Runs the layer forward on packed sequences (`dst_layer_forward_packed`): B sequences laid end
+    /// to end, no padding, sequence b in rows `cu_seqlens[b]` .. `cu_seqlens[b+1] - 1` of `input`.
+    ///
+    /// `input` and `output` are `[N, H]` in host memory, of the layer's dtype; `cu_seqlens` holds the
+    /// B + 1 offsets, 0 = `cu_seqlens[0]` < … < `cu_seqlens[B]` = N, and `max_seqlen` is at least every
+    /// sequence's length (1..=`max_seq_len`). Each output row gets exactly what [`Layer::forward`]
+    /// gives it in a padded `[B, max_seqlen, H]` batch with [`Mask::KeyLengths`] (the same bits, and
+    /// the same dropout masks for the same RNG state). This version runs that padded layout
+    /// internally, so B·`max_seqlen` must fit `max_batch_tokens` ([`Status::Capacity`] otherwise).
+    /// Bad offsets give [`Status::InvalidArgument`] naming `cu_seqlens` (on the CPU backend before
+    /// anything is written). The activations go to the default saved object; the backward is
+    /// [`Layer::backward_packed`].
+    pub fn forward_packed<T: Element>(
+        &mut self,
+        input: &[T],
+        output: &mut [T],
+        cu_seqlens: &[i32],
+        max_seqlen: usize,
+    ) -> Result<()> {
+        self.forward_packed_impl(None, input, output, cu_seqlens, max_seqlen)
+    }
+
+    /// As [`Layer::forward_packed`], keeping the activations in `saved` (which must belong to this layer).
+    pub fn forward_packed_saved<T: Element>(
+        &mut self,
+        saved: &mut Saved,
+        input: &[T],
+        output: &mut [T],
+        cu_seqlens: &[i32],
+        max_seqlen: usize,
+    ) -> Result<()> {
+        self.forward_packed_impl(Some(saved), input, output, cu_seqlens, max_seqlen)
+    }
+
+    fn forward_packed_impl<T: Element>(
+        &mut self,
+        saved: Option<&mut Saved>,
+        input: &[T],
+        output: &mut [T],
+        cu_seqlens: &[i32],
+        max_seqlen: usize,
+    ) -> Result<()> {
+        let dtype = self.data_dtype::<T>("forward_packed")?;
+        let n = self.packed_rows("forward_packed: input", input.len())?;
+        check_len("forward_packed: output", output.len(), input.len())?;
+        if cu_seqlens.len() < 2 {
+            return Err(Error::invalid(format!(
+                "forward_packed: cu_seqlens has {} elements, expected B + 1 ≥ 2 offsets",
+                cu_seqlens.len()
+            )));
+        }
+        let max_seqlen = i64::try_from(max_seqlen).map_err(|_| {
+            Error::invalid(format!(
+                "forward_packed: max_seqlen {max_seqlen} is too large"
+            ))
+        })?;
+        let saved = self.saved_ptr(saved, "forward_packed")?;
+        let ctx = &self.inner.ctx;
+        let _guard = ctx.lock();
+        let (in_ptr, in_bytes) = bytes_of(input);
+        let (cu_ptr, cu_bytes) = bytes_of(cu_seqlens);
+        // SAFETY (all three): as in forward_impl.
+        let x = unsafe { Staged::new(ctx, in_ptr, in_bytes, true)? };
+        let y = unsafe { Staged::new(ctx, output.as_mut_ptr().cast(), in_bytes, false)? };
+        let cu = unsafe { Staged::new(ctx, cu_ptr, cu_bytes, true)? };
+        let shape = [n, self.hidden as i64];
+        let tin = tensor(x.ptr(), dtype, &shape);
+        let mut tout = tensor(y.ptr(), dtype, &shape);
+        let tcu = tensor(cu.ptr(), DType::I32, &[cu_seqlens.len() as i64]);
+        // SAFETY: valid handles; tensors describe live memory of the sizes checked above.
+        check(unsafe {
+            sys::dst_layer_forward_packed(
+                self.inner.raw(),
+                saved,
+                &tin,
+                &tcu,
+                max_seqlen,
+                &mut tout,
+            )
+        })?;
+        y.copy_out()
+    }
+
+    /// Runs the layer backward for the packed forward recorded in the default saved object
+    /// (`dst_layer_backward_packed`): writes dL/dX into `grad_input` and the twelve parameter
+    /// gradients into the gradient arena (overwriting or adding, per `mode`).
+    ///
+    /// `grad_output` and `grad_input` are `[N, H]` with the N of that forward. A saved object that
+    /// holds no packed training forward (none, or a padded one) gives [`Status::State`].
+    pub fn backward_packed<T: Element>(
+        &mut self,
+        grad_output: &[T],
+        grad_input: &mut [T],
+        mode: GradMode,
+    ) -> Result<()> {
+        self.backward_packed_impl(None, grad_output, grad_input, mode)
+    }
+
+    /// As [`Layer::backward_packed`], for the packed forward recorded in `saved`.
+    pub fn backward_packed_saved<T: Element>(
+        &mut self,
+        saved: &mut Saved,
+        grad_output: &[T],
+        grad_input: &mut [T],
+        mode: GradMode,
+    ) -> Result<()> {
+        self.backward_packed_impl(Some(saved), grad_output, grad_input, mode)
+    }
+
+    fn backward_packed_impl<T: Element>(
+        &mut self,
+        saved: Option<&mut Saved>,
+        grad_output: &[T],
+        grad_input: &mut [T],
+        mode: GradMode,
+    ) -> Result<()> {
+        let dtype = self.data_dtype::<T>("backward_packed")?;
+        let n = self.packed_rows("backward_packed: grad_output", grad_output.len())?;
+        check_len(
+            "backward_packed: grad_input",
+            grad_input.len(),
+            grad_output.len(),
+        )?;
+        let saved = self.saved_ptr(saved, "backward_packed")?;
+        let shape = [n, self.hidden as i64];
+        self.run_backward(saved, grad_output, grad_input, dtype, &shape, true, mode)
+    }
+
+    /// `dst_layer_backward` (or `_packed`) on slices of `shape`, whose lengths the caller checked.
+    #[allow(clippy::too_many_arguments)]
+    fn run_backward<T: Element>(
+        &self,
+        saved: *mut sys::dst_saved,
+        grad_output: &[T],
+        grad_input: &mut [T],
+        dtype: DType,
+        shape: &[i64],
+        packed: bool,
+        mode: GradMode,
+    ) -> Result<()> {
         let ctx = &self.inner.ctx;
         let _guard = ctx.lock();
         let (dy_ptr, bytes) = bytes_of(grad_output);
         // SAFETY: as in forward_impl.
         let dy = unsafe { Staged::new(ctx, dy_ptr, bytes, true)? };
         let dx = unsafe { Staged::new(ctx, grad_input.as_mut_ptr().cast(), bytes, false)? };
-        let shape = [b, s, self.hidden as i64];
-        let tdy = tensor(dy.ptr(), dtype, &shape);
-        let mut tdx = tensor(dx.ptr(), dtype, &shape);
-        // SAFETY: valid handles; tensors describe live memory of the sizes checked above.
+        let tdy = tensor(dy.ptr(), dtype, shape);
+        let mut tdx = tensor(dx.ptr(), dtype, shape);
+        let raw = self.inner.raw();
+        // SAFETY: valid handles; tensors describe live memory of the sizes checked by the caller.
         check(unsafe {
-            sys::dst_layer_backward(self.inner.raw(), saved, &tdy, &mut tdx, mode.to_raw())
+            if packed {
+                sys::dst_layer_backward_packed(raw, saved, &tdy, &mut tdx, mode.to_raw())
+            } else {
+                sys::dst_layer_backward(raw, saved, &tdy, &mut tdx, mode.to_raw())
+            }
         })?;
         dx.copy_out()
     }

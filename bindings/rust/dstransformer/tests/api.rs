@@ -259,6 +259,184 @@ fn forward_backward_with_both_mask_kinds() {
     assert_eq!(saved.bytes().unwrap(), 0);
 }
 
+/// Offsets `[B + 1]` of sequences of `lengths`.
+fn offsets(lengths: &[usize]) -> Vec<i32> {
+    let mut cu = vec![0i32];
+    for &n in lengths {
+        cu.push(cu.last().unwrap() + n as i32);
+    }
+    cu
+}
+
+#[test]
+fn packed_rows_match_the_padded_layer_bit_for_bit() {
+    let lengths = [3usize, 8, 1, 5];
+    let (b, s) = (lengths.len(), 8);
+    let cu = offsets(&lengths);
+    let n = *cu.last().unwrap() as usize;
+    let mut rng = Rng(21);
+    let x = rng.f32s(n * H);
+    let dy = rng.f32s(n * H);
+    let mut xp = vec![0f32; b * s * H];
+    let mut dyp = vec![0f32; b * s * H];
+    for (i, &len) in lengths.iter().enumerate() {
+        let (src, dst) = (cu[i] as usize * H, i * s * H);
+        xp[dst..dst + len * H].copy_from_slice(&x[src..src + len * H]);
+        dyp[dst..dst + len * H].copy_from_slice(&dy[src..src + len * H]);
+    }
+    let mut ctx = Context::cpu().unwrap();
+    let mut layer = Layer::new(&ctx, &tiny(DType::F32, 0.1)).unwrap();
+
+    // The padded reference: [B, S, H] with key lengths, dropout on.
+    ctx.set_rng_state(11, 0).unwrap();
+    let key_lengths: Vec<i32> = lengths.iter().map(|&l| l as i32).collect();
+    let mut yp = vec![0f32; b * s * H];
+    let mut dxp = vec![0f32; b * s * H];
+    layer
+        .forward(&xp, &mut yp, b, s, &Mask::KeyLengths(&key_lengths))
+        .unwrap();
+    layer
+        .backward(&dyp, &mut dxp, b, s, GradMode::Write)
+        .unwrap();
+    let gp: Vec<Vec<f32>> = Param::ALL
+        .iter()
+        .map(|p| layer.get_grad(p.name()).unwrap())
+        .collect();
+
+    // The same RNG state, packed, through a saved object of its own.
+    ctx.set_rng_state(11, 0).unwrap();
+    let mut y = vec![f32::NAN; n * H];
+    let mut dx = vec![f32::NAN; n * H];
+    let mut saved = layer.new_saved().unwrap();
+    layer
+        .forward_packed_saved(&mut saved, &x, &mut y, &cu, s)
+        .unwrap();
+    layer
+        .backward_packed_saved(&mut saved, &dy, &mut dx, GradMode::Write)
+        .unwrap();
+    drop(saved);
+    for (i, &len) in lengths.iter().enumerate() {
+        let (row, pad) = (cu[i] as usize * H, i * s * H);
+        // to_bits: bit for bit, and a NaN left in an unwritten row never passes.
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&y[row..row + len * H]),
+            bits(&yp[pad..pad + len * H]),
+            "output of sequence {i}"
+        );
+        assert_eq!(
+            bits(&dx[row..row + len * H]),
+            bits(&dxp[pad..pad + len * H]),
+            "dX of sequence {i}"
+        );
+    }
+    assert!(y.iter().chain(&dx).all(|v| v.is_finite()));
+    for (p, want) in Param::ALL.iter().zip(&gp) {
+        let got: Vec<f32> = layer.get_grad(p.name()).unwrap();
+        assert!(
+            got.iter()
+                .zip(want)
+                .all(|(a, c)| a.to_bits() == c.to_bits()),
+            "gradient of {}",
+            p.name()
+        );
+    }
+
+    // Dropout is on: another RNG state gives other bits (so the equality above is not vacuous).
+    ctx.set_rng_state(12, 0).unwrap();
+    let mut other = vec![0f32; n * H];
+    layer.forward_packed(&x, &mut other, &cu, s).unwrap();
+    assert_ne!(y, other);
+    // The default saved object now holds a packed forward: the padded backward refuses it.
+    let err = layer
+        .backward(&dyp, &mut dxp, b, s, GradMode::Write)
+        .unwrap_err();
+    assert_eq!(err.status, Status::State);
+    assert!(err.message.contains("packed"), "{}", err.message);
+    layer
+        .backward_packed(&dy, &mut dx, GradMode::Write)
+        .unwrap();
+}
+
+#[test]
+fn packed_offsets_and_lengths_are_checked() {
+    let ctx = Context::cpu().unwrap();
+    let mut layer = Layer::new(&ctx, &tiny(DType::F32, 0.1)).unwrap();
+    let n = 6;
+    let x = Rng(3).f32s(n * H);
+    let mut y = vec![7f32; n * H];
+    let invalid = |err: Error, what: &str| {
+        assert_eq!(err.status, Status::InvalidArgument, "{}", err.message);
+        assert!(err.message.contains(what), "{what}: {}", err.message);
+    };
+    // Offsets ending at 5, not N = 6: refused before anything is written.
+    invalid(
+        layer.forward_packed(&x, &mut y, &[0, 2, 5], 8).unwrap_err(),
+        "cu_seqlens",
+    );
+    assert!(y.iter().all(|&v| v == 7.0));
+    // Offsets that go backwards (a negative length).
+    invalid(
+        layer
+            .forward_packed(&x, &mut y, &[0, 4, 2, 6], 8)
+            .unwrap_err(),
+        "cu_seqlens",
+    );
+    // A sequence longer than max_seqlen (lengths 1 and 5, max_seqlen 4).
+    invalid(
+        layer.forward_packed(&x, &mut y, &[0, 1, 6], 4).unwrap_err(),
+        "max_seqlen",
+    );
+    // Checked by the binding: too few offsets, rows that are not [N, H], mismatched output.
+    invalid(
+        layer.forward_packed(&x, &mut y, &[0], 8).unwrap_err(),
+        "cu_seqlens",
+    );
+    invalid(
+        layer
+            .forward_packed(&x[1..], &mut y, &[0, 6], 8)
+            .unwrap_err(),
+        "[N, 8]",
+    );
+    invalid(
+        layer
+            .forward_packed(&x, &mut y[..H], &[0, 6], 8)
+            .unwrap_err(),
+        "output",
+    );
+    // max_seqlen above the layer's max_seq_len (16) is a capacity error.
+    assert_eq!(
+        layer
+            .forward_packed(&x, &mut y, &[0, 6], 17)
+            .unwrap_err()
+            .status,
+        Status::Capacity
+    );
+    // Backward: no packed forward yet, then a gradient of the wrong N.
+    let mut dx = vec![0f32; n * H];
+    assert_eq!(
+        layer
+            .backward_packed(&x, &mut dx, GradMode::Write)
+            .unwrap_err()
+            .status,
+        Status::State
+    );
+    layer.forward_packed(&x, &mut y, &[0, 2, 6], 4).unwrap();
+    invalid(
+        layer
+            .backward_packed(&x, &mut dx[..2 * H], GradMode::Write)
+            .unwrap_err(),
+        "grad_input",
+    );
+    invalid(
+        layer
+            .backward_packed(&x[..2 * H], &mut dx[..2 * H], GradMode::Write)
+            .unwrap_err(),
+        "grad_output",
+    );
+    layer.backward_packed(&x, &mut dx, GradMode::Write).unwrap();
+}
+
 #[test]
 fn param_round_trip_and_info() {
     let ctx = Context::cpu().unwrap();

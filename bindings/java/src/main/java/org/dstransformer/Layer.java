@@ -7,6 +7,7 @@ import java.nio.ByteOrder;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Objects;
 import java.util.Set;
 
 import org.dstransformer.internal.SWIGTYPE_p_dst_layer;
@@ -308,6 +309,119 @@ public final class Layer implements AutoCloseable {
         backwardImpl(saved, gradOutput, gradInput, batch, seq, mode);
     }
 
+    // ---- packed sequences ---------------------------------------------------------------------------
+
+    /**
+     * Runs the layer forward on packed sequences ({@code dst_layer_forward_packed}): B sequences laid end
+     * to end, no padding, sequence b in rows {@code cuSeqlens[b]} .. {@code cuSeqlens[b+1] - 1} of
+     * {@code input}. Each output row gets exactly what {@link #forward(float[], float[], int, int, Mask)}
+     * gives it in a padded {@code [B, maxSeqlen, H]} batch with key lengths (the same bits, and the same
+     * dropout masks for the same RNG state). This version runs that padded layout internally, so
+     * B·maxSeqlen must fit {@code maxBatchTokens}. The activations go to the layer's default saved
+     * object; the backward is {@link #backwardPacked(float[], float[], GradMode)}.
+     *
+     * @param input {@code [N, H]}, N ≥ 1
+     * @param output {@code [N, H]}, written
+     * @param cuSeqlens the offsets {@code [B + 1]}: 0 = cuSeqlens[0] &lt; … &lt; cuSeqlens[B] = N (host
+     *     memory, copied to the device as needed)
+     * @param maxSeqlen at least every sequence's length, 1..{@code maxSeqLen}
+     * @throws DstException {@link Status#INVALID_ARGUMENT} for lengths and offsets (the message names
+     *     the argument; on the CPU backend nothing is written then), {@link Status#CAPACITY} when
+     *     maxSeqlen or B·maxSeqlen is above the layer's maxima
+     */
+    public void forwardPacked(float[] input, float[] output, int[] cuSeqlens, int maxSeqlen) {
+        forwardPackedImpl(null, input, output, cuSeqlens, maxSeqlen);
+    }
+
+    /** As {@link #forwardPacked(float[], float[], int[], int)}, for FP64 layers. */
+    public void forwardPacked(double[] input, double[] output, int[] cuSeqlens, int maxSeqlen) {
+        forwardPackedImpl(null, input, output, cuSeqlens, maxSeqlen);
+    }
+
+    /** As {@link #forwardPacked(float[], float[], int[], int)}, for FP16/BF16 layers (the values' bits). */
+    public void forwardPacked(short[] input, short[] output, int[] cuSeqlens, int maxSeqlen) {
+        forwardPackedImpl(null, input, output, cuSeqlens, maxSeqlen);
+    }
+
+    /** As {@link #forwardPacked(float[], float[], int[], int)}, on direct buffers (position to limit). */
+    public void forwardPacked(Buffer input, Buffer output, int[] cuSeqlens, int maxSeqlen) {
+        forwardPackedImpl(null, input, output, cuSeqlens, maxSeqlen);
+    }
+
+    /** As {@link #forwardPacked(float[], float[], int[], int)}, keeping the activations in {@code saved}. */
+    public void forwardPacked(SavedActivations saved, float[] input, float[] output, int[] cuSeqlens,
+            int maxSeqlen) {
+        forwardPackedImpl(saved, input, output, cuSeqlens, maxSeqlen);
+    }
+
+    /** As {@link #forwardPacked(double[], double[], int[], int)}, keeping the activations in {@code saved}. */
+    public void forwardPacked(SavedActivations saved, double[] input, double[] output, int[] cuSeqlens,
+            int maxSeqlen) {
+        forwardPackedImpl(saved, input, output, cuSeqlens, maxSeqlen);
+    }
+
+    /** As {@link #forwardPacked(short[], short[], int[], int)}, keeping the activations in {@code saved}. */
+    public void forwardPacked(SavedActivations saved, short[] input, short[] output, int[] cuSeqlens,
+            int maxSeqlen) {
+        forwardPackedImpl(saved, input, output, cuSeqlens, maxSeqlen);
+    }
+
+    /** As {@link #forwardPacked(Buffer, Buffer, int[], int)}, keeping the activations in {@code saved}. */
+    public void forwardPacked(SavedActivations saved, Buffer input, Buffer output, int[] cuSeqlens,
+            int maxSeqlen) {
+        forwardPackedImpl(saved, input, output, cuSeqlens, maxSeqlen);
+    }
+
+    /**
+     * Runs the layer backward for the packed forward recorded in the default saved object
+     * ({@code dst_layer_backward_packed}): writes dL/dX into {@code gradInput} and the twelve parameter
+     * gradients into the gradient arena.
+     *
+     * @param gradOutput dL/dY, {@code [N, H]} with the N of that forward
+     * @param gradInput dL/dX, {@code [N, H]}, written
+     * @param mode overwrite or add to the gradients
+     * @throws DstException {@link Status#STATE} when there is no packed training forward to use (also when
+     *     the saved object holds a padded one)
+     */
+    public void backwardPacked(float[] gradOutput, float[] gradInput, GradMode mode) {
+        backwardPackedImpl(null, gradOutput, gradInput, mode);
+    }
+
+    /** As {@link #backwardPacked(float[], float[], GradMode)}, for FP64 layers. */
+    public void backwardPacked(double[] gradOutput, double[] gradInput, GradMode mode) {
+        backwardPackedImpl(null, gradOutput, gradInput, mode);
+    }
+
+    /** As {@link #backwardPacked(float[], float[], GradMode)}, for FP16/BF16 layers. */
+    public void backwardPacked(short[] gradOutput, short[] gradInput, GradMode mode) {
+        backwardPackedImpl(null, gradOutput, gradInput, mode);
+    }
+
+    /** As {@link #backwardPacked(float[], float[], GradMode)}, on direct buffers. */
+    public void backwardPacked(Buffer gradOutput, Buffer gradInput, GradMode mode) {
+        backwardPackedImpl(null, gradOutput, gradInput, mode);
+    }
+
+    /** As {@link #backwardPacked(float[], float[], GradMode)}, for the packed forward recorded in {@code saved}. */
+    public void backwardPacked(SavedActivations saved, float[] gradOutput, float[] gradInput, GradMode mode) {
+        backwardPackedImpl(saved, gradOutput, gradInput, mode);
+    }
+
+    /** As {@link #backwardPacked(double[], double[], GradMode)}, for the packed forward recorded in {@code saved}. */
+    public void backwardPacked(SavedActivations saved, double[] gradOutput, double[] gradInput, GradMode mode) {
+        backwardPackedImpl(saved, gradOutput, gradInput, mode);
+    }
+
+    /** As {@link #backwardPacked(short[], short[], GradMode)}, for the packed forward recorded in {@code saved}. */
+    public void backwardPacked(SavedActivations saved, short[] gradOutput, short[] gradInput, GradMode mode) {
+        backwardPackedImpl(saved, gradOutput, gradInput, mode);
+    }
+
+    /** As {@link #backwardPacked(Buffer, Buffer, GradMode)}, for the packed forward recorded in {@code saved}. */
+    public void backwardPacked(SavedActivations saved, Buffer gradOutput, Buffer gradInput, GradMode mode) {
+        backwardPackedImpl(saved, gradOutput, gradInput, mode);
+    }
+
     private HostData host(Object data, boolean input) {
         if (data instanceof Buffer) {
             return HostData.ofBuffer((Buffer) data, dtype);
@@ -326,6 +440,15 @@ public final class Layer implements AutoCloseable {
         if (got != want) {
             throw HostData.invalid(what + " has " + got + " elements, expected " + want);
         }
+    }
+
+    /** N, the rows of packed tokens {@code [N, H]} of {@code elements} values. */
+    private long packedRows(String what, long elements) {
+        if (elements < hidden || elements % hidden != 0) {
+            throw HostData.invalid(what + " has " + elements + " elements, expected [N, " + hidden
+                    + "] (N >= 1 packed tokens)");
+        }
+        return elements / hidden;
     }
 
     private SWIGTYPE_p_dst_saved savedHandle(SavedActivations saved, String what) {
@@ -388,6 +511,40 @@ public final class Layer implements AutoCloseable {
         out.copyBack();
     }
 
+    private void forwardPackedImpl(SavedActivations saved, Object input, Object output, int[] cuSeqlens,
+            int maxSeqlen) {
+        HostData in = host(input, true);
+        HostData out = host(output, false);
+        long rows = packedRows("forwardPacked: input", in.elements);
+        checkCount("forwardPacked: output", out.elements, in.elements);
+        Objects.requireNonNull(cuSeqlens, "cuSeqlens");
+        if (cuSeqlens.length < 2) {
+            throw HostData.invalid("forwardPacked: cuSeqlens has " + cuSeqlens.length
+                    + " elements, expected B + 1 >= 2 offsets");
+        }
+        HostData cu = HostData.ofArray(cuSeqlens, dtype, true, false);
+        synchronized (state.nc) {
+            state.check();
+            SWIGTYPE_p_dst_saved sh = savedHandle(saved, "forwardPacked");
+            try (Staged x = new Staged(state.nc, in, true);
+                    Staged y = new Staged(state.nc, out, false);
+                    Staged c = new Staged(state.nc, cu, true)) {
+                dst_tensor tin = new dst_tensor(x.address, in.dtype.raw(), 2, rows, hidden, 1, 1);
+                dst_tensor tout = new dst_tensor(y.address, out.dtype.raw(), 2, rows, hidden, 1, 1);
+                dst_tensor tcu = new dst_tensor(c.address, cu.dtype.raw(), 1, cuSeqlens.length, 1, 1, 1);
+                try {
+                    dstransformer_native.dst_layer_forward_packed(state.handle, sh, tin, tcu, maxSeqlen, tout);
+                    y.copyOut();
+                } finally {
+                    tin.delete();
+                    tout.delete();
+                    tcu.delete();
+                }
+            }
+        }
+        out.copyBack();
+    }
+
     private void backwardImpl(SavedActivations saved, Object gradOutput, Object gradInput, int batch, int seq,
             GradMode mode) {
         long n = elements(batch, seq, "backward");
@@ -395,14 +552,34 @@ public final class Layer implements AutoCloseable {
         HostData dx = host(gradInput, false);
         checkCount("backward: gradOutput", dy.elements, n);
         checkCount("backward: gradInput", dx.elements, n);
+        runBackward(saved, dy, dx, mode, false, new long[] {batch, seq, hidden});
+    }
+
+    private void backwardPackedImpl(SavedActivations saved, Object gradOutput, Object gradInput, GradMode mode) {
+        HostData dy = host(gradOutput, true);
+        HostData dx = host(gradInput, false);
+        long rows = packedRows("backwardPacked: gradOutput", dy.elements);
+        checkCount("backwardPacked: gradInput", dx.elements, dy.elements);
+        runBackward(saved, dy, dx, mode, true, new long[] {rows, hidden});
+    }
+
+    /** dst_layer_backward (or _packed) on {@code dy} and {@code dx} of {@code shape} (2 or 3 dimensions). */
+    private void runBackward(SavedActivations saved, HostData dy, HostData dx, GradMode mode, boolean packed,
+            long[] shape) {
+        long d2 = shape.length > 2 ? shape[2] : 1;
         synchronized (state.nc) {
             state.check();
-            SWIGTYPE_p_dst_saved sh = savedHandle(saved, "backward");
+            SWIGTYPE_p_dst_saved sh = savedHandle(saved, packed ? "backwardPacked" : "backward");
             try (Staged sdy = new Staged(state.nc, dy, true); Staged sdx = new Staged(state.nc, dx, false)) {
-                dst_tensor tdy = new dst_tensor(sdy.address, dy.dtype.raw(), 3, batch, seq, hidden, 1);
-                dst_tensor tdx = new dst_tensor(sdx.address, dx.dtype.raw(), 3, batch, seq, hidden, 1);
+                int nd = shape.length;
+                dst_tensor tdy = new dst_tensor(sdy.address, dy.dtype.raw(), nd, shape[0], shape[1], d2, 1);
+                dst_tensor tdx = new dst_tensor(sdx.address, dx.dtype.raw(), nd, shape[0], shape[1], d2, 1);
                 try {
-                    dstransformer_native.dst_layer_backward(state.handle, sh, tdy, tdx, mode.raw());
+                    if (packed) {
+                        dstransformer_native.dst_layer_backward_packed(state.handle, sh, tdy, tdx, mode.raw());
+                    } else {
+                        dstransformer_native.dst_layer_backward(state.handle, sh, tdy, tdx, mode.raw());
+                    }
                     sdx.copyOut();
                 } finally {
                     tdy.delete();

@@ -255,6 +255,128 @@ class ApiTest {
         }
     }
 
+    /** Offsets [B + 1] of sequences of {@code lengths}. */
+    private static int[] offsets(int[] lengths) {
+        int[] cu = new int[lengths.length + 1];
+        for (int b = 0; b < lengths.length; b++) {
+            cu[b + 1] = cu[b] + lengths[b];
+        }
+        return cu;
+    }
+
+    @Test
+    void packedRowsMatchThePaddedLayerBitForBit() {
+        int[] lengths = {3, 8, 1, 5};
+        int b = lengths.length;
+        int s = 8;
+        int[] cu = offsets(lengths);
+        int n = cu[b];
+        Random r = new Random(21);
+        float[] x = randomFloats(r, n * H);
+        float[] dy = randomFloats(r, n * H);
+        float[] xp = new float[b * s * H];
+        float[] dyp = new float[b * s * H];
+        for (int i = 0; i < b; i++) {
+            System.arraycopy(x, cu[i] * H, xp, i * s * H, lengths[i] * H);
+            System.arraycopy(dy, cu[i] * H, dyp, i * s * H, lengths[i] * H);
+        }
+        try (Context ctx = Context.cpu(); Layer layer = new Layer(ctx, tiny(DType.FP32, 0.1f))) {
+            // The padded reference: [B, S, H] with key lengths, dropout on.
+            ctx.setRngState(11, 0);
+            float[] yp = new float[b * s * H];
+            float[] dxp = new float[b * s * H];
+            layer.forward(xp, yp, b, s, Mask.keyLengths(lengths));
+            layer.backward(dyp, dxp, b, s, GradMode.WRITE);
+            float[][] gp = new float[Param.values().length][];
+            for (Param p : Param.values()) {
+                gp[p.ordinal()] = layer.getGrad(p.paramName());
+            }
+
+            // The same RNG state, packed, through a saved object of its own.
+            ctx.setRngState(11, 0);
+            float[] y = new float[n * H];
+            float[] dx = new float[n * H];
+            java.util.Arrays.fill(y, Float.NaN);
+            java.util.Arrays.fill(dx, Float.NaN);
+            try (SavedActivations saved = layer.newSavedActivations()) {
+                layer.forwardPacked(saved, x, y, cu, s);
+                layer.backwardPacked(saved, dy, dx, GradMode.WRITE);
+            }
+            for (int i = 0; i < b; i++) {
+                int rows = lengths[i] * H;
+                assertArrayEquals(java.util.Arrays.copyOfRange(yp, i * s * H, i * s * H + rows),
+                        java.util.Arrays.copyOfRange(y, cu[i] * H, cu[i] * H + rows), "output of sequence " + i);
+                assertArrayEquals(java.util.Arrays.copyOfRange(dxp, i * s * H, i * s * H + rows),
+                        java.util.Arrays.copyOfRange(dx, cu[i] * H, cu[i] * H + rows), "dX of sequence " + i);
+            }
+            for (int i = 0; i < y.length; i++) {
+                assertTrue(Float.isFinite(y[i]) && Float.isFinite(dx[i]), "row " + i / H);
+            }
+            for (Param p : Param.values()) {
+                assertArrayEquals(gp[p.ordinal()], layer.getGrad(p.paramName()), p.paramName());
+            }
+
+            // Dropout is on: another RNG state gives other bits (so the equality above is not vacuous).
+            ctx.setRngState(12, 0);
+            float[] other = new float[n * H];
+            layer.forwardPacked(x, other, cu, s);
+            assertFalse(java.util.Arrays.equals(y, other));
+            // The default saved object now holds a packed forward: the padded backward refuses it.
+            DstException e = assertThrows(DstException.class, () -> layer.backward(dyp, dxp, b, s, GradMode.WRITE));
+            assertEquals(Status.STATE, e.status());
+            assertTrue(e.message().contains("packed"), e.message());
+            layer.backwardPacked(dy, dx, GradMode.WRITE);
+        }
+    }
+
+    @Test
+    void packedOffsetsAndLengthsAreChecked() {
+        try (Context ctx = Context.cpu(); Layer layer = new Layer(ctx, tiny(DType.FP32, 0.1f))) {
+            int n = 6;
+            float[] x = randomFloats(new Random(3), n * H);
+            float[] y = new float[n * H];
+            java.util.Arrays.fill(y, 7f);
+            // Offsets ending at 5, not N = 6: refused before anything is written.
+            DstException e = assertThrows(DstException.class, () -> layer.forwardPacked(x, y, new int[] {0, 2, 5}, 8));
+            assertEquals(Status.INVALID_ARGUMENT, e.status());
+            assertTrue(e.message().contains("cu_seqlens"), e.message());
+            for (float v : y) {
+                assertEquals(7f, v);
+            }
+            // Offsets that go backwards (a negative length).
+            e = assertThrows(DstException.class, () -> layer.forwardPacked(x, y, new int[] {0, 4, 2, 6}, 8));
+            assertEquals(Status.INVALID_ARGUMENT, e.status());
+            assertTrue(e.message().contains("cu_seqlens"), e.message());
+            // A sequence longer than maxSeqlen (lengths 1 and 5, maxSeqlen 4).
+            e = assertThrows(DstException.class, () -> layer.forwardPacked(x, y, new int[] {0, 1, 6}, 4));
+            assertEquals(Status.INVALID_ARGUMENT, e.status());
+            assertTrue(e.message().contains("cu_seqlens") && e.message().contains("max_seqlen"), e.message());
+            // Checked by the binding: too few offsets, rows that are not [N, H], mismatched output.
+            e = assertThrows(DstException.class, () -> layer.forwardPacked(x, y, new int[] {0}, 8));
+            assertTrue(e.message().contains("cuSeqlens"), e.message());
+            e = assertThrows(DstException.class, () -> layer.forwardPacked(new float[n * H - 1], y, new int[] {0, 6}, 8));
+            assertTrue(e.message().contains("input") && e.message().contains("[N, " + H + "]"), e.message());
+            e = assertThrows(DstException.class, () -> layer.forwardPacked(x, new float[H], new int[] {0, 6}, 8));
+            assertTrue(e.message().contains("output"), e.message());
+            assertThrows(NullPointerException.class, () -> layer.forwardPacked(x, y, null, 8));
+            // max_seqlen above the layer's max_seq_len (16) is a capacity error.
+            e = assertThrows(DstException.class, () -> layer.forwardPacked(x, y, new int[] {0, 6}, 17));
+            assertEquals(Status.CAPACITY, e.status());
+            // Backward: no packed forward yet, then a gradient of the wrong N.
+            float[] dx = new float[n * H];
+            e = assertThrows(DstException.class, () -> layer.backwardPacked(x, dx, GradMode.WRITE));
+            assertEquals(Status.STATE, e.status());
+            layer.forwardPacked(x, y, new int[] {0, 2, 6}, 4);
+            e = assertThrows(DstException.class, () -> layer.backwardPacked(x, new float[2 * H], GradMode.WRITE));
+            assertTrue(e.message().contains("gradInput"), e.message());
+            e = assertThrows(DstException.class,
+                    () -> layer.backwardPacked(new float[2 * H], new float[2 * H], GradMode.WRITE));
+            assertEquals(Status.INVALID_ARGUMENT, e.status());
+            assertTrue(e.message().contains("grad_output"), e.message());
+            layer.backwardPacked(x, dx, GradMode.WRITE);
+        }
+    }
+
     @Test
     void paramRoundTripAndInfo() {
         try (Context ctx = Context.cpu(); Layer layer = new Layer(ctx, tiny(DType.FP32, 0.1f))) {
