@@ -578,30 +578,16 @@ class TransformerLayer(nn.Module):
             raise TypeError(f"hidden_states must be a torch.Tensor, got {type(x).__name__}")
         if cu_seqlens is not None:
             return self._forward_packed(x, cu_seqlens, max_seqlen, attention_mask, grads)
-        if x.dim() != 3:            raise ValueError(f"hidden_states: shape {tuple(x.shape)}, expected [B, S, H]")
+        if x.dim() != 3:
+            raise ValueError(f"hidden_states: shape {tuple(x.shape)}, expected [B, S, H]")
         B, S, H = x.shape
         if H != int(self.config.hidden_size):
             raise ValueError(f"hidden_states: last dimension is {H}, expected hidden_size {self.config.hidden_size}")
-        self._repack()
-        p = self._arena
-        if x.device != p.device:
-            raise ValueError(f"hidden_states is on {x.device}, the layer's parameters on {p.device}")
-        if x.dtype != p.dtype:
-            raise TypeError(f"hidden_states: dtype {x.dtype}, expected {p.dtype} (the layer dtype)")
+        self._check_input_place(x)
         native = self._sync_native(B, S)
         x = x.contiguous()
         mask = self._prepare_mask(attention_mask, B, S, x.device, x.dtype)
-        training = bool(self.training and torch.is_grad_enabled())
-        if self._native_training != training:
-            native.train(training)
-            self._native_training = training
-        params = self._params()
-        if torch.is_grad_enabled() and (x.requires_grad or any(q.requires_grad for q in params)):
-            out = _TransformerFunction.apply(x, mask, self, native, training, grads, *params)
-        else:
-            out = torch.empty_like(x)
-            self._run_forward(native, None, x, mask, out)
-        return (out,) if self.config.return_tuple else out
+        return self._apply_layer(native, x, mask, grads)
 
     def _forward_packed(self, x: torch.Tensor, cu_seqlens, max_seqlen, attention_mask, grads):
         if attention_mask is not None:
@@ -609,12 +595,7 @@ class TransformerLayer(nn.Module):
         if x.dim() != 2 or x.shape[1] != int(self.config.hidden_size) or x.shape[0] < 1:
             raise ValueError(f"hidden_states: shape {tuple(x.shape)}, expected [N, {self.config.hidden_size}] "
                              "(packed tokens) with cu_seqlens")
-        self._repack()
-        p = self._arena
-        if x.device != p.device:
-            raise ValueError(f"hidden_states is on {x.device}, the layer's parameters on {p.device}")
-        if x.dtype != p.dtype:
-            raise TypeError(f"hidden_states: dtype {x.dtype}, expected {p.dtype} (the layer dtype)")
+        self._check_input_place(x)
         cu = torch.as_tensor(cu_seqlens)
         if cu.dim() != 1 or cu.numel() < 2 or cu.dtype.is_floating_point or cu.dtype == torch.bool:
             raise ValueError(f"cu_seqlens: expected integer offsets [B + 1] with B >= 1, got {cu.dtype} "
@@ -626,16 +607,30 @@ class TransformerLayer(nn.Module):
         native = self._sync_native(B, max(S, 1))
         x = x.contiguous()
         packed = _Packed(cu, S)
+        return self._apply_layer(native, x, packed, grads)
+
+    def _check_input_place(self, x: torch.Tensor) -> None:
+        self._repack()
+        p = self._arena
+        if x.device != p.device:
+            raise ValueError(f"hidden_states is on {x.device}, the layer's parameters on {p.device}")
+        if x.dtype != p.dtype:
+            raise TypeError(f"hidden_states: dtype {x.dtype}, expected {p.dtype} (the layer dtype)")
+
+    def _apply_layer(self, native: Layer, x: torch.Tensor, mask, grads):
+        """Runs the native layer on a checked, contiguous input: through autograd when a gradient is wanted,
+        directly otherwise; dropout on only in training mode with gradients enabled, as in DeepSpeed.
+        ``mask`` is a mask tensor, None, or the offsets of a packed call."""
         training = bool(self.training and torch.is_grad_enabled())
         if self._native_training != training:
             native.train(training)
             self._native_training = training
         params = self._params()
         if torch.is_grad_enabled() and (x.requires_grad or any(q.requires_grad for q in params)):
-            out = _TransformerFunction.apply(x, packed, self, native, training, grads, *params)
+            out = _TransformerFunction.apply(x, mask, self, native, training, grads, *params)
         else:
             out = torch.empty_like(x)
-            self._run_forward(native, None, x, packed, out)
+            self._run_forward(native, None, x, mask, out)
         return (out,) if self.config.return_tuple else out
 
     # ---- parameters under DeepSpeed's names ---------------------------------------------------------------
