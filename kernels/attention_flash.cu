@@ -13,8 +13,6 @@ namespace cuda {
 
 namespace {
 
-bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // Blocks of the largest launch (tiles of 16 rows at the least) must fit a 1-D grid.
 int64_t max_blocks(const AttentionArgs &a) { return (a.seq + 15) / 16 * a.batch * a.heads; }
 

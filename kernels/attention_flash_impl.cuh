@@ -637,6 +637,59 @@ __global__ void flash_rowdot_kernel(const Params p) {
     }
 }
 
+// The same with 16-byte accesses: G = head_dim / 8 consecutive lanes per (token, head) row, each
+// reading 8 elements of dctx and ctx, then a fixed xor-shuffle tree (deterministic). One thread
+// per 8 elements, no grid-stride loop, so that every lane of a warp reaches the shuffles.
+template <typename T, int G>
+__global__ void flash_rowdot_vec_kernel(const Params p) {
+    const int64_t total = int64_t(p.batch) * p.seq * p.heads * G;
+    const int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    const bool active = x < total;
+    const int64_t r = x / G;  // (token, head), head fastest
+    const int c = int(x % G);
+    const int h = int(r % p.heads);
+    const int64_t tok = r / p.heads;
+    float s = 0.0f;
+    if (active) {
+        const int64_t off = tok * p.hidden + int64_t(h) * p.head_dim + c * 8;
+        const uint4 gv = *reinterpret_cast<const uint4 *>(static_cast<const T *>(p.dctx) + off);
+        const uint4 ov = *reinterpret_cast<const uint4 *>(static_cast<const T *>(p.ctx_in) + off);
+        const T *g8 = reinterpret_cast<const T *>(&gv), *o8 = reinterpret_cast<const T *>(&ov);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s = fmaf(to_float(g8[k]), to_float(o8[k]), s);
+    }
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (active && c == 0) {
+        const int64_t b = tok / p.seq, i = tok % p.seq;
+        const int64_t row = (b * p.heads + h) * p.seq + i;
+        p.dsum[row] = s;
+        const float ls = p.lse[row];
+        p.lse2[row] = ls == -INFINITY ? INFINITY : ls * kLog2e;
+    }
+}
+
+// The vector form's launch when the shapes allow it (head_dim / 8 a power of two up to 32, rows and
+// pointers 16-byte aligned); false: the caller launches the scalar form.
+template <typename T>
+bool launch_rowdot_vec(const Params &p, cudaStream_t stream) {
+    const int g = p.head_dim / 8;
+    const bool ok = p.head_dim % 8 == 0 && p.hidden % 8 == 0 && g >= 1 && g <= 32 && (g & (g - 1)) == 0 &&
+                    reinterpret_cast<uintptr_t>(p.dctx) % 16 == 0 && reinterpret_cast<uintptr_t>(p.ctx_in) % 16 == 0;
+    if (!ok) return false;
+    const int64_t total = int64_t(p.batch) * p.seq * p.heads * g;
+    const unsigned grid = static_cast<unsigned>((total + 255) / 256);
+    switch (g) {
+        case 1: flash_rowdot_vec_kernel<T, 1><<<grid, 256, 0, stream>>>(p); break;
+        case 2: flash_rowdot_vec_kernel<T, 2><<<grid, 256, 0, stream>>>(p); break;
+        case 4: flash_rowdot_vec_kernel<T, 4><<<grid, 256, 0, stream>>>(p); break;
+        case 8: flash_rowdot_vec_kernel<T, 8><<<grid, 256, 0, stream>>>(p); break;
+        case 16: flash_rowdot_vec_kernel<T, 16><<<grid, 256, 0, stream>>>(p); break;
+        default: flash_rowdot_vec_kernel<T, 32><<<grid, 256, 0, stream>>>(p); break;
+    }
+    return true;
+}
+
 // 16·NW keys per block (a warp per 16), BM queries per step. The dQ product of a step splits the
 // [BM][D] tile over the warps as WM (rows of 16) × WN (column blocks of kDqT n8 tiles).
 template <typename T, int D, int BM, int NW>
@@ -1036,7 +1089,7 @@ template <typename T>
 cudaError_t bwd_prologue(const Params &p, const BwdScratch &ws, cudaStream_t stream) {
     const int64_t rows = int64_t(p.batch) * p.heads * p.seq;
     const unsigned grid = static_cast<unsigned>(rows / 256 + 1 < 65536 ? rows / 256 + 1 : 65536);
-    flash_rowdot_kernel<T><<<grid, 256, 0, stream>>>(p);
+    if (!launch_rowdot_vec<T>(p, stream)) flash_rowdot_kernel<T><<<grid, 256, 0, stream>>>(p);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) e = cudaMemsetAsync(p.counters, 0, ws.total - ws.counters, stream);
     if (e == cudaSuccess && !p.deterministic) e = cudaMemsetAsync(p.dq_accum, 0, ws.counters - ws.dq, stream);

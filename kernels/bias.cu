@@ -2,8 +2,10 @@
 //   1. column_partial_kernel: block (32 columns × 8 row lanes) per (column tile, row chunk); each
 //      thread sums its rows of the chunk in order, the 8 lanes are then added in order and one
 //      partial per (chunk, column) goes to the workspace (compute type).
-//   2. column_finalize_kernel: one thread per column adds the chunk partials in chunk order (plus
-//      the old value when accumulating) and rounds once to the storage type.
+//   2. column_finalize_kernel: block (32 columns × 8 chunk lanes); lane k adds the partials of
+//      chunks k, k + 8, … in order, the 8 lanes are then added in order (plus the old value when
+//      accumulating) and rounded once to the storage type. (One thread per column before: four
+//      blocks for a 1024-wide bias, 10 µs of latency per call.)
 // The chunking depends only on n, so the summation order, and the result, is fixed for a shape.
 #include "kernels/bias.cuh"
 
@@ -46,12 +48,18 @@ template <typename T>
 __global__ void column_finalize_kernel(const compute_t<T> *__restrict__ partial, T *db, int64_t m,
                                        int64_t chunks, bool accumulate) {
     using C = compute_t<T>;
-    for (int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; col < m;
-         col += int64_t(gridDim.x) * blockDim.x) {
-        C s = 0;
-        for (int64_t c = 0; c < chunks; ++c) s += partial[c * m + col];
-        if (accumulate) s = to_compute(db[col]) + s;
-        db[col] = to_storage<T>(s);
+    __shared__ C red[kRowLanes][kTileCols + 1];
+    const int64_t col = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
+    C s = 0;
+    if (col < m)
+        for (int64_t c = threadIdx.y; c < chunks; c += kRowLanes) s += partial[c * m + col];
+    red[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < m) {
+        C t = red[0][threadIdx.x];
+        for (int k = 1; k < kRowLanes; ++k) t += red[k][threadIdx.x];
+        if (accumulate) t = to_compute(db[col]) + t;
+        db[col] = to_storage<T>(t);
     }
 }
 
@@ -87,8 +95,8 @@ cudaError_t column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *
                 static_cast<const T *>(dy), partial, n, m, rows_per_chunk);
             DST_KERNEL_CHECK(cudaGetLastError());
         }
-        column_finalize_kernel<T><<<grid_blocks(m, 256), 256, 0, stream>>>(partial, static_cast<T *>(db),
-                                                                           m, chunks, accumulate);
+        column_finalize_kernel<T><<<static_cast<unsigned>((m + kTileCols - 1) / kTileCols), dim3(kTileCols, kRowLanes),
+                                    0, stream>>>(partial, static_cast<T *>(db), m, chunks, accumulate);
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });

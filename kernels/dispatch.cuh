@@ -109,6 +109,16 @@ DST_DEV C warp_sum(C v) {
     return v;
 }
 
+// 16-byte vectors of a storage type (kVec<T> elements), loaded and stored whole; a kernel takes its
+// vector path only when every pointer it touches is 16-byte aligned (aligned16).
+template <typename T>
+constexpr int kVec = static_cast<int>(16 / sizeof(T));
+template <typename T>
+struct alignas(16) Vec {
+    T v[kVec<T>];
+};
+inline bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // Sum over a block whose size is a multiple of 32 (at most 1024); `scratch` holds 33 values.
 // Every thread gets the result. Fixed order: deterministic.
 template <typename C>

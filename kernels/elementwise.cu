@@ -39,50 +39,85 @@ __device__ __forceinline__ C gelu_grad(C x, dst_gelu form) {
     return cdf + x * pdf;
 }
 
-template <typename T>
-__global__ void gelu_fwd_kernel(const T *u, T *g, int64_t count, dst_gelu form) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
-         i += int64_t(gridDim.x) * blockDim.x)
-        g[i] = to_storage<T>(gelu_value(to_compute(u[i]), form));
-}
-
-template <typename T>
-__global__ void gelu_bwd_kernel(const T *dg, const T *u, T *du, int64_t count,
-                                dst_gelu form) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
-         i += int64_t(gridDim.x) * blockDim.x)
-        du[i] = to_storage<T>(to_compute(dg[i]) * gelu_grad(to_compute(u[i]), form));
-}
-
-// y = tanh(u); du = dy·(1 − tanh(u)²).
-template <typename T>
-__global__ void tanh_fwd_kernel(const T *u, T *y, int64_t count) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
-         i += int64_t(gridDim.x) * blockDim.x)
-        y[i] = to_storage<T>(dtanh(to_compute(u[i])));
-}
-
-template <typename T>
-__global__ void tanh_bwd_kernel(const T *dy, const T *u, T *du, int64_t count) {
-    using C = compute_t<T>;
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
-         i += int64_t(gridDim.x) * blockDim.x) {
-        const C t = dtanh(to_compute(u[i]));
-        du[i] = to_storage<T>(to_compute(dy[i]) * (C(1) - t * t));
+// The maps, as functors on the compute type: y = op(a) or y = op(a, b).
+struct GeluFwd {
+    dst_gelu form;
+    template <typename C>
+    __device__ C operator()(C u, C) const { return gelu_value(u, form); }
+};
+struct GeluBwd {  // a = dg, b = u
+    dst_gelu form;
+    template <typename C>
+    __device__ C operator()(C dg, C u) const { return dg * gelu_grad(u, form); }
+};
+struct TanhFwd {
+    template <typename C>
+    __device__ C operator()(C u, C) const { return dtanh(u); }
+};
+struct TanhBwd {  // a = dy, b = u
+    template <typename C>
+    __device__ C operator()(C dy, C u) const {
+        const C t = dtanh(u);
+        return dy * (C(1) - t * t);
     }
+};
+struct Add {
+    template <typename C>
+    __device__ C operator()(C a, C b) const { return a + b; }
+};
+
+// y[i] = op(a[i], b[i]) (b may be null: op's second argument is then 0). With `vec`, the first
+// count / kVec<T> vectors go through 16-byte accesses; the rest (or everything) element by element.
+// Each element is computed as by the scalar form, so the path changes no result.
+template <typename T, typename Op>
+__global__ void map_kernel(const T *a, const T *b, T *y, int64_t count, bool vec, Op op) {
+    using C = compute_t<T>;
+    constexpr int V = kVec<T>;
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x, tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    const int64_t nvec = vec ? count / V : 0;
+    for (int64_t i = tid; i < nvec; i += stride) {
+        const Vec<T> va = reinterpret_cast<const Vec<T> *>(a)[i];
+        Vec<T> vb{}, out;
+        if (b) vb = reinterpret_cast<const Vec<T> *>(b)[i];
+#pragma unroll
+        for (int k = 0; k < V; ++k) out.v[k] = to_storage<T>(op(to_compute(va.v[k]), b ? to_compute(vb.v[k]) : C(0)));
+        reinterpret_cast<Vec<T> *>(y)[i] = out;
+    }
+    for (int64_t i = nvec * V + tid; i < count; i += stride)
+        y[i] = to_storage<T>(op(to_compute(a[i]), b ? to_compute(b[i]) : C(0)));
 }
 
 // mode 0: y = residual + keep·scale·a; mode 1 (residual == nullptr): y = keep·scale·a.
+// With `quad`, a whole group of four goes through one access of 4·sizeof(T) bytes per tensor.
+template <typename T>
+struct alignas(4 * sizeof(T)) Quad {
+    T v[4];
+};
+
 template <typename T>
 __global__ void dropout_kernel(const T *a, const T *residual, T *y,
                                int64_t count, uint64_t seed, uint64_t offset, uint32_t threshold,
-                               compute_t<T> scale) {
+                               compute_t<T> scale, bool quad) {
     using C = compute_t<T>;
     const int64_t groups = (count + 3) / 4;
     for (int64_t grp = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; grp < groups;
          grp += int64_t(gridDim.x) * blockDim.x) {
         Philox4 r{{0u, 0u, 0u, 0u}};
         if (threshold != 0u) r = philox_dropout_block(seed, offset, static_cast<uint64_t>(grp));
+        if (quad && grp * 4 + 4 <= count) {
+            const Quad<T> va = reinterpret_cast<const Quad<T> *>(a)[grp];
+            Quad<T> vr{}, out;
+            if (residual) vr = reinterpret_cast<const Quad<T> *>(residual)[grp];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                C v = to_compute(va.v[k]);
+                if (threshold != 0u) v = r.v[k] >= threshold ? v * scale : C(0);
+                if (residual) v = to_compute(vr.v[k]) + v;
+                out.v[k] = to_storage<T>(v);
+            }
+            reinterpret_cast<Quad<T> *>(y)[grp] = out;
+            continue;
+        }
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const int64_t e = grp * 4 + k;
@@ -93,13 +128,6 @@ __global__ void dropout_kernel(const T *a, const T *residual, T *y,
             y[e] = to_storage<T>(v);
         }
     }
-}
-
-template <typename T>
-__global__ void add_kernel(const T *a, const T *b, T *y, int64_t count) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
-         i += int64_t(gridDim.x) * blockDim.x)
-        y[i] = to_storage<T>(to_compute(a[i]) + to_compute(b[i]));
 }
 
 // Every thread that sees a zero writes 1 (the same value: the result does not depend on order).
@@ -114,50 +142,39 @@ __global__ void any_zero_kernel(const T *x, int64_t count, int *any_zero) {
 
 // ================================ launchers ======================================================
 
-cudaError_t gelu_fwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *u, void *g,
-                    int64_t count) {
+namespace {
+template <typename Op>
+cudaError_t launch_map(cudaStream_t stream, dst_dtype dt, const void *a, const void *b, void *y, int64_t count,
+                       Op op) {
     if (count <= 0) return cudaSuccess;
+    const bool vec = aligned16(a) && aligned16(y) && (!b || aligned16(b));
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
-        gelu_fwd_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(
-            static_cast<const T *>(u), static_cast<T *>(g), count, form);
+        const int64_t work = vec ? count / kVec<T> + count % kVec<T> : count;
+        map_kernel<T, Op><<<grid_blocks(work, kThreads), kThreads, 0, stream>>>(
+            static_cast<const T *>(a), static_cast<const T *>(b), static_cast<T *>(y), count, vec, op);
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });
+}
+}  // namespace
+
+cudaError_t gelu_fwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *u, void *g,
+                    int64_t count) {
+    return launch_map(stream, dt, u, nullptr, g, count, GeluFwd{form});
 }
 
 cudaError_t gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
                     void *du, int64_t count) {
-    if (count <= 0) return cudaSuccess;
-    return dispatch_dtype(dt, [&](auto tag) {
-        using T = decltype(tag);
-        gelu_bwd_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(
-            static_cast<const T *>(dg), static_cast<const T *>(u), static_cast<T *>(du), count, form);
-        DST_KERNEL_CHECK(cudaGetLastError());
-        return cudaSuccess;
-    });
+    return launch_map(stream, dt, dg, u, du, count, GeluBwd{form});
 }
 
 cudaError_t tanh_fwd(cudaStream_t stream, dst_dtype dt, const void *u, void *y, int64_t count) {
-    if (count <= 0) return cudaSuccess;
-    return dispatch_dtype(dt, [&](auto tag) {
-        using T = decltype(tag);
-        tanh_fwd_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(static_cast<const T *>(u),
-                                                                                static_cast<T *>(y), count);
-        DST_KERNEL_CHECK(cudaGetLastError());
-        return cudaSuccess;
-    });
+    return launch_map(stream, dt, u, nullptr, y, count, TanhFwd{});
 }
 
 cudaError_t tanh_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *u, void *du, int64_t count) {
-    if (count <= 0) return cudaSuccess;
-    return dispatch_dtype(dt, [&](auto tag) {
-        using T = decltype(tag);
-        tanh_bwd_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(
-            static_cast<const T *>(dy), static_cast<const T *>(u), static_cast<T *>(du), count);
-        DST_KERNEL_CHECK(cudaGetLastError());
-        return cudaSuccess;
-    });
+    return launch_map(stream, dt, dy, u, du, count, TanhBwd{});
 }
 
 namespace {
@@ -168,9 +185,13 @@ cudaError_t launch_dropout(cudaStream_t stream, dst_dtype dt, const void *a, con
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
+        const uintptr_t q = 4 * sizeof(T);
+        const bool quad = sizeof(T) <= 4 && reinterpret_cast<uintptr_t>(a) % q == 0 &&
+                          reinterpret_cast<uintptr_t>(y) % q == 0 &&
+                          (!residual || reinterpret_cast<uintptr_t>(residual) % q == 0);
         dropout_kernel<T><<<grid_blocks(groups, kThreads), kThreads, 0, stream>>>(
             static_cast<const T *>(a), static_cast<const T *>(residual), static_cast<T *>(y), count,
-            site.seed, site.offset, site.threshold, static_cast<C>(site.scale));
+            site.seed, site.offset, site.threshold, static_cast<C>(site.scale), quad);
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });
@@ -188,14 +209,7 @@ cudaError_t dropout_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, void 
 }
 
 cudaError_t add(cudaStream_t stream, dst_dtype dt, const void *a, const void *b, void *y, int64_t count) {
-    if (count <= 0) return cudaSuccess;
-    return dispatch_dtype(dt, [&](auto tag) {
-        using T = decltype(tag);
-        add_kernel<T><<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(
-            static_cast<const T *>(a), static_cast<const T *>(b), static_cast<T *>(y), count);
-        DST_KERNEL_CHECK(cudaGetLastError());
-        return cudaSuccess;
-    });
+    return launch_map(stream, dt, a, b, y, count, Add{});
 }
 
 cudaError_t any_zero(cudaStream_t stream, dst_dtype dt, const void *x, int64_t count, int *flag) {

@@ -5,6 +5,11 @@
 //     thread reads its elements before writing them, so dx may alias dy or dresid).
 //   layernorm_param_partial_kernel + layernorm_param_finalize_kernel: dγ and dβ as column sums of
 //     dy·x̂ and dy, in the same two-pass, fixed-order scheme as kernels/bias.cu.
+//   The *_warp_kernel forms: one warp per row when h = 32·VPL·kVec<T> (VPL = 1, 2, 4, 8: h = 256 …
+//     2048 in 16-bit types, 128 … 1024 in fp32, 64 … 512 in fp64) and the tensors are 16-byte
+//     aligned: the row stays in registers between the passes (one read of x, one write of y; dy, x
+//     or y read once in the backward), 16-byte accesses, warp sums in a fixed tree. The same
+//     formulas; only the order of the row sums differs from the block form.
 // Arithmetic in compute_t<T>; one rounding on store.
 #include "kernels/layernorm.cuh"
 
@@ -54,6 +59,54 @@ __global__ void layernorm_fwd_kernel(const T *x, const T *__restrict__ gamma,
     }
 }
 
+template <typename T, int VPL>
+__global__ void layernorm_fwd_warp_kernel(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
+                                          compute_t<T> *__restrict__ mean, compute_t<T> *__restrict__ rstd, int64_t n,
+                                          int64_t h, compute_t<T> eps) {
+    using C = compute_t<T>;
+    constexpr int V = kVec<T>;
+    const int lane = threadIdx.x & 31;
+    const int64_t row = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= n) return;  // the whole warp
+    const Vec<T> *xr = reinterpret_cast<const Vec<T> *>(x + row * h);
+    C v[VPL][V];
+    C s = 0;
+#pragma unroll
+    for (int j = 0; j < VPL; ++j) {
+        const Vec<T> t = xr[lane + 32 * j];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            v[j][k] = to_compute(t.v[k]);
+            s += v[j][k];
+        }
+    }
+    const C mu = warp_sum(s) / C(h);
+    C q = 0;
+#pragma unroll
+    for (int j = 0; j < VPL; ++j)
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            const C d = v[j][k] - mu;
+            q += d * d;
+        }
+    const C rs = C(1) / dsqrt(warp_sum(q) / C(h) + eps);
+    Vec<T> *yr = reinterpret_cast<Vec<T> *>(y + row * h);
+#pragma unroll
+    for (int j = 0; j < VPL; ++j) {
+        const Vec<T> g = reinterpret_cast<const Vec<T> *>(gamma)[lane + 32 * j];
+        const Vec<T> b = reinterpret_cast<const Vec<T> *>(beta)[lane + 32 * j];
+        Vec<T> o;
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+            o.v[k] = to_storage<T>(to_compute(g.v[k]) * ((v[j][k] - mu) * rs) + to_compute(b.v[k]));
+        yr[lane + 32 * j] = o;
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = mu;
+        if (rstd) rstd[row] = rs;
+    }
+}
+
 // x̂ of element (row, c): from the input and stats, or from the output and γ, β.
 template <typename T>
 __device__ __forceinline__ compute_t<T> xhat(const T *xy, const T *gamma, const T *beta, bool invertible,
@@ -87,6 +140,57 @@ __global__ void layernorm_bwd_dx_kernel(const T *dy, const T *__restrict__ xy,
         C v = rs * (g - mg - xhat(xy, gamma, beta, invertible, mu, rs, base + c, c) * mgx);
         if (dresid) v += to_compute(dresid[base + c]);
         dx[base + c] = to_storage<T>(v);
+    }
+}
+
+template <typename T, int VPL>
+__global__ void layernorm_bwd_dx_warp_kernel(const T *dy, const T *__restrict__ xy, bool invertible,
+                                             const T *__restrict__ gamma, const T *__restrict__ beta,
+                                             const compute_t<T> *__restrict__ mean,
+                                             const compute_t<T> *__restrict__ rstd, const T *dresid, T *dx,
+                                             int64_t n, int64_t h) {
+    using C = compute_t<T>;
+    constexpr int V = kVec<T>;
+    const int lane = threadIdx.x & 31;
+    const int64_t row = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= n) return;  // the whole warp
+    const int64_t base = row * h;
+    const C rs = rstd[row];
+    const C mu = invertible ? C(0) : mean[row];
+    C g[VPL][V], xh[VPL][V];
+    C sg = 0, sgx = 0;
+#pragma unroll
+    for (int j = 0; j < VPL; ++j) {
+        const int64_t vi = lane + 32 * j;
+        const Vec<T> d = reinterpret_cast<const Vec<T> *>(dy + base)[vi];
+        const Vec<T> xv = reinterpret_cast<const Vec<T> *>(xy + base)[vi];
+        const Vec<T> gm = reinterpret_cast<const Vec<T> *>(gamma)[vi];
+        Vec<T> bt{};
+        if (invertible) bt = reinterpret_cast<const Vec<T> *>(beta)[vi];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            const C gk = to_compute(gm.v[k]);
+            g[j][k] = gk * to_compute(d.v[k]);
+            const C val = to_compute(xv.v[k]);
+            xh[j][k] = invertible ? (val - to_compute(bt.v[k])) / gk : (val - mu) * rs;
+            sg += g[j][k];
+            sgx += g[j][k] * xh[j][k];
+        }
+    }
+    const C mg = warp_sum(sg) / C(h);
+    const C mgx = warp_sum(sgx) / C(h);
+#pragma unroll
+    for (int j = 0; j < VPL; ++j) {
+        const int64_t vi = lane + 32 * j;
+        Vec<T> r{}, o;
+        if (dresid) r = reinterpret_cast<const Vec<T> *>(dresid + base)[vi];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            C val = rs * (g[j][k] - mg - xh[j][k] * mgx);
+            if (dresid) val += to_compute(r.v[k]);
+            o.v[k] = to_storage<T>(val);
+        }
+        reinterpret_cast<Vec<T> *>(dx + base)[vi] = o;
     }
 }
 
@@ -127,21 +231,44 @@ __global__ void layernorm_param_partial_kernel(const T *__restrict__ dy, const T
     }
 }
 
+// Block (32 columns × 8 chunk lanes): lane k adds chunks k, k + 8, … in order, then the lanes in order.
 template <typename T>
 __global__ void layernorm_param_finalize_kernel(const compute_t<T> *__restrict__ partial, T *dgamma,
                                                 T *dbeta, int64_t h, int64_t chunks, bool accumulate) {
     using C = compute_t<T>;
-    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < h;
-         c += int64_t(gridDim.x) * blockDim.x) {
-        C tg = 0, tb = 0;
-        for (int64_t k = 0; k < chunks; ++k) {
+    __shared__ C red[2][kRowLanes][kTileCols + 1];
+    const int64_t c = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
+    C tg = 0, tb = 0;
+    if (c < h)
+        for (int64_t k = threadIdx.y; k < chunks; k += kRowLanes) {
             tg += partial[k * h + c];
             tb += partial[(chunks + k) * h + c];
+        }
+    red[0][threadIdx.y][threadIdx.x] = tg;
+    red[1][threadIdx.y][threadIdx.x] = tb;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < h) {
+        tg = red[0][0][threadIdx.x];
+        tb = red[1][0][threadIdx.x];
+        for (int k = 1; k < kRowLanes; ++k) {
+            tg += red[0][k][threadIdx.x];
+            tb += red[1][k][threadIdx.x];
         }
         if (dgamma) dgamma[c] = to_storage<T>(accumulate ? to_compute(dgamma[c]) + tg : tg);
         if (dbeta) dbeta[c] = to_storage<T>(accumulate ? to_compute(dbeta[c]) + tb : tb);
     }
 }
+
+// Rows of 32·VPL vectors per warp, for the warp forms (0: the block form).
+template <typename T>
+int warp_vpl(int64_t h) {
+    const int64_t per = 32 * int64_t(kVec<T>);
+    if (h % per != 0) return 0;
+    const int64_t vpl = h / per;
+    return vpl == 1 || vpl == 2 || vpl == 4 || vpl == 8 ? static_cast<int>(vpl) : 0;
+}
+
+constexpr int kWarpRows = 4;  // rows (warps) per block of the warp forms
 
 }  // namespace
 
@@ -154,6 +281,18 @@ cudaError_t layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *x, cons
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
+        const int vpl = aligned16(x) && aligned16(gamma) && aligned16(beta) && aligned16(y) ? warp_vpl<T>(h) : 0;
+        if (vpl) {
+            const unsigned grid = static_cast<unsigned>((n + kWarpRows - 1) / kWarpRows);
+            auto k = vpl == 1 ? layernorm_fwd_warp_kernel<T, 1> : vpl == 2 ? layernorm_fwd_warp_kernel<T, 2>
+                   : vpl == 4 ? layernorm_fwd_warp_kernel<T, 4> : layernorm_fwd_warp_kernel<T, 8>;
+            k<<<grid, 32 * kWarpRows, 0, stream>>>(static_cast<const T *>(x), static_cast<const T *>(gamma),
+                                                   static_cast<const T *>(beta), static_cast<T *>(y),
+                                                   static_cast<C *>(mean), static_cast<C *>(rstd), n, h,
+                                                   static_cast<C>(eps));
+            DST_KERNEL_CHECK(cudaGetLastError());
+            return cudaSuccess;
+        }
         layernorm_fwd_kernel<T><<<static_cast<unsigned>(n), row_threads(h), 0, stream>>>(
             static_cast<const T *>(x), static_cast<const T *>(gamma), static_cast<const T *>(beta),
             static_cast<T *>(y), static_cast<C *>(mean), static_cast<C *>(rstd), h, static_cast<C>(eps));
@@ -189,11 +328,23 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
                     dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, partial, n, h, chunks, rows_per_chunk);
                 DST_KERNEL_CHECK(cudaGetLastError());
             }
-            layernorm_param_finalize_kernel<T><<<grid_blocks(h, 256), 256, 0, stream>>>(
+            layernorm_param_finalize_kernel<T><<<static_cast<unsigned>((h + kTileCols - 1) / kTileCols),
+                                                 dim3(kTileCols, kRowLanes), 0, stream>>>(
                 partial, static_cast<T *>(dgamma), static_cast<T *>(dbeta), h, chunks, accumulate);
             DST_KERNEL_CHECK(cudaGetLastError());
         }
-        if (n > 0 && dx) {
+        const int vpl = aligned16(dy) && aligned16(xy) && aligned16(gamma) && (!invertible || aligned16(beta)) &&
+                                aligned16(dx) && (!dresid || aligned16(dresid))
+                            ? warp_vpl<T>(h)
+                            : 0;
+        if (n > 0 && dx && vpl) {
+            const unsigned grid = static_cast<unsigned>((n + kWarpRows - 1) / kWarpRows);
+            auto k = vpl == 1 ? layernorm_bwd_dx_warp_kernel<T, 1> : vpl == 2 ? layernorm_bwd_dx_warp_kernel<T, 2>
+                   : vpl == 4 ? layernorm_bwd_dx_warp_kernel<T, 4> : layernorm_bwd_dx_warp_kernel<T, 8>;
+            k<<<grid, 32 * kWarpRows, 0, stream>>>(dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c,
+                                                   static_cast<const T *>(dresid), static_cast<T *>(dx), n, h);
+            DST_KERNEL_CHECK(cudaGetLastError());
+        } else if (n > 0 && dx) {
             layernorm_bwd_dx_kernel<T><<<static_cast<unsigned>(n), row_threads(h), 0, stream>>>(
                 dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, static_cast<const T *>(dresid),
                 static_cast<T *>(dx), h);

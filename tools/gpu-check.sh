@@ -66,7 +66,7 @@ if [ "$mode" = full ]; then
     bin=$(find "$build" -name test_cuda_ops -type f -perm -u+x | head -1)
     if [ -x "$sanitizer" ] && [ -n "$bin" ]; then
         # Small shapes of every op family, fp32 and fp16: enough to cover every kernel's indexing.
-        filter='Ops/CudaOps.*/*fp32_n7_*:Ops/CudaOps.*/*fp16_n7_*:Ops/CudaOps.*/*_count7*:Ops/CudaOps.*/attention_*_fp32_b2_s7_*:Ops/CudaOps.*/attention_*_fp16_b3_s65_*:Ops/CudaOps.*/attention_*_fp32_b3_s100_*:CudaBackend.*'
+        filter='Ops/CudaOps.*/*fp32_n7_*:Ops/CudaOps.*/*fp16_n7_*:Ops/CudaOps.*/*_count7*:Ops/CudaOps.*/attention_*_fp32_b2_s7_*:Ops/CudaOps.*/attention_*_fp16_b3_s65_*:Ops/CudaOps.*/attention_*_fp32_b3_s100_*:Ops/CudaOps.*/layernorm_*_n37_h256*:Ops/CudaOps.*/layernorm_*_n5_h2048*:Ops/CudaOps.*/*misaligned*:CudaBackend.*'
         # API errors are not reported: the suite provokes some on purpose (out-of-memory test).
         step memcheck "$out/sanitizer.log" "$sanitizer" --tool memcheck --report-api-errors no \
             --error-exitcode 1 "$bin" --gtest_filter="$filter"

@@ -39,7 +39,11 @@ std::vector<Named> all_cases() {
     for (dst_dtype dt : dts) {
         const std::string d = dtname(dt);
         struct E { int64_t B, S, H, V, P, T; bool types; };
-        const E es[] = {{3, 1, 40, 37, 4, 2, true}, {5, 7, 100, 1001, 9, 2, false}, {3, 129, 72, 30523, 130, 3, true}};
+        // The last two have runs of hundreds of equal ids (V = 3; a third of the ids in [0, 4)): the word
+        // table's chunked partial sums, with runs starting and ending inside chunks.
+        const E es[] = {{3, 1, 40, 37, 4, 2, true},      {5, 7, 100, 1001, 9, 2, false},
+                        {3, 129, 72, 30523, 130, 3, true}, {4, 200, 40, 3, 200, 1, false},
+                        {8, 300, 72, 30523, 300, 2, true}};
         for (const E &e : es) {
             std::ostringstream s;
             s << "B" << e.B << "_S" << e.S << "_H" << e.H << "_V" << e.V << (e.types ? "_types" : "");

@@ -192,7 +192,10 @@ void add_linear_cases(std::vector<OpCase> &out) {
 // ---- LayerNorm ----
 void add_layernorm_cases(std::vector<OpCase> &out) {
     struct Shape { int64_t n, h; double eps; };
-    const Shape shapes[] = {{1, 5, 1e-12}, {7, 100, 1e-5}, {129, 1000, 1e-12}, {1024, 1024, 1e-12}};
+    // 256, 1024 and 2048 take the one-warp-per-row kernels (16-byte vectors) in some dtypes: 256 in
+    // all four, 1024 in fp16/bf16/fp32, 2048 in fp16/bf16; n not a multiple of the 4 rows per block.
+    const Shape shapes[] = {{1, 5, 1e-12},       {7, 100, 1e-5},   {129, 1000, 1e-12},
+                            {1024, 1024, 1e-12}, {37, 256, 1e-5}, {5, 2048, 1e-12}};
     for (dst_dtype dt : kDtypes)
         for (const Shape &s : shapes) {
             const dst_dtype st = stat_dtype(dt);
@@ -279,6 +282,18 @@ void add_elementwise_cases(std::vector<OpCase> &out) {
                 gi.call = [=](Backend &be, const Ptrs &p) { return be.gelu_bwd(dt, form, p[0], p[1], p[0], n); };
                 out.push_back(gi);
             }
+            // Pointers off the 16-byte grid: the element-by-element path of the vectorised maps.
+            if (n > 100) {
+                OpCase m;
+                m.name = tag("gelu_bwd", dt, cn + "_erf_misaligned");
+                m.dt = dt;
+                m.args = {{"dg", dt, n, Role::In}, {"u", dt, n, Role::In, -5.0, 5.0}, {"du", dt, n, Role::Out}};
+                for (Arg &x : m.args) x.offset = 1;
+                m.args[1].offset = 3;
+                const dst_gelu erf = DST_GELU_ERF;
+                m.call = [=](Backend &be, const Ptrs &p) { return be.gelu_bwd(dt, erf, p[0], p[1], p[2], n); };
+                out.push_back(m);
+            }
             OpCase a;
             a.name = tag("add", dt, cn);
             a.dt = dt;
@@ -303,6 +318,12 @@ void add_elementwise_cases(std::vector<OpCase> &out) {
                     return m;
                 };
                 out.push_back(r);
+                if (n > 100) {  // off the 4-element grid: the group-by-group path
+                    OpCase rm = r;
+                    rm.name = tag("dropout_residual_fwd", dt, cn + pn + "_misaligned");
+                    for (Arg &x : rm.args) x.offset = 1;
+                    out.push_back(rm);
+                }
                 OpCase d;
                 d.name = tag("dropout_bwd", dt, cn + pn);
                 d.dt = dt;

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Where the layer's time goes: the CUDA kernels of one fwd+bwd step of the benchmark's 4-layer stack,
+from torch's profiler (CUPTI records every kernel of the process, the library's included).
+
+The stack is bench/compare_torch.py's `Ours` (BERT-Large layer, Pre-LN, dropout 0.1, key lengths),
+on torch's current stream. Per shape and dtype it prints, per kernel name (shortened), the calls and
+the GPU µs per layer per step, sorted by time, with the share of the step's kernel time and the sum
+of the GEMM kernels (cuBLAS/cuBLASLt) against the rest; --json FILE writes the same rows.
+
+    python3 bench/profile_layer.py [--shapes 64x128,16x512] [--dtypes fp16] [--steps 5] [--json FILE]
+       [--inference]
+
+Needs a CUDA GPU, torch and a CUDA build of the library (DST_LIB, as for compare_torch.py).
+Kernel times under the profiler are the kernels' own; launch gaps are not in them.
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_torch as ct  # noqa: E402
+
+GEMM_RE = re.compile(r"gemm|cutlass|sm90_xmma|nvjet|cublas", re.IGNORECASE)
+
+
+def short(name):
+    name = name.replace("(anonymous namespace)::", "")
+    name = re.sub(r"\(.*", "", name)  # drop argument lists
+    name = re.sub(r"<.*", "", name) if len(name) > 70 else name
+    return name[:90]
+
+
+def profile_case(lib, dname, B, S, steps, inference):
+    ours = ct.Ours(lib, dname, B, S, True, {})
+    try:
+        fn = ours.inference() if inference else ours.train
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                fn()
+            torch.cuda.synchronize()
+    finally:
+        ours.close()
+    per = collections.defaultdict(lambda: [0, 0.0])
+    for ev in prof.events():
+        if ev.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        k = short(ev.name)
+        per[k][0] += 1
+        per[k][1] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+    scale = 1.0 / (steps * ct.LAYERS)
+    rows = sorted(((k, c * scale, us * scale) for k, (c, us) in per.items()), key=lambda r: -r[2])
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="64x128,16x512")
+    ap.add_argument("--dtypes", default="fp16")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--inference", action="store_true", help="profile the inference forward instead")
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("profile_layer: needs a CUDA GPU")
+        return 2
+    lib = ct.dc.Lib()
+    stream = torch.cuda.Stream()
+    out = []
+    with torch.cuda.stream(stream):
+        for dname in a.dtypes.split(","):
+            for shape in a.shapes.split(","):
+                B, S = (int(v) for v in shape.split("x"))
+                rows = profile_case(lib, dname, B, S, a.steps, a.inference)
+                total = sum(r[2] for r in rows)
+                gemm = sum(r[2] for r in rows if GEMM_RE.search(r[0]))
+                what = "inference forward" if a.inference else "fwd+bwd"
+                print(f"\n{dname} {B}x{S}, {what}: kernel time {total:.1f} µs per layer "
+                      f"(GEMM kernels {gemm:.1f}, others {total - gemm:.1f})")
+                print(f"  {'µs/layer':>9} {'share':>6} {'calls':>6}  kernel")
+                for k, c, us in rows:
+                    print(f"  {us:9.1f} {100 * us / total:5.1f}% {c:6.2f}  {k}")
+                out.append(dict(dtype=dname, B=B, S=S, mode=what, total_us=total, gemm_us=gemm,
+                                kernels=[dict(name=k, calls=c, us=us) for k, c, us in rows]))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
