@@ -55,8 +55,8 @@ More cases, after each dtype's dense shapes (each a part of the same table, with
   padded            --padded-shapes (default 64x128,16x512; none: off): lengths uniform in [S/4, S]
                     from a fixed seed (PADDING_SEED), rows "padded: torch eager SDPA" (the equivalent
                     additive mask), "padded: ours, key lengths" (summary: its time / ours dense, the
-                    "ours, key lengths" row at the same shape) and "padded: ours packed", which says n/a
-                    while the library has no packed input (dst_layer_forward_packed); no fake numbers
+                    "ours, key lengths" row at the same shape) and "padded: ours packed" (the same
+                    lengths as packed input: tokens [N, H] and cu_seqlens, dst_layer_forward_packed)
   graph             (--no-graphs: off) the stack at 8x128 with dropout 0, since a training forward or
                     backward with dropout is refused on a capturing stream: "graph: ours eager, dropout
                     0", then "graph: ours replay, dropout 0": the training call (forward + backward)
@@ -323,8 +323,9 @@ class Ours:
             self.close()
             raise
 
-    def setup(self, dname, use_key_lengths, switches):
-        lib, B, S, dtype = self.lib, self.B, self.S, DTYPES[dname]
+    def make_layers(self, dname, switches):
+        """The context on torch's current stream, the configuration and the LAYERS layers."""
+        lib, B, S = self.lib, self.B, self.S
         stream = torch.cuda.current_stream().cuda_stream
         if not stream:  # NULL would mean the context's own stream, which torch's CUDA events do not see
             raise RuntimeError("torch's current stream is the default stream; run on a created stream")
@@ -336,6 +337,10 @@ class Ours:
         self.workspace_mib = lib.workspace_bytes(self.cfg, B, S) / MIB
         for _ in range(LAYERS):
             self.handles.append(lib.layer(self.ctx, self.cfg))
+
+    def setup(self, dname, use_key_lengths, switches):
+        B, S, dtype = self.B, self.S, DTYPES[dname]
+        self.make_layers(dname, switches)
         xs = [torch.randn(B, S, H, device=DEVICE, dtype=dtype)]
         xs += [torch.empty(B, S, H, device=DEVICE, dtype=dtype) for _ in range(LAYERS)]
         gs = [torch.empty(B, S, H, device=DEVICE, dtype=dtype) for _ in range(LAYERS)]
@@ -391,6 +396,38 @@ class Ours:
             self.ctx = None
 
 
+class OursPacked(Ours):
+    """Ours on packed input (dst_layer_forward_packed / dst_layer_backward_packed): the valid tokens of the
+    batch, [N, H] with N = Σ key_lengths, and cu_seqlens [B + 1]; no padded tensor on the caller's side."""
+
+    def setup(self, dname, use_key_lengths, switches):
+        B, S, dtype = self.B, self.S, DTYPES[dname]
+        self.make_layers(dname, switches)
+        lengths = key_lengths(B, S, self.padding)
+        self.cu = torch.zeros(B + 1, dtype=torch.int32, device=DEVICE)
+        self.cu[1:] = torch.cumsum(lengths, 0)
+        N, self.max_seqlen = int(self.cu[-1]), int(lengths.max())
+        xs = [torch.randn(N, H, device=DEVICE, dtype=dtype)] + [torch.empty(N, H, device=DEVICE, dtype=dtype)
+                                                               for _ in range(LAYERS)]
+        gs = [torch.empty(N, H, device=DEVICE, dtype=dtype) for _ in range(LAYERS)]
+        gs += [torch.randn(N, H, device=DEVICE, dtype=dtype)]
+        self.tensors = xs + gs + [self.cu]  # the views below point into them
+        self.tcu = dc.tensor(self.cu.data_ptr(), "int32", (B + 1,))
+        self.tx = [dc.tensor(t.data_ptr(), dname, (N, H)) for t in xs]
+        self.tg = [dc.tensor(t.data_ptr(), dname, (N, H)) for t in gs]
+
+    def forward(self, saved=(None,) * LAYERS):
+        for i, (layer, sv) in enumerate(zip(self.handles, saved)):
+            self.lib.check(self.L.dst_layer_forward_packed(layer, sv, ctypes.byref(self.tx[i]), ctypes.byref(self.tcu),
+                                                           self.max_seqlen, ctypes.byref(self.tx[i + 1])))
+
+    def train(self):
+        self.forward()
+        for i in reversed(range(LAYERS)):
+            self.lib.check(self.L.dst_layer_backward_packed(self.handles[i], None, ctypes.byref(self.tg[i + 1]),
+                                                            ctypes.byref(self.tg[i]), 0))
+
+
 class OursGraph(Ours):
     """Ours (key lengths, dropout 0) captured into CUDA graphs with torch.cuda.CUDAGraph on torch's current
     stream, which is the library's (Ours.setup), and replayed: train() replays forward + backward,
@@ -433,15 +470,6 @@ class OursGraph(Ours):
         super().close()
 
 
-def packed_note(lib):
-    """Why the "ours packed" row has no numbers."""
-    try:
-        getattr(lib.lib, "dst_layer_forward_packed")
-    except AttributeError:
-        return "n/a: the library has no packed input (no dst_layer_forward_packed)"
-    return "n/a: dst_layer_forward_packed exists; this benchmark does not call it yet"
-
-
 def row_specs(lib, kind, dname, B, S, args):
     """(row name, constructor of what it measures or None, why it is not run), in table order, for a case
     of `kind`: "dense" (the main table), "padded" (lengths uniform in [S/4, S]) or "graph"."""
@@ -450,7 +478,7 @@ def row_specs(lib, kind, dname, B, S, args):
         if not args.skip_eager:
             specs.append((PADDED_SDPA, functools.partial(TorchStack, dname, B, S, "sdpa", False, "uniform"), None))
         specs.append((PADDED_OURS, functools.partial(Ours, lib, dname, B, S, True, {}, "uniform"), None))
-        specs.append((PADDED_PACKED, None, packed_note(lib) if lib is not None else "n/a: no packed input"))
+        specs.append((PADDED_PACKED, functools.partial(OursPacked, lib, dname, B, S, True, {}, "uniform"), None))
         return specs
     if kind == "graph":
         return [(GRAPH_EAGER, functools.partial(Ours, lib, dname, B, S, True, NO_DROPOUT), None),
@@ -606,7 +634,7 @@ LEGEND = [
     "  a training forward (includes each layer's output).",
     "compile s: the first training call of torch.compile (compilation of forward and backward), one per case.",
     "padded: lengths uniform in [S/4, S] (seed fixed); ours with key lengths, torch SDPA with the same lengths as",
-    "  an additive mask; 'ours packed' is n/a while the library has no packed input (dst_layer_forward_packed).",
+    "  an additive mask; ours packed: the same lengths as tokens [N, H] + cu_seqlens (dst_layer_forward_packed).",
     "graph: dropout 0 (training with dropout is refused on a capturing stream); eager calls, then the same",
     "  calls captured with torch.cuda.CUDAGraph on the library's stream (torch's current one) and replayed.",
     "sweep: fwd+bwd µs per token per layer, key-length mask (ours) / additive mask (torch.compile, batch",
@@ -651,9 +679,10 @@ def case_line(kind, rows, dense_ref):
     r, by_name = rows[0], {x.impl: x for x in rows}
     head = f"{r.dtype:5} {f'{r.B}×{r.S}':9} "
     if kind == "padded":
-        ours, sdpa = by_name.get(PADDED_OURS), by_name.get(PADDED_SDPA)
+        ours, sdpa, packed = by_name.get(PADDED_OURS), by_name.get(PADDED_SDPA), by_name.get(PADDED_PACKED)
         return (head + f"padded (lengths uniform in [S/4, S]): ours key lengths = "
-                f"{ratio_text(ours and ours.train_ms, dense_ref)} ours dense ({DENSE_REF}); torch SDPA padded / ours = "
+                f"{ratio_text(ours and ours.train_ms, dense_ref)}, ours packed = "
+                f"{ratio_text(packed and packed.train_ms, dense_ref)} ours dense ({DENSE_REF}); torch SDPA padded / ours = "
                 f"{ratio_text(sdpa and sdpa.train_ms, ours and ours.train_ms)}")
     eager, replay = by_name.get(GRAPH_EAGER), by_name.get(GRAPH_REPLAY)
     return (head + f"CUDA graph replay / eager: fwd+bwd {ratio_text(replay and replay.train_ms, eager and eager.train_ms)}, "
