@@ -13,6 +13,8 @@
 //   fwd  f1 (BN 64, 4 warps, 4 blocks/SM)  f2 = f1 at 3 blocks/SM  f3 (BN 128, 4 warps, 2)
 //        f4 (BN 64, 8 warps, 2)  f5 (BN 32, 4 warps, 4)  f6 (BN 32, 4 warps, 5: 96 registers)
 //        f7 (BN 64, 2 warps, 8)
+//        w1 (wgmma, BN 64, 1 warpgroup, 3/SM)  w2 (wgmma, BN 128, 2/SM)  w3 (wgmma, BN 128, 1/SM): built
+//        only for sm_90a (lab.sh defines DST_LAB_SM90A); kernels/dev/attention_wgmma.cuh
 //        all: 16 query rows per warp, Q fragments held in registers, perm16 key columns so that a
 //        lane's four columns of a row are one Philox block (no shuffles), the scale folded into
 //        the exponent's FFMA, the first Philox round's uniform products folded on the host.
@@ -37,6 +39,9 @@
 #include "kernels/attention_flash.cuh"
 #include "kernels/attention_flash_impl.cuh"
 #include "kernels/philox.h"
+#if defined(DST_LAB_SM90A)
+#include "kernels/dev/attention_wgmma.cuh"
+#endif
 
 using namespace dst;
 using namespace dst::cuda;
@@ -510,11 +515,30 @@ BwdVersion bwd_version(const char *name) {
                 return occupancy(flash::flash_bwd_kernel<T, 64, BM, NW, MB>, Tr::kThreads, Tr::kSmem);
             }};
 }
+#if defined(DST_LAB_SM90A)
+// The wgmma forward (kernels/dev/attention_wgmma.cuh): one warpgroup, BM 64, BN keys, MB blocks/SM.
+template <typename T, int BN, int MB>
+FwdVersion fwd_wgmma_version(const char *name) {
+    using Tr = flash::WgTraits<BN>;
+    return {name, BN, 4, MB, [](const flash::Params &p) { return flash::launch_fwd_wgmma<T, BN, MB>(p, 0); },
+            [] {
+                CK(flash::allow_smem(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kSmem));
+                return occupancy(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kThreads, Tr::kSmem);
+            }};
+}
+#endif
 template <typename T>
 std::vector<FwdVersion> fwd_versions() {
-    return {fwd_version<T, 64, 4, 4>("f1"), fwd_version<T, 64, 4, 3>("f2"), fwd_version<T, 128, 4, 2>("f3"),
-            fwd_version<T, 64, 8, 2>("f4"), fwd_version<T, 32, 4, 4>("f5"), fwd_version<T, 32, 4, 5>("f6"),
-            fwd_version<T, 64, 2, 8>("f7")};
+    std::vector<FwdVersion> v = {fwd_version<T, 64, 4, 4>("f1"), fwd_version<T, 64, 4, 3>("f2"),
+                                 fwd_version<T, 128, 4, 2>("f3"), fwd_version<T, 64, 8, 2>("f4"),
+                                 fwd_version<T, 32, 4, 4>("f5"), fwd_version<T, 32, 4, 5>("f6"),
+                                 fwd_version<T, 64, 2, 8>("f7")};
+#if defined(DST_LAB_SM90A)
+    v.push_back(fwd_wgmma_version<T, 64, 3>("w1"));
+    v.push_back(fwd_wgmma_version<T, 128, 2>("w2"));
+    v.push_back(fwd_wgmma_version<T, 128, 1>("w3"));
+#endif
+    return v;
 }
 template <typename T>
 std::vector<BwdVersion> bwd_versions() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the attention kernel lab on the GPU machine, from the repository root:
 #   bash kernels/dev/lab.sh OUTDIR [lab arguments: check, time, fp16, bf16, profile]
-# Compiles the flash kernel files and the lab in parallel with nvcc (sm_90), then runs the lab;
+# Compiles the flash kernel files and the lab in parallel with nvcc (sm_90a: the wgmma versions need it), then runs the lab;
 # the log goes to OUTDIR/lab.log (OUTDIR/lab-TAG.log with LAB_TAG).
 # Environment:
 #   LAB_ROOT=DIR  take the kernel sources and the lab from DIR/kernels instead of ./kernels (a copy
@@ -17,8 +17,8 @@ root=${LAB_ROOT:-.}
 tag=${LAB_TAG:-$(basename "$(cd "$root" && pwd)")}
 obj=/tmp/dst-lab-$tag
 mkdir -p "$obj"
-flags=(-O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I"$root" -I. -I"$root/capi/include" -Icapi/include
-       -Xcompiler -fopenmp -Xptxas -v)
+flags=(-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DDST_LAB_SM90A -I"$root" -I. -I"$root/capi/include"
+       -Icapi/include -Xcompiler -fopenmp -Xptxas -v)
 t0=$SECONDS
 pids=()
 rm -f "$obj"/*.o
