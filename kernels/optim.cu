@@ -45,6 +45,66 @@ __device__ __forceinline__ void store_f(void *p, int32_t dt, int64_t i, float v)
         static_cast<float *>(p)[i] = v;
 }
 
+// Four consecutive elements i..i+3 (i a multiple of 4) of a runtime-dtype array, loaded and stored
+// as one 8-byte (16-bit types) or 16-byte (fp32) access; each element is rounded as store_f rounds it.
+__device__ __forceinline__ float4 load4(const void *p, int32_t dt, int64_t i) {
+    if (dt == DST_DTYPE_FP32) return reinterpret_cast<const float4 *>(p)[i / 4];
+    const uint2 r = reinterpret_cast<const uint2 *>(p)[i / 4];
+    float2 a, b;
+    if (dt == DST_DTYPE_FP16) {
+        a = __half22float2(*reinterpret_cast<const __half2 *>(&r.x));
+        b = __half22float2(*reinterpret_cast<const __half2 *>(&r.y));
+    } else {
+        a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&r.x));
+        b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&r.y));
+    }
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+__device__ __forceinline__ void store4(void *p, int32_t dt, int64_t i, float4 v) {
+    if (dt == DST_DTYPE_FP32) {
+        reinterpret_cast<float4 *>(p)[i / 4] = v;
+        return;
+    }
+    uint2 r;
+    if (dt == DST_DTYPE_FP16) {
+        *reinterpret_cast<__half2 *>(&r.x) = __floats2half2_rn(v.x, v.y);
+        *reinterpret_cast<__half2 *>(&r.y) = __floats2half2_rn(v.z, v.w);
+    } else {
+        *reinterpret_cast<__nv_bfloat162 *>(&r.x) = __floats2bfloat162_rn(v.x, v.y);
+        *reinterpret_cast<__nv_bfloat162 *>(&r.y) = __floats2bfloat162_rn(v.z, v.w);
+    }
+    reinterpret_cast<uint2 *>(p)[i / 4] = r;
+}
+
+__device__ __forceinline__ bool aligned4(const void *p, int32_t dt) {
+    const uintptr_t bytes = dt == DST_DTYPE_FP32 ? 16 : 8;
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// Whether a chunk of t can take the 4-wide path: every array it touches aligned for 4 elements (the
+// chunk's begin is a multiple of kChunk from the tensor's first element, so a multiple of 4).
+__device__ __forceinline__ bool vector_ok(const TensorDesc &t, bool moments) {
+    static_assert(optim::kChunk % 4 == 0, "chunks must start on 4-element boundaries");
+    bool ok = aligned4(t.grad, t.grad_dtype) && aligned4(t.param, t.param_dtype);
+    if (t.master) ok = ok && aligned4(t.master, DST_DTYPE_FP32);
+    if (moments) ok = ok && aligned4(t.exp_avg, DST_DTYPE_FP32) && aligned4(t.exp_avg_sq, DST_DTYPE_FP32);
+    return ok;
+}
+
+// Calls f4(i) for the 4-element groups [i, i+4) of chunk c (when `vec`), then f1(i) for the elements
+// left; the threads of the block share both loops.
+template <typename F4, typename F1>
+__device__ __forceinline__ void for_chunk(const Chunk &c, bool vec, F4 &&f4, F1 &&f1) {
+    int64_t i0 = c.begin;
+    if (vec) {
+        const int64_t end4 = c.begin + (c.end - c.begin) / 4 * 4;
+        for (int64_t i = c.begin + 4 * int64_t(threadIdx.x); i < end4; i += 4 * int64_t(blockDim.x)) f4(i);
+        i0 = end4;
+    }
+    for (int64_t i = i0 + threadIdx.x; i < c.end; i += blockDim.x) f1(i);
+}
+
 __device__ __forceinline__ float master_of(const TensorDesc &t, int64_t i) {
     return t.master ? t.master[i] : static_cast<const float *>(t.param)[i];
 }
@@ -55,7 +115,10 @@ __device__ __forceinline__ void store_master(const TensorDesc &t, int64_t i, flo
 }
 
 __device__ void zero_grad_chunk(const TensorDesc &t, const Chunk &c) {
-    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) store_f(t.grad, t.grad_dtype, i, 0.0f);
+    const bool vec = aligned4(t.grad, t.grad_dtype);
+    for_chunk(
+        c, vec, [&](int64_t i) { store4(t.grad, t.grad_dtype, i, make_float4(0.0f, 0.0f, 0.0f, 0.0f)); },
+        [&](int64_t i) { store_f(t.grad, t.grad_dtype, i, 0.0f); });
 }
 
 __global__ void norm_kernel(__grid_constant__ const StepArgs a) {
@@ -63,10 +126,16 @@ __global__ void norm_kernel(__grid_constant__ const StepArgs a) {
     const Chunk c = a.chunks[blockIdx.x];
     const TensorDesc t = a.tensors[c.tensor];
     double s = 0.0;
-    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-        const double g = load_f(t.grad, t.grad_dtype, i);
-        s += g * g;
-    }
+    for_chunk(
+        c, aligned4(t.grad, t.grad_dtype),
+        [&](int64_t i) {
+            const float4 g = load4(t.grad, t.grad_dtype, i);
+            s += double(g.x) * g.x + double(g.y) * g.y + double(g.z) * g.z + double(g.w) * g.w;
+        },
+        [&](int64_t i) {
+            const double g = load_f(t.grad, t.grad_dtype, i);
+            s += g * g;
+        });
     s = block_sum(s, scratch);
     if (threadIdx.x == 0) a.partials[blockIdx.x] = s;
 }
@@ -153,15 +222,34 @@ __global__ void update_kernel(__grid_constant__ const StepArgs a) {
     const float bc1 = optim::bias_correction(gp.beta1, step, a.bias_correction);
     const float bc2 = optim::bias_correction(gp.beta2, step, a.bias_correction);
     const float inv = st.inv_scale;
-    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-        const float g = load_f(t.grad, t.grad_dtype, i) * inv;
-        float m = t.exp_avg[i], v = t.exp_avg_sq[i];
-        const float p = optim::adam_element(a.rule, gp, lr, bc1, bc2, g, master_of(t, i), m, v);
-        t.exp_avg[i] = m;
-        t.exp_avg_sq[i] = v;
-        store_master(t, i, p);
-        if (a.zero_grads) store_f(t.grad, t.grad_dtype, i, 0.0f);
-    }
+    // The element math is the same on both paths (one adam_element per element, in its own registers),
+    // so the 4-wide path changes the memory accesses only, never a result.
+    for_chunk(
+        c, vector_ok(t, true),
+        [&](int64_t i) {
+            const float4 g4 = load4(t.grad, t.grad_dtype, i);
+            float4 p4 = t.master ? reinterpret_cast<const float4 *>(t.master)[i / 4] : load4(t.param, DST_DTYPE_FP32, i);
+            float4 m4 = reinterpret_cast<const float4 *>(t.exp_avg)[i / 4];
+            float4 v4 = reinterpret_cast<const float4 *>(t.exp_avg_sq)[i / 4];
+            p4.x = optim::adam_element(a.rule, gp, lr, bc1, bc2, g4.x * inv, p4.x, m4.x, v4.x);
+            p4.y = optim::adam_element(a.rule, gp, lr, bc1, bc2, g4.y * inv, p4.y, m4.y, v4.y);
+            p4.z = optim::adam_element(a.rule, gp, lr, bc1, bc2, g4.z * inv, p4.z, m4.z, v4.z);
+            p4.w = optim::adam_element(a.rule, gp, lr, bc1, bc2, g4.w * inv, p4.w, m4.w, v4.w);
+            reinterpret_cast<float4 *>(t.exp_avg)[i / 4] = m4;
+            reinterpret_cast<float4 *>(t.exp_avg_sq)[i / 4] = v4;
+            if (t.master) reinterpret_cast<float4 *>(t.master)[i / 4] = p4;
+            store4(t.param, t.param_dtype, i, p4);
+            if (a.zero_grads) store4(t.grad, t.grad_dtype, i, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+        },
+        [&](int64_t i) {
+            const float g = load_f(t.grad, t.grad_dtype, i) * inv;
+            float m = t.exp_avg[i], v = t.exp_avg_sq[i];
+            const float p = optim::adam_element(a.rule, gp, lr, bc1, bc2, g, master_of(t, i), m, v);
+            t.exp_avg[i] = m;
+            t.exp_avg_sq[i] = v;
+            store_master(t, i, p);
+            if (a.zero_grads) store_f(t.grad, t.grad_dtype, i, 0.0f);
+        });
 }
 
 template <typename T>

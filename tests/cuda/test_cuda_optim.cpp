@@ -24,27 +24,44 @@ using namespace dsttest;
 
 namespace {
 
-// The same tensors on the CPU (host memory) and on the GPU (device copies).
+// The same tensors on the CPU (host memory) and on the GPU (device copies). `shift` places the GPU
+// tensors that many elements past the start of their buffers (shift 1 misaligns them for the
+// optimizer's vector path, which then falls back to element accesses).
 struct Pair {
     HostTensor hp, hg;                       // the CPU optimizer's tensors
     std::unique_ptr<CtxBuffer> dp, dg;       // the GPU optimizer's
-    Pair(dst_context *gpu, dst_dtype pdt, dst_dtype gdt, const std::vector<double> &p)
+    size_t pshift, gshift;                   // byte offsets of the GPU tensors in dp and dg
+    Pair(dst_context *gpu, dst_dtype pdt, dst_dtype gdt, const std::vector<double> &p, int64_t shift = 0)
         : hp(HostTensor::from_doubles(pdt, {static_cast<int64_t>(p.size())}, p)),
           hg(HostTensor(gdt, {static_cast<int64_t>(p.size())})),
-          dp(new CtxBuffer(gpu, hp.nbytes())),
-          dg(new CtxBuffer(gpu, hg.nbytes())) {
-        dp->upload(hp);
-        dg->upload(hg);
+          dp(new CtxBuffer(gpu, hp.nbytes() + 16)),
+          dg(new CtxBuffer(gpu, hg.nbytes() + 16)),
+          pshift(static_cast<size_t>(shift) * dst_dtype_size(pdt)),
+          gshift(static_cast<size_t>(shift) * dst_dtype_size(gdt)),
+          ctx(gpu) {
+        to_context(ctx, pdata(), hp.data(), hp.nbytes());
+        to_context(ctx, gdata(), hg.data(), hg.nbytes());
     }
+    void *pdata() const { return static_cast<char *>(dp->data()) + pshift; }
+    void *gdata() const { return static_cast<char *>(dg->data()) + gshift; }
+    dst_tensor pview() const { return shifted(dp->view(hp.dtype(), hp.shape()), pdata()); }
+    dst_tensor gview() const { return shifted(dg->view(hg.dtype(), hg.shape()), gdata()); }
     void set_grad(const std::vector<double> &g) {
         hg.set_doubles(g);
-        dg->upload(hg);
+        to_context(ctx, gdata(), hg.data(), hg.nbytes());
     }
     std::vector<double> gpu_param() const {
         HostTensor t(hp.dtype(), hp.shape());
-        dp->download(t);
+        to_host(ctx, t.data(), pdata(), t.nbytes());
         return t.doubles();
     }
+
+private:
+    static dst_tensor shifted(dst_tensor t, void *data) {
+        t.data = data;
+        return t;
+    }
+    dst_context *ctx;
 };
 
 std::vector<double> state(dst_context *ctx, dst_optimizer *o, int i, dst_optimizer_state w) {
@@ -73,7 +90,8 @@ struct Rule {
 
 class CudaOptimMatchesCpu : public ::testing::TestWithParam<Rule> {};
 
-// Six tensors (fp32, fp16 and bf16 parameters; fp32, fp16 and bf16 gradients; 1 to 100003 elements),
+// Eight tensors (fp32, fp16 and bf16 parameters; fp32, fp16 and bf16 gradients; 1 to 100003 elements;
+// two of them one element off their buffers' alignment, which takes the element path),
 // two groups, gradients scaled by 8 and clipped to norm 1, three steps on each backend from the same
 // values. The norms are summed in another order on the GPU (a block tree) and the element math may be
 // contracted into FMAs, so the two agree to fp32 rounding, not bit for bit: masters and moments within
@@ -105,18 +123,20 @@ TEST_P(CudaOptimMatchesCpu, ThreeSteps) {
         dst_dtype pdt, gdt;
         int64_t n;
         int group;
+        int64_t shift;  // elements: 1 misaligns the GPU tensors
     };
-    const Spec specs[] = {{DST_DTYPE_FP32, DST_DTYPE_FP32, 100003, 0}, {DST_DTYPE_FP16, DST_DTYPE_FP16, 7, 1},
-                          {DST_DTYPE_BF16, DST_DTYPE_BF16, 32769, 0},   {DST_DTYPE_FP16, DST_DTYPE_FP32, 32768, 1},
-                          {DST_DTYPE_FP32, DST_DTYPE_FP32, 1, 1},      {DST_DTYPE_BF16, DST_DTYPE_FP32, 1000, 0}};
+    const Spec specs[] = {{DST_DTYPE_FP32, DST_DTYPE_FP32, 100003, 0, 0}, {DST_DTYPE_FP16, DST_DTYPE_FP16, 7, 1, 0},
+                          {DST_DTYPE_BF16, DST_DTYPE_BF16, 32769, 0, 0},   {DST_DTYPE_FP16, DST_DTYPE_FP32, 32768, 1, 0},
+                          {DST_DTYPE_FP32, DST_DTYPE_FP32, 1, 1, 0},      {DST_DTYPE_BF16, DST_DTYPE_FP32, 1000, 0, 0},
+                          {DST_DTYPE_FP16, DST_DTYPE_FP16, 4099, 1, 1},   {DST_DTYPE_FP32, DST_DTYPE_FP32, 33001, 0, 1}};
     Rng rng(31);
     std::vector<std::unique_ptr<Pair>> xs;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; ++i) {
         const Spec &s = specs[i];
-        xs.emplace_back(new Pair(gpu.get(), s.pdt, s.gdt, rng.normals(static_cast<size_t>(s.n), 0.5)));
+        xs.emplace_back(new Pair(gpu.get(), s.pdt, s.gdt, rng.normals(static_cast<size_t>(s.n), 0.5), s.shift));
         const std::string name = "t" + std::to_string(i);
         dst_tensor hp = xs.back()->hp.view(), hg = xs.back()->hg.view();
-        dst_tensor dp = xs.back()->dp->view(s.pdt, {s.n}), dg = xs.back()->dg->view(s.gdt, {s.n});
+        dst_tensor dp = xs.back()->pview(), dg = xs.back()->gview();
         DST_ASSERT_OK(dst_optimizer_add_tensor(oc.get(), s.group, name.c_str(), &hp, &hg));
         DST_ASSERT_OK(dst_optimizer_add_tensor(og.get(), s.group, name.c_str(), &dp, &dg));
     }
@@ -172,7 +192,7 @@ TEST(CudaOptim, StepsAreBitReproducibleAndFilesCrossBackends) {
         Opt o = make_opt(gpu, c);
         Rng rng(3);
         Pair x(gpu, DST_DTYPE_FP16, DST_DTYPE_FP16, rng.normals(70001));
-        dst_tensor p = x.dp->view(DST_DTYPE_FP16, {70001}), g = x.dg->view(DST_DTYPE_FP16, {70001});
+        dst_tensor p = x.pview(), g = x.gview();
         EXPECT_EQ(dst_optimizer_add_tensor(o.get(), 0, "x", &p, &g), DST_OK) << dst_last_error();
         for (int s = 0; s < 3; ++s) {
             x.set_grad(rng.normals(70001, 100.0));
@@ -217,7 +237,7 @@ TEST(CudaEngine, LossScalerSequenceOfTheSpec) {
     Engine e = make_engine(gpu.get(), R"({"train_batch_size": 1, "optimizer": {"type": "adam"},
         "fp16": {"enabled": true, "initial_scale_power": 16, "loss_scale_window": 4, "min_loss_scale": 1}})");
     Pair x(gpu.get(), DST_DTYPE_FP16, DST_DTYPE_FP16, {1.0, -2.0, 0.5});
-    dst_tensor p = x.dp->view(DST_DTYPE_FP16, {3}), g = x.dg->view(DST_DTYPE_FP16, {3});
+    dst_tensor p = x.pview(), g = x.gview();
     DST_ASSERT_OK(dst_optimizer_add_tensor(optimizer_of(e.get()), 0, "x", &p, &g));
     const std::string pattern = ".....X.....XX.....";
     std::vector<float> used;
@@ -260,7 +280,7 @@ TEST(CudaEngine, StepNeverWaitsForTheDevice) {
         "optimizer": {"type": "lamb"}, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}},
         "fp16": {"enabled": true}})");
     Pair x(gpu.get(), DST_DTYPE_FP16, DST_DTYPE_FP16, std::vector<double>(5000, 0.5));
-    dst_tensor p = x.dp->view(DST_DTYPE_FP16, {5000}), g = x.dg->view(DST_DTYPE_FP16, {5000});
+    dst_tensor p = x.pview(), g = x.gview();
     DST_ASSERT_OK(dst_optimizer_add_tensor(optimizer_of(e.get()), 0, "x", &p, &g));
     // The first step uploads the tables (the only wait). WarmupLR's first two steps have lr 0 (its log
     // ramp starts at log 1), so the captured step is the third, the first that moves the weights.
