@@ -10,7 +10,7 @@
 // separate elementwise kernel, since cuBLASLt's GELU epilogue is the tanh form only.
 // Determinism: cuBLASLt is bit-reproducible for a fixed problem, algorithm and workspace size; the
 // workspace offered to it is a fixed size (kGemmWorkspace, or the caller's workspace if smaller),
-// so the heuristic picks the same algorithm for a problem (queried once, then cached per problem).
+// so the algorithm of a problem is always the same (chosen once per problem, then cached: choose_algo).
 // Every reduction kernel is ordered.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cublaslt_util.h"
@@ -363,6 +363,95 @@ dst_status make_layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, int64_t r
 
 }  // namespace
 
+namespace {
+
+// The class of a GEMM extent (rows, columns, leading dimension, stride, batch) for the algorithm
+// cache: itself up to 256, else the next of 2^k and 1.5·2^k (1216 → 1536, 4096 → 4096).
+int64_t size_class(int64_t x) {
+    if (x <= 256) return x;
+    int64_t p = 256;
+    while (p < x) {
+        if (p + p / 2 >= x) return p + p / 2;
+        p *= 2;
+    }
+    return p;
+}
+
+}  // namespace
+
+// The algorithm of a problem not seen before. cuBLASLt's heuristic costs up to a few milliseconds of
+// host time per query, and some callers meet a new size at every call (the masked rows of an MLM head
+// change from batch to batch), so the heuristic runs once per size class: on the representative
+// problem, every extent rounded up by size_class; its algorithm serves each problem of the class that
+// cublasLtMatmulAlgoCheck accepts (the problem's own query otherwise). The choice depends on the
+// problem alone, never on the order in which problems arrive (run-to-run determinism).
+dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataType_t d_type, const Gemm &g,
+                                    size_t ws_bytes, uint32_t al_a, uint32_t al_b, uint32_t al_d,
+                                    const int64_t (&key)[20], cublasLtMatmulAlgo_t *algo, size_t *ws) {
+    const uint64_t ws_limit = ws_bytes;
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&mm.pref));
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(mm.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                            &ws_limit, sizeof ws_limit));
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                                            sizeof al_a));
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                                            sizeof al_b));
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d,
+                                                            sizeof al_d));
+    DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
+                                                            sizeof al_d));
+
+    // The class entry: the key with every extent (M, N, K, the leading dimensions, strides, batch) classed.
+    int64_t ckey[20];
+    std::memcpy(ckey, key, sizeof ckey);
+    for (int i = 3; i <= 12; ++i) ckey[i] = size_class(key[i]);
+    const LtAlgoEntry *cls = nullptr;
+    for (const LtAlgoEntry &e : lt_classes_)
+        if (std::memcmp(e.key, ckey, sizeof ckey) == 0) cls = &e;
+    if (!cls) {
+        const bool an = g.ta == CUBLAS_OP_N, bn = g.tb == CUBLAS_OP_N;
+        const int64_t M = size_class(g.M), N = size_class(g.N), K = size_class(g.K), batch = size_class(g.batch);
+        LtMatmul rep;
+        DST_TRY(make_layout(&rep.a, type, an ? M : K, an ? K : M, size_class(g.lda), batch, size_class(g.sa)));
+        DST_TRY(make_layout(&rep.b, type, bn ? K : N, bn ? N : K, size_class(g.ldb), batch, size_class(g.sb)));
+        DST_TRY(make_layout(&rep.d, d_type, M, N, size_class(g.ldd), batch, size_class(g.sd)));
+        cublasLtMatmulHeuristicResult_t heur{};
+        int found = 0;
+        const cublasStatus_t st =
+            cublasLtMatmulAlgoGetHeuristic(lt_, mm.op, rep.a, rep.b, rep.d, rep.d, mm.pref, 1, &heur, &found);
+        if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+            LtAlgoEntry e;
+            std::memcpy(e.key, ckey, sizeof ckey);
+            e.algo = heur.algo;
+            e.ws = heur.workspaceSize;
+            if (lt_classes_.size() >= kLtAlgosKept)
+                lt_classes_.erase(lt_classes_.begin(), lt_classes_.begin() + kLtAlgosKept / 2);
+            lt_classes_.push_back(e);
+            cls = &lt_classes_.back();
+        }
+    }
+    if (cls) {
+        cublasLtMatmulHeuristicResult_t chk{};
+        if (cublasLtMatmulAlgoCheck(lt_, mm.op, mm.a, mm.b, mm.d, mm.d, &cls->algo, &chk) == CUBLAS_STATUS_SUCCESS &&
+            chk.workspaceSize <= ws_bytes) {
+            *algo = cls->algo;
+            *ws = chk.workspaceSize;
+            return DST_OK;
+        }
+    }
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    DST_CUBLASLT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, mm.op, mm.a, mm.b, mm.d, mm.d, mm.pref, 1, &heur, &found));
+    if (found < 1)
+        return set_error(DST_ERR_BACKEND,
+                         "cuda backend: cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (batch %lld, dtype %d)",
+                         static_cast<long long>(g.M), static_cast<long long>(g.N), static_cast<long long>(g.K),
+                         static_cast<long long>(g.batch), static_cast<int>(type));
+    *algo = heur.algo;
+    *ws = heur.workspaceSize;
+    return DST_OK;
+}
+
 dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
     cudaDataType_t type, scale_type = CUDA_R_32F;
     cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
@@ -414,33 +503,10 @@ dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
     for (const LtAlgoEntry &e : lt_algos_)
         if (std::memcmp(e.key, key, sizeof key) == 0) hit = &e;
     if (!hit) {
-        const uint64_t ws_limit = ws_bytes;
-        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&mm.pref));
-        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(mm.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                                &ws_limit, sizeof ws_limit));
-        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-            mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-            mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-            mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
-        DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-            mm.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-        cublasLtMatmulHeuristicResult_t heur{};
-        int found = 0;
-        DST_CUBLASLT_CHECK(
-            cublasLtMatmulAlgoGetHeuristic(lt_, mm.op, mm.a, mm.b, mm.d, mm.d, mm.pref, 1, &heur, &found));
-        if (found < 1)
-            return set_error(DST_ERR_BACKEND,
-                             "cuda backend: cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (batch %lld, "
-                             "dtype %d)",
-                             static_cast<long long>(g.M), static_cast<long long>(g.N),
-                             static_cast<long long>(g.K), static_cast<long long>(g.batch), static_cast<int>(dt));
-        if (lt_algos_.size() >= 256) lt_algos_.clear();
         LtAlgoEntry e;
         std::memcpy(e.key, key, sizeof key);
-        e.algo = heur.algo;
-        e.ws = heur.workspaceSize;
+        DST_TRY(choose_algo(mm, type, d_type, g, ws_bytes, al_a, al_b, al_d, key, &e.algo, &e.ws));
+        if (lt_algos_.size() >= kLtAlgosKept) lt_algos_.erase(lt_algos_.begin(), lt_algos_.begin() + kLtAlgosKept / 2);
         lt_algos_.push_back(e);
         hit = &lt_algos_.back();
     }

@@ -27,6 +27,7 @@ namespace cuda {
 struct AttentionArgs;   // kernels/attention_args.h
 struct DeferredCheck;   // kernels/checks.cuh
 }  // namespace cuda
+struct LtMatmul;        // backend/cuda/cublaslt_util.h
 
 // The cuBLASLt workspace every GEMM is offered (cuBLAS's recommendation for Hopper).
 constexpr size_t kGemmWorkspace = size_t(32) << 20;
@@ -194,13 +195,18 @@ private:
     uint32_t next_check_ = 1;
     dst_status note_check(CheckKind kind, int32_t lo, int32_t hi, const char *what, const char *detail, uint32_t *id);
     bool stochastic_ = false;
-    // cuBLASLt heuristic results of the GEMMs, by problem (same problem: same algorithm).
+    // cuBLASLt algorithms of the GEMMs, by problem (same problem: same algorithm), and the heuristic's
+    // choice per size class (choose_algo); each list keeps its newest kLtAlgosKept entries.
     struct LtAlgoEntry {
         int64_t key[20];
         cublasLtMatmulAlgo_t algo;
         size_t ws;
     };
-    std::vector<LtAlgoEntry> lt_algos_;
+    static constexpr size_t kLtAlgosKept = 1024;
+    std::vector<LtAlgoEntry> lt_algos_, lt_classes_;
+    dst_status choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataType_t d_type, const Gemm &g, size_t ws_bytes,
+                           uint32_t al_a, uint32_t al_b, uint32_t al_d, const int64_t (&key)[20],
+                           cublasLtMatmulAlgo_t *algo, size_t *ws);
 };
 
 // Creates a CUDA backend on `device` (0-based). DST_ERR_UNSUPPORTED when no GPU is usable,
