@@ -90,6 +90,7 @@ class Row:
     compile_s: float | None = None
     wall_s: float | None = None
     split_ms: dict | None = None  # ours: ms per step of each phase (--profile run)
+    call_lines: list | None = None  # ours: the costliest call sites (--profile-calls run)
     note: str = ""
 
 
@@ -242,10 +243,19 @@ class Case:
         shutil.rmtree(out, ignore_errors=True)
         steps = a.warmup + (a.profile_steps if profile else a.steps)
         cmd = [a.prog, "train", "--model-config", self.model_json, "--ds-config", self.ds_json] + self.common() + [
-            "--steps", str(steps), "--eval-every", "0", "--no-export", "--no-checkpoint", "--quiet",
-            "--backend", a.backend, "--output", out] + (["--profile"] if profile else [])
+            "--steps", str(steps), "--eval-every", "0", "--no-export", "--no-checkpoint",
+            "--backend", a.backend, "--output", out]
+        if not (profile and a.profile_calls):
+            cmd.append("--quiet")
+        if profile:
+            cmd.append("--profile-calls" if a.profile_calls else "--profile")
         run_prog(cmd, out + ".log", budget.left())
         path = os.path.join(out, "metrics.jsonl")
+        if profile and a.profile_calls:
+            with open(out + ".log", encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()
+            at = [i for i, line in enumerate(lines) if line.startswith("profile calls:")]
+            row.call_lines = lines[at[0]:at[0] + 17] if at else ["profile calls: no table in " + out + ".log"]
         if profile:
             recs = [r for r in metrics(path, "profile") if r["step"] > a.warmup]
             if len(recs) != a.profile_steps:
@@ -410,7 +420,10 @@ def split_line(r):
         return None
     total = sum(r.split_ms.values())
     parts = ", ".join(f"{ph} {v:.1f} ({100 * v / total:.0f}%)" for ph, v in r.split_ms.items())
-    return f"{'':13} dst-pretrain split, ms/step (--profile): {parts}; total {total:.1f}"
+    line = f"{'':13} dst-pretrain split, ms/step (--profile): {parts}; total {total:.1f}"
+    if r.call_lines:  # over that run's steps from the second on (the warm-up's later steps included)
+        line += "\n" + "\n".join(f"{'':13} {c}" for c in r.call_lines)
+    return line
 
 
 LEGEND = [
@@ -467,6 +480,8 @@ def parse_args():
     ap.add_argument("--steps", type=int, default=10, help="timed steps (default %(default)s)")
     ap.add_argument("--profile-steps", type=int, default=5,
                     help="steps of ours' --profile run after the warm-up (default %(default)s; 0: no split)")
+    ap.add_argument("--profile-calls", action="store_true",
+                    help="the split run with --profile-calls: also the costliest library call sites of the model")
     ap.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw",
                     help="ours' optimizer (HF always runs fused AdamW; default %(default)s)")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run (default %(default).0f)")

@@ -16,7 +16,9 @@
 #                                            # carry it), its cuda-labelled ctest entries, then
 #                                            # bench/pretrain_vs_hf.py for CASES (default
 #                                            # fp16:128,fp16:512; bf16:128,bf16:512 in a second call,
-#                                            # with DST_PRETRAIN_CTEST=0 to skip the tests there)
+#                                            # with DST_PRETRAIN_CTEST=0 to skip the tests there;
+#                                            # DST_PRETRAIN_ARGS: more arguments for it, such as
+#                                            # "--skip-hf --profile-calls")
 #
 # Both share the build folder DST_GPU_BUILD_DIR (default /tmp/dst-gpu-build); `bench` builds it when
 # missing; `pretrain` reconfigures it with dst-pretrain on (the library's objects stay). Each step has a
@@ -106,7 +108,8 @@ pretrain)
         limit=$((570 - SECONDS))
         [ "$limit" -lt 60 ] && limit=60
         step pretrain_vs_hf "$limit" "$out/pretrain_vs_hf.txt" env PYTHONUNBUFFERED=1 python3 bench/pretrain_vs_hf.py \
-            --prog "$prog" --cases "$cases" --budget $((limit - 40)) --out "$out" --work "$tmp/pretrain-work"
+            --prog "$prog" --cases "$cases" --budget $((limit - 40)) --out "$out" --work "$tmp/pretrain-work" \
+            ${DST_PRETRAIN_ARGS:-}
     fi
     ;;
 *) echo "usage: $0 tests|bench|pretrain [OUTDIR] [CASES]" >&2; exit 2 ;;

@@ -22,6 +22,7 @@ Exit status 0 when the check passes, 1 when it fails, 77 when it is skipped.
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import struct
@@ -456,19 +457,22 @@ PHASES = ("data", "embeddings_head", "layers", "comm", "optimizer", "other")
 
 def profile(prog, out, configs):
     """--profile writes one "profile" record per optimizer step whose phases add up to the time between two
-    steps, and changes no number; --no-checkpoint writes no checkpoint."""
+    steps, and changes no number; --profile-calls adds a table of the costliest library call sites, whose
+    times fit inside the phases; --no-checkpoint writes no checkpoint."""
     runs = {}
-    for prof in (False, True):
-        o = fresh(os.path.join(out, "profile_%s" % ("on" if prof else "off")))
+    for mode in ("off", "on", "calls"):
+        prof = mode != "off"
+        o = fresh(os.path.join(out, "profile_%s" % mode))
+        flag = {"off": [], "on": ["--profile"], "calls": ["--profile-calls"]}[mode]
         p = run(prog, ["train"] + tiny(configs) + ["--steps", "6", "--output", o, "--eval-every", "0", "--no-export",
-                                                   "--no-checkpoint"] + (["--profile"] if prof else []))
+                                                   "--no-checkpoint"] + flag)
         if os.path.exists(os.path.join(o, "checkpoints")) and os.listdir(os.path.join(o, "checkpoints")):
             fail("--no-checkpoint: %s/checkpoints is not empty" % o)
         recs = metrics(o)
-        runs[prof] = [(r["step"], r["loss"], r["mlm_loss"], r["nsp_loss"]) for r in recs if r["type"] == "train"]
+        runs[mode] = [(r["step"], r["loss"], r["mlm_loss"], r["nsp_loss"]) for r in recs if r["type"] == "train"]
         prof_recs = [r for r in recs if r["type"] == "profile"]
         if not prof:
-            if prof_recs or "profile:" in p.stdout:
+            if prof_recs or "profile:" in p.stdout or "profile calls:" in p.stdout:
                 fail("profile output without --profile")
             continue
         if [r["step"] for r in prof_recs] != list(range(1, 7)):
@@ -491,9 +495,37 @@ def profile(prog, out, configs):
         summary = [l for l in p.stdout.splitlines() if l.startswith("profile: 6 steps")]
         if len(summary) != 1 or not all(ph in summary[0] for ph in PHASES):
             fail("no profile summary naming every phase in the output")
-    if runs[True] != runs[False]:
-        fail("--profile changed the losses:\n%s\n%s" % (runs[True], runs[False]))
-    print("6 steps: the same losses with and without --profile")
+        lines = p.stdout.splitlines()
+        head = [i for i, l in enumerate(lines) if l.startswith("profile calls:")]
+        if mode == "on":
+            if head:
+                fail("a call table without --profile-calls")
+            continue
+        if len(head) != 1:
+            fail("--profile-calls: no 'profile calls:' table in the output")
+        m = re.match(r"profile calls: (\d+) sites, ([0-9.]+) ms per step in all over steps 2-6 ", lines[head[0]])
+        sites = []
+        for l in lines[head[0] + 1:]:
+            r = re.match(r"\s+([0-9.]+) ms/step\s+([0-9.]+) calls/step\s+(dst_\w+) \(model\.c:(\d+)\)$", l)
+            if not r:
+                break
+            sites.append((float(r.group(1)), float(r.group(2)), r.group(3)))
+        if not m or not sites or len(sites) > min(16, int(m.group(1))):
+            fail("--profile-calls: a malformed table:\n%s" % "\n".join(lines[head[0]:head[0] + 18]))
+        if [t for t, _, _ in sites] != sorted((t for t, _, _ in sites), reverse=True):
+            fail("--profile-calls: the sites are not costliest first")
+        names = {n for _, _, n in sites}
+        if not {"dst_layer_forward", "dst_layer_backward"} <= names:
+            fail("--profile-calls: the layers' calls are not among the costliest: %s" % sorted(names))
+        later = [r for r in prof_recs if r["step"] >= 2]  # the table counts from step 2 on
+        per_step = sum(sum(r[ph + "_s"] for ph in PHASES) for r in later) / len(later) * 1e3
+        if not float(m.group(2)) <= per_step * 1.05 + 0.5:
+            fail("--profile-calls: the call sites take %s ms per step, more than the %.3f ms of the phases"
+                 % (m.group(2), per_step))
+        print("--profile-calls: %s sites, %s of %.3f ms per step" % (m.group(1), m.group(2), per_step))
+    if not runs["on"] == runs["off"] == runs["calls"]:
+        fail("--profile changed the losses:\n%s\n%s\n%s" % (runs["on"], runs["off"], runs["calls"]))
+    print("6 steps: the same losses without --profile, with it and with --profile-calls")
 
 
 # ---- data-out ------------------------------------------------------------------------------------------

@@ -103,6 +103,8 @@ static void train_usage(FILE *f) {
             "  --profile            time each phase of a step (data, embeddings and heads, layers, all-reduce\n"
             "                       wait, optimizer, other) with a device synchronisation at its end: one\n"
             "                       \"profile\" line per step in metrics.jsonl and a summary at the end\n"
+            "  --profile-calls      --profile, and every library call of the model timed with a device\n"
+            "                       synchronisation before and after it: the costliest call sites at the end\n"
             "  --no-checkpoint      write no checkpoint (not every N steps, at the end or on a signal)\n"
             "Data parallelism: one process per GPU, started by mpirun or with RANK, WORLD_SIZE, LOCAL_RANK,\n"
             "MASTER_ADDR and MASTER_PORT set (docs/pretrain.md); rank 0 prints and writes the outputs.\n"
@@ -356,6 +358,7 @@ static int cmd_train(int argc, char **argv) {
         else if (strcmp(a, "--quiet") == 0) o.quiet = 1;
         else if (strcmp(a, "--comm") == 0 && next && parse_comm(next, &o.comm)) ++i;
         else if (strcmp(a, "--profile") == 0) o.profile = 1;
+        else if (strcmp(a, "--profile-calls") == 0) o.profile = o.profile_calls = 1;
         else if (strcmp(a, "--no-checkpoint") == 0) o.no_checkpoint = 1;
         else {
             free(shards);

@@ -28,12 +28,43 @@ void dstp_seterr(dstp_error *err, const char *fmt, ...);
 /* A library call: on failure the message names the call, the status and the library's reason. */
 #define LIB(call)                                                                                           \
     do {                                                                                                    \
+        const double t0_ = call_begin();                                                                    \
         const dst_status st_ = (call);                                                                      \
+        call_end(t0_, #call, __LINE__);                                                                     \
         if (st_ != DST_OK) {                                                                                \
             dstp_seterr(err, "%s: %s: %s", lib_name(#call), dst_status_string(st_), dst_last_error());     \
             return DSTP_ERR_STATE;                                                                          \
         }                                                                                                   \
     } while (0)
+
+/* The profile whose per-call timing is on (dstp_model_set_profile; one per process), else NULL. A failed
+ * synchronisation here is left to the next library call, which reports the context's error. */
+static dstp_profile *s_call_profile;
+static double mono_s(void);
+
+static double call_begin(void) {
+    if (!s_call_profile) return 0.0;
+    (void)dst_context_synchronize(s_call_profile->ctx);
+    return mono_s();
+}
+
+static void call_end(double t0, const char *call, int line) {
+    dstp_profile *p = s_call_profile;
+    dstp_call_site *site = NULL;
+    int k;
+    if (!p) return;
+    (void)dst_context_synchronize(p->ctx);
+    for (k = 0; k < p->num_sites && !site; ++k)
+        if (p->sites[k].line == line && p->sites[k].call == call) site = &p->sites[k];
+    if (!site && p->num_sites < DSTP_PROFILE_SITES) {
+        site = &p->sites[p->num_sites++];
+        site->call = call;
+        site->line = line;
+    }
+    if (!site) return;
+    site->seconds += mono_s() - t0;
+    ++site->count;
+}
 
 /* "dst_layer_forward(...)" -> "dst_layer_forward" */
 static const char *lib_name(const char *call) {
@@ -508,7 +539,35 @@ const char *dstp_phase_name(dstp_phase phase) {
     return (int)phase >= 0 && phase < DSTP_PHASE_COUNT ? names[phase] : "?";
 }
 
-void dstp_model_set_profile(dstp_model *m, dstp_profile *p) { m->prof = p; }
+void dstp_model_set_profile(dstp_model *m, dstp_profile *p) {
+    m->prof = p;
+    s_call_profile = p && p->per_call ? p : NULL;
+}
+
+void dstp_profile_reset_calls(dstp_profile *p) {
+    int k;
+    for (k = 0; k < p->num_sites; ++k) p->sites[k].seconds = 0.0, p->sites[k].count = 0;
+}
+
+void dstp_profile_print_calls(const dstp_profile *p, long long steps, int top, FILE *f) {
+    int order[DSTP_PROFILE_SITES], n = p->num_sites, i, j;
+    double sum = 0.0;
+    if (steps <= 0 || n == 0) return;
+    for (i = 0; i < n; ++i) order[i] = i, sum += p->sites[i].seconds;
+    for (i = 1; i < n; ++i) /* insertion sort, costliest first */
+        for (j = i; j > 0 && p->sites[order[j]].seconds > p->sites[order[j - 1]].seconds; --j) {
+            const int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    fprintf(f, "profile calls: %d sites, %.2f ms per step in all over steps 2-%lld (each call synchronised before and "
+            "after):\n", n, 1e3 * sum / (double)steps, steps + 1);
+    for (i = 0; i < n && i < top; ++i) {
+        const dstp_call_site *s = &p->sites[order[i]];
+        fprintf(f, "  %9.3f ms/step %7.1f calls/step  %s (model.c:%d)\n", 1e3 * s->seconds / (double)steps,
+                (double)s->count / (double)steps, lib_name(s->call), s->line);
+    }
+}
 
 #define LAP(phase)                                                                                          \
     do {                                                                                                    \

@@ -92,10 +92,23 @@ typedef enum dstp_phase {
     DSTP_PHASE_OTHER,       /* the rest of the loop: progress lines, metrics, evaluation, checkpoints */
     DSTP_PHASE_COUNT
 } dstp_phase;
+/* One call site of a library function in the model (`--profile-calls`): its host seconds with a
+ * synchronisation before and after the call, so that they are the device time of its work plus the
+ * host time of the call itself, and how often it ran. */
+typedef struct dstp_call_site {
+    const char *call;  /* the call's source text */
+    int line;          /* its line in model.c */
+    long long count;
+    double seconds;
+} dstp_call_site;
+enum { DSTP_PROFILE_SITES = 96 };
 typedef struct dstp_profile {
     dst_context *ctx;                  /* synchronised at the end of each phase */
     double seconds[DSTP_PHASE_COUNT];  /* accumulated by dstp_profile_lap */
     double mark;                       /* the end of the last phase (monotonic clock, seconds) */
+    int per_call;                      /* also time every library call of the model (set after _start) */
+    int num_sites;                     /* sites[] in the order first seen (more than DSTP_PROFILE_SITES: not kept) */
+    dstp_call_site sites[DSTP_PROFILE_SITES];
 } dstp_profile;
 /* Starts a profile on `ctx`: synchronises it, zeroes the phases and sets the mark to now. */
 dstp_status dstp_profile_start(dstp_profile *p, dst_context *ctx, dstp_error *err);
@@ -103,6 +116,11 @@ dstp_status dstp_profile_start(dstp_profile *p, dst_context *ctx, dstp_error *er
 dstp_status dstp_profile_lap(dstp_profile *p, dstp_phase phase, dstp_error *err);
 /* The name of a phase in the metrics file ("data", "embeddings_head", "layers", "comm", "optimizer", "other"). */
 const char *dstp_phase_name(dstp_phase phase);
+/* Zeroes the call sites' times and counts (the sites stay). */
+void dstp_profile_reset_calls(dstp_profile *p);
+/* With per_call: the `top` costliest call sites, in ms per step over `steps` steps, to `f` (nothing for
+ * steps <= 0). */
+void dstp_profile_print_calls(const dstp_profile *p, long long steps, int top, FILE *f);
 
 /* Creates the model in `ctx` with its initial weights (Hugging Face's rule: weights N(0, initializer_range),
  * the [PAD] row of the word embeddings zero, biases 0, LayerNorm γ 1 and β 0; the layers' own init). */

@@ -726,6 +726,7 @@ int dstp_train(const dstp_train_options *o) {
             goto done;
         }
         pp = &prof;
+        prof.per_call = o->profile_calls;
         dstp_model_set_profile(model, pp);
     }
     t_start = t_print = now_s();
@@ -798,6 +799,9 @@ int dstp_train(const dstp_train_options *o) {
             for (ph = 0; ph < DSTP_PHASE_COUNT; ++ph) prof_total[ph] += prof.seconds[ph], prof.seconds[ph] = 0.0;
             ++prof_steps;
             prof_micro = 0;
+            /* the call table counts from the second step on: the first one's one-time costs (GEMM algorithm
+               choices, allocations) would dominate a short run's */
+            if (prof.per_call && prof_steps == 1) dstp_profile_reset_calls(&prof);
         }
         print_acc.mlm_loss_sum += step_acc.mlm_loss_sum / (double)step_acc.micro;
         print_acc.nsp_loss_sum += step_acc.nsp_loss_sum / (double)step_acc.micro;
@@ -929,6 +933,7 @@ int dstp_train(const dstp_train_options *o) {
                     printf("%s %s %.2f (%.1f%%)", ph ? "," : "", dstp_phase_name((dstp_phase)ph),
                            1e3 * prof_total[ph] / (double)prof_steps, sum > 0 ? 100.0 * prof_total[ph] / sum : 0.0);
                 printf("\n");
+                if (prof.per_call) dstp_profile_print_calls(&prof, prof_steps - 1, 16, stdout);
             }
             if (saved_at_end) printf("checkpoint: %s/global_step%lld (latest)\n", ckdir, (long long)step);
         }

@@ -54,6 +54,7 @@ typedef struct dstp_train_options {
     int quiet;
     dstp_comm_kind comm;       /* data-parallel gradient averaging: auto (NCCL with CUDA), none or nccl */
     int profile;               /* the time split of each step (model.h, dstp_profile) into the metrics */
+    int profile_calls;         /* with profile: also each library call of the model, synchronised */
     int no_checkpoint;         /* no checkpoints at all (benchmarks): not every N steps, at the end or on a signal */
 } dstp_train_options;
 
