@@ -425,6 +425,147 @@ DST_FDEV void store2(T *row, int c, int d, float v0, float v1) {
 
 // ================================ forward ========================================================
 
+// A warp's view of one query tile in the forward (the mma.sync kernel below and the wgmma kernel of
+// kernels/attention_flash_wgmma.cuh both keep their accumulators in this m16n8 layout): the lane's
+// rows i0 and i1 = i0 + 8 (accumulator elements 0, 1 and 2, 3), the running max m2 (log2 domain) and
+// row sum l, and the Philox groups of its rows at key 0.
+struct FwdRows {
+    int b, q0, wrow, i0, i1, t, kv_len;
+    uint64_t row_base, grp0, grp1;
+    bool has_bias;
+    float cexp;  // s is scaled with the mask added (1), or raw (scale·log2 e)
+    float m2[2], l[2];
+};
+
+DST_FDEV FwdRows fwd_rows(const Params &p, int b, int bh, int q0, int wrow, int lane) {
+    FwdRows r;
+    r.b = b;
+    r.q0 = q0;
+    r.wrow = wrow;
+    r.t = lane & 3;
+    r.i0 = q0 + wrow + (lane >> 2);
+    r.i1 = r.i0 + 8;
+    r.kv_len = key_limit(p, b);
+    r.row_base = uint64_t(bh) * uint64_t(p.seq);
+    // Dropout groups of this lane's rows at key 0 (aligned4: (row_base + i)·S/4 + t).
+    r.grp0 = (r.row_base + uint64_t(r.i0)) * uint64_t(p.seq / 4) + uint64_t(r.t);
+    r.grp1 = r.grp0 + 2 * uint64_t(p.seq);  // 8 rows on
+    r.has_bias = p.key_bias != nullptr;
+    r.cexp = r.has_bias ? 1.0f : p.scale_log2;
+    r.m2[0] = r.m2[1] = -INFINITY;
+    r.l[0] = r.l[1] = 0.0f;
+    return r;
+}
+
+// One key tile k0 … k0 + BN − 1 of the forward on S = Q·Kᵀ in s (columns in perm16 order): the additive
+// mask, the keys past the length and causal, the online softmax (o rescaled, m2 and l updated) and
+// dropout. On return s holds P̃ (unnormalised, dropped entries zero), ready to become the A operand
+// of O += P̃·V.
+template <int NT, int DT>
+DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], float (&o)[DT][4]) {
+    constexpr int BN = NT * 8, NG = BN / 16;
+    const int S = p.seq, t = w.t;
+    // Element (nt, e) is row e/2 (i0 or i1) and key k0 + 16·(nt/2) + 4t + 2·(nt%2) + e%2.
+    if (w.has_bias) {  // s ← s·scale·log2(e) + mask·log2(e)
+#pragma unroll
+        for (int G = 0; G < NG; ++G) {
+            const int j = k0 + G * 16 + 4 * t;
+            float b4[4];
+#pragma unroll
+            for (int x = 0; x < 4; ++x) b4[x] = j + x < S ? bias2_at(p, w.b, j + x) : 0.0f;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[2 * G][e] = fmaf(s[2 * G][e], p.scale_log2, b4[e & 1]);
+                s[2 * G + 1][e] = fmaf(s[2 * G + 1][e], p.scale_log2, b4[2 + (e & 1)]);
+            }
+        }
+    }
+    if (k0 + BN > w.kv_len || (p.causal && k0 + BN - 1 > w.q0 + w.wrow)) {  // uniform per warp
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int j = k0 + 16 * (nt >> 1) + 4 * t + 2 * (nt & 1) + (e & 1), i = e < 2 ? w.i0 : w.i1;
+                if (j >= w.kv_len || (p.causal && j > i)) s[nt][e] = -INFINITY;
+            }
+    }
+
+    // Online softmax in the log2 domain (m2: running max of the scaled scores).
+    float alpha[2], neg[2];
+    bool grew = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+        const float m_new = fmaxf(w.m2[r], quad_max(mx) * w.cexp);
+        const float ref = m_new == -INFINITY ? 0.0f : m_new;  // every key so far hidden
+        grew |= m_new > w.m2[r];
+        alpha[r] = fast_exp2(w.m2[r] - ref);
+        w.m2[r] = m_new;
+        neg[r] = -ref;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float v = fast_exp2(fmaf(s[nt][e], w.cexp, neg[e >> 1]));
+            sum[e >> 1] += v;
+            s[nt][e] = v;
+        }
+    w.l[0] = fmaf(w.l[0], alpha[0], sum[0]);
+    w.l[1] = fmaf(w.l[1], alpha[1], sum[1]);
+    if (__any_sync(0xffffffffu, grew)) {  // after the first tiles the maxima seldom move (else alpha = 1)
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[dt][e] *= alpha[e >> 1];
+    }
+
+    // Dropout: word x of this lane's block of row r in group G is key offset x, element
+    // (2G + x/2, 2r + x%2). One branch per mode outside the unrolled loops, so that the
+    // Philox chains of a tile are one straight block the scheduler can interleave.
+    auto drop = [&](int G, int r, const uint4 &wd) {
+        if (wd.x < p.threshold) s[2 * G][2 * r] = 0.0f;
+        if (wd.y < p.threshold) s[2 * G][2 * r + 1] = 0.0f;
+        if (wd.z < p.threshold) s[2 * G + 1][2 * r] = 0.0f;
+        if (wd.w < p.threshold) s[2 * G + 1][2 * r + 1] = 0.0f;
+    };
+    if (p.dropout && p.aligned4) {
+#pragma unroll
+        for (int G = 0; G < NG; ++G)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) drop(G, r, philox_group(p, (r ? w.grp1 : w.grp0) + uint64_t(k0 / 4 + 4 * G)));
+    } else if (p.dropout) {
+#pragma unroll
+        for (int G = 0; G < NG; ++G)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const uint64_t e0 = (w.row_base + uint64_t(r ? w.i1 : w.i0)) * uint64_t(S) + uint64_t(k0 + 16 * G + 4 * t);
+                drop(G, r, make_uint4(philox_word(p, e0), philox_word(p, e0 + 1), philox_word(p, e0 + 2),
+                                      philox_word(p, e0 + 3)));
+            }
+    }
+}
+
+// The forward's end: ctx = o·(1/(1−p))/l for the lane's rows below S (columns below d of the head at
+// gctx, the row stride p.hidden), lse = (m2 + log2 l)·ln 2 when p.lse.
+template <typename T, int DT>
+DST_FDEV void fwd_store(const Params &p, const FwdRows &w, T *gctx, int d, const float (&o)[DT][4]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float lt = quad_sum(w.l[r]);
+        const int i = r ? w.i1 : w.i0;
+        if (i >= p.seq) continue;
+        const float inv = lt > 0.0f ? p.drop_scale / lt : 0.0f;
+        T *row = gctx + int64_t(i) * p.hidden;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) store2(row, dt * 8 + 2 * w.t, d, o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        if (p.lse && w.t == 0) p.lse[w.row_base + i] = lt > 0.0f ? (w.m2[r] + log2f(lt)) * kLn2 : -INFINITY;
+    }
+}
+
 // 16·NW queries per block (a warp per 16 rows), BN keys per tile, head dim padded to D.
 template <typename T, int D, int BN, int NW>
 struct FwdTraits {
@@ -446,13 +587,11 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
     const int64_t ld = 3 * int64_t(p.hidden);
     const T *gq = static_cast<const T *>(p.qkv) + int64_t(b) * S * ld + int64_t(h) * d;
     const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
-    const int kv_len = key_limit(p, b);
-    const int n_end = p.causal ? min(kv_len, q0 + BM) : kv_len;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    FwdRows w = fwd_rows(p, b, bh, q0, warp * 16, lane);
+    const int wrow = w.wrow;
+    const int n_end = p.causal ? min(w.kv_len, q0 + BM) : w.kv_len;
     const int n_blocks = (n_end + BN - 1) / BN;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int wrow = warp * 16;
-    const int i0 = q0 + wrow + g, i1 = i0 + 8;  // this lane's two query rows
-    const uint64_t row_base = uint64_t(bh) * uint64_t(S);
     // Shared-memory rows a lane addresses in ldmatrix: K (B of S = Q·Kᵀ, rows n) and V (B of P·V,
     // rows k), both in perm16 order.
     const int krow = perm16((lane >> 4) * 8 + (lane & 7)), vrow = perm16(((lane >> 3) & 1) * 8 + (lane & 7));
@@ -466,16 +605,9 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
     if (n_blocks > 0) stage_kv(0, 0);
     cp_async_commit();
 
-    // Dropout groups of this lane's rows at key 0 (aligned4: (row_base + i)·S/4 + t).
-    const uint64_t grp0 = (row_base + uint64_t(i0)) * uint64_t(S / 4) + uint64_t(t);
-    const uint64_t grp1 = grp0 + 2 * uint64_t(S);  // 8 rows on
-    const bool has_bias = p.key_bias != nullptr;
-    const float cexp = has_bias ? 1.0f : p.scale_log2;  // s is scaled with the mask added, or raw
-
     uint32_t qf[KD][4];
     float o[DT][4];
     zero(o);
-    float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
     for (int nb = 0; nb < n_blocks; ++nb) {
         const int k0 = nb * BN, st = nb & 1;
@@ -503,88 +635,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
                 mma<T>(s[2 * G + 1], qf[kk], bf[2], bf[3]);
             }
 
-        // Element (nt, e) is row e/2 (i0 or i1) and key k0 + 16·(nt/2) + 4t + 2·(nt%2) + e%2.
-        if (has_bias) {  // s ← s·scale·log2(e) + mask·log2(e)
-#pragma unroll
-            for (int G = 0; G < NG; ++G) {
-                const int j = k0 + G * 16 + 4 * t;
-                float b4[4];
-#pragma unroll
-                for (int x = 0; x < 4; ++x) b4[x] = j + x < S ? bias2_at(p, b, j + x) : 0.0f;
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[2 * G][e] = fmaf(s[2 * G][e], p.scale_log2, b4[e & 1]);
-                    s[2 * G + 1][e] = fmaf(s[2 * G + 1][e], p.scale_log2, b4[2 + (e & 1)]);
-                }
-            }
-        }
-        if (k0 + BN > kv_len || (p.causal && k0 + BN - 1 > q0 + wrow)) {  // uniform per warp
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int j = k0 + 16 * (nt >> 1) + 4 * t + 2 * (nt & 1) + (e & 1), i = e < 2 ? i0 : i1;
-                    if (j >= kv_len || (p.causal && j > i)) s[nt][e] = -INFINITY;
-                }
-        }
-
-        // Online softmax in the log2 domain (m2: running max of the scaled scores).
-        float alpha[2], neg[2];
-        bool grew = false;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-            const float m_new = fmaxf(m2[r], quad_max(mx) * cexp);
-            const float ref = m_new == -INFINITY ? 0.0f : m_new;  // every key so far hidden
-            grew |= m_new > m2[r];
-            alpha[r] = fast_exp2(m2[r] - ref);
-            m2[r] = m_new;
-            neg[r] = -ref;
-        }
-        float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float v = fast_exp2(fmaf(s[nt][e], cexp, neg[e >> 1]));
-                sum[e >> 1] += v;
-                s[nt][e] = v;
-            }
-        l[0] = fmaf(l[0], alpha[0], sum[0]);
-        l[1] = fmaf(l[1], alpha[1], sum[1]);
-        if (__any_sync(0xffffffffu, grew)) {  // after the first tiles the maxima seldom move
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) o[dt][e] *= alpha[e >> 1];
-        }
-
-        // Dropout: word x of this lane's block of row r in group G is key offset x, element
-        // (2G + x/2, 2r + x%2). One branch per mode outside the unrolled loops, so that the
-        // Philox chains of a tile are one straight block the scheduler can interleave.
-        auto drop = [&](int G, int r, const uint4 &w) {
-            if (w.x < p.threshold) s[2 * G][2 * r] = 0.0f;
-            if (w.y < p.threshold) s[2 * G][2 * r + 1] = 0.0f;
-            if (w.z < p.threshold) s[2 * G + 1][2 * r] = 0.0f;
-            if (w.w < p.threshold) s[2 * G + 1][2 * r + 1] = 0.0f;
-        };
-        if (p.dropout && p.aligned4) {
-#pragma unroll
-            for (int G = 0; G < NG; ++G)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) drop(G, r, philox_group(p, (r ? grp1 : grp0) + uint64_t(k0 / 4 + 4 * G)));
-        } else if (p.dropout) {
-#pragma unroll
-            for (int G = 0; G < NG; ++G)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const uint64_t e0 = (row_base + uint64_t(r ? i1 : i0)) * uint64_t(S) + uint64_t(k0 + 16 * G + 4 * t);
-                    drop(G, r, make_uint4(philox_word(p, e0), philox_word(p, e0 + 1), philox_word(p, e0 + 2),
-                                          philox_word(p, e0 + 3)));
-                }
-        }
+        fwd_tile(p, w, k0, s, o);
 
         // O += P̃·V (V rows in the same perm16 order as the columns of P̃).
         uint32_t a[NG][4];
@@ -601,19 +652,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
     }
     cp_async_wait<0>();  // Q is still in flight when no key tile was visible
 
-    // ctx = o·(1/(1−p))/l; lse = (m2 + log2 l)·ln 2.
-    T *gctx = static_cast<T *>(p.ctx) + int64_t(b) * S * p.hidden + int64_t(h) * d;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const float lt = quad_sum(l[r]);
-        const int i = r ? i1 : i0;
-        if (i >= S) continue;
-        const float inv = lt > 0.0f ? p.drop_scale / lt : 0.0f;
-        T *row = gctx + int64_t(i) * p.hidden;
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) store2(row, dt * 8 + 2 * t, d, o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
-        if (p.lse && t == 0) p.lse[row_base + i] = lt > 0.0f ? (m2[r] + log2f(lt)) * kLn2 : -INFINITY;
-    }
+    fwd_store(p, w, static_cast<T *>(p.ctx) + int64_t(b) * S * p.hidden + int64_t(h) * d, d, o);
 }
 
 // ================================ backward =======================================================

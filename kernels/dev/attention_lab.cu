@@ -14,7 +14,7 @@
 //        f4 (BN 64, 8 warps, 2)  f5 (BN 32, 4 warps, 4)  f6 (BN 32, 4 warps, 5: 96 registers)
 //        f7 (BN 64, 2 warps, 8)
 //        w1 (wgmma, BN 64, 1 warpgroup, 3/SM)  w2 (wgmma, BN 128, 2/SM)  w3 (wgmma, BN 128, 1/SM): built
-//        only for sm_90a (lab.sh defines DST_LAB_SM90A); kernels/dev/attention_wgmma.cuh
+//        only for sm_90a (lab.sh defines DST_LAB_SM90A); kernels/attention_flash_wgmma.cuh
 //        all: 16 query rows per warp, Q fragments held in registers, perm16 key columns so that a
 //        lane's four columns of a row are one Philox block (no shuffles), the scale folded into
 //        the exponent's FFMA, the first Philox round's uniform products folded on the host.
@@ -40,7 +40,7 @@
 #include "kernels/attention_flash_impl.cuh"
 #include "kernels/philox.h"
 #if defined(DST_LAB_SM90A)
-#include "kernels/dev/attention_wgmma.cuh"
+#include "kernels/attention_flash_wgmma.cuh"
 #endif
 
 using namespace dst;
@@ -516,7 +516,7 @@ BwdVersion bwd_version(const char *name) {
             }};
 }
 #if defined(DST_LAB_SM90A)
-// The wgmma forward (kernels/dev/attention_wgmma.cuh): one warpgroup, BM 64, BN keys, MB blocks/SM.
+// The wgmma forward (kernels/attention_flash_wgmma.cuh): one warpgroup, BM 64, BN keys, MB blocks/SM.
 template <typename T, int BN, int MB>
 FwdVersion fwd_wgmma_version(const char *name) {
     using Tr = flash::WgTraits<BN>;

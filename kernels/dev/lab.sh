@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs the attention kernel lab on the GPU machine, from the repository root:
 #   bash kernels/dev/lab.sh OUTDIR [lab arguments: check, time, fp16, bf16, profile]
-# Compiles the flash kernel files and the lab in parallel with nvcc (sm_90a: the wgmma versions need it), then runs the lab;
+# Compiles the flash kernel files (kernels/sm90 included, as the library on sm_90 has them: the lab's
+# "prod" rows are the library's path) and the lab in parallel with nvcc (sm_90a), then runs the lab;
 # the log goes to OUTDIR/lab.log (OUTDIR/lab-TAG.log with LAB_TAG).
 # Environment:
 #   LAB_ROOT=DIR  take the kernel sources and the lab from DIR/kernels instead of ./kernels (a copy
@@ -10,6 +11,7 @@
 #   LAB_SASS=1    also write OUTDIR/sass-TAG.txt: per kernel, its SASS instruction count and the
 #                 count of every opcode (static counts: what the compiler made of each version).
 set -u -o pipefail
+shopt -s nullglob  # an earlier tree (LAB_ROOT) may have no kernels/sm90
 out=${1:-lab-out}
 shift || true
 mkdir -p "$out"
@@ -17,12 +19,12 @@ root=${LAB_ROOT:-.}
 tag=${LAB_TAG:-$(basename "$(cd "$root" && pwd)")}
 obj=/tmp/dst-lab-$tag
 mkdir -p "$obj"
-flags=(-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DDST_LAB_SM90A -I"$root" -I. -I"$root/capi/include"
+flags=(-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DDST_LAB_SM90A -DDST_WITH_SM90A -I"$root" -I. -I"$root/capi/include"
        -Icapi/include -Xcompiler -fopenmp -Xptxas -v)
 t0=$SECONDS
 pids=()
 rm -f "$obj"/*.o
-for f in "$root"/kernels/attention_flash*.cu "$root"/kernels/dev/attention_lab.cu; do
+for f in "$root"/kernels/attention_flash*.cu "$root"/kernels/sm90/*.cu "$root"/kernels/dev/attention_lab.cu; do
     nvcc "${flags[@]}" -c "$f" -o "$obj/$(basename "$f").o" >"$obj/$(basename "$f").log" 2>&1 &
     pids+=($!)
 done
