@@ -1,5 +1,8 @@
 // Instantiations of the flash attention backward at the production tile shapes (one file per
 // kernel family so that nvcc compiles them in parallel). See kernels/attention_flash_impl.cuh.
+// On compute capability 9.0 with the sm_90a objects (DST_WITH_SM90A), head dim 64 with 16-byte rows
+// runs on the wgmma backward instead (kernels/attention_flash_wgmma.cuh): the same dropped set and
+// dQ order, its key-row products on warpgroup MMAs.
 #include "kernels/attention_flash_impl.cuh"
 
 namespace dst {
@@ -7,6 +10,9 @@ namespace cuda {
 namespace flash {
 
 cudaError_t bwd(const Params &p, bool bf16, int D, cudaStream_t stream) {
+#ifdef DST_WITH_SM90A
+    if (D == 64 && wgmma_runs(p)) return bwd_wgmma(p, bf16, stream);
+#endif
     return dispatch(bf16, D, [&](auto tag, auto dim) {
         using T = decltype(tag);
         constexpr int kD = decltype(dim)::value;

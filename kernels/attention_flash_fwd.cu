@@ -1,6 +1,6 @@
 // Instantiations of the flash attention forward at the production tile shapes (one file per
 // kernel family so that nvcc compiles them in parallel). See kernels/attention_flash_impl.cuh.
-// On compute capability 9.0, when the library has its sm_90a object (DST_WITH_SM90A), head dim 64
+// On compute capability 9.0, when the library has its sm_90a objects (DST_WITH_SM90A), head dim 64
 // with 16-byte rows runs on the wgmma forward instead (kernels/attention_flash_wgmma.cuh): the same
 // results, computed on warpgroup MMAs.
 #include "kernels/attention_flash_impl.cuh"
@@ -9,27 +9,9 @@ namespace dst {
 namespace cuda {
 namespace flash {
 
-#ifdef DST_WITH_SM90A
-cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream);  // kernels/sm90/
-
-namespace {
-
-// Whether the current device is compute capability 9.0 (the sm_90a object runs there only).
-bool device_is_sm90() {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-        return false;
-    return major == 9 && minor == 0;
-}
-
-}  // namespace
-#endif
-
 cudaError_t fwd(const Params &p, bool bf16, int D, cudaStream_t stream) {
 #ifdef DST_WITH_SM90A
-    if (D == 64 && p.head_dim == 64 && p.vec16 && device_is_sm90()) return fwd_wgmma(p, bf16, stream);
+    if (D == 64 && wgmma_runs(p)) return fwd_wgmma(p, bf16, stream);
 #endif
     return dispatch(bf16, D, [&](auto tag, auto dim) {
         using T = decltype(tag);

@@ -430,8 +430,8 @@ DST_FDEV void store2(T *row, int c, int d, float v0, float v1) {
 // rows i0 and i1 = i0 + 8 (accumulator elements 0, 1 and 2, 3), the running max m2 (log2 domain) and
 // row sum l, and the Philox groups of its rows at key 0.
 struct FwdRows {
-    int b, q0, wrow, i0, i1, t, kv_len;
-    uint64_t row_base, grp0, grp1;
+    int b, q0, wrow, i0, t, kv_len;  // i1 = i0 + 8
+    uint64_t row_base, grp0;         // grp1 = grp0 + 2S
     bool has_bias;
     float cexp;  // s is scaled with the mask added (1), or raw (scale·log2 e)
     float m2[2], l[2];
@@ -444,12 +444,10 @@ DST_FDEV FwdRows fwd_rows(const Params &p, int b, int bh, int q0, int wrow, int 
     r.wrow = wrow;
     r.t = lane & 3;
     r.i0 = q0 + wrow + (lane >> 2);
-    r.i1 = r.i0 + 8;
     r.kv_len = key_limit(p, b);
     r.row_base = uint64_t(bh) * uint64_t(p.seq);
     // Dropout groups of this lane's rows at key 0 (aligned4: (row_base + i)·S/4 + t).
     r.grp0 = (r.row_base + uint64_t(r.i0)) * uint64_t(p.seq / 4) + uint64_t(r.t);
-    r.grp1 = r.grp0 + 2 * uint64_t(p.seq);  // 8 rows on
     r.has_bias = p.key_bias != nullptr;
     r.cexp = r.has_bias ? 1.0f : p.scale_log2;
     r.m2[0] = r.m2[1] = -INFINITY;
@@ -485,7 +483,7 @@ DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], f
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int j = k0 + 16 * (nt >> 1) + 4 * t + 2 * (nt & 1) + (e & 1), i = e < 2 ? w.i0 : w.i1;
+                const int j = k0 + 16 * (nt >> 1) + 4 * t + 2 * (nt & 1) + (e & 1), i = w.i0 + (e < 2 ? 0 : 8);
                 if (j >= w.kv_len || (p.causal && j > i)) s[nt][e] = -INFINITY;
             }
     }
@@ -536,13 +534,14 @@ DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], f
 #pragma unroll
         for (int G = 0; G < NG; ++G)
 #pragma unroll
-            for (int r = 0; r < 2; ++r) drop(G, r, philox_group(p, (r ? w.grp1 : w.grp0) + uint64_t(k0 / 4 + 4 * G)));
+            for (int r = 0; r < 2; ++r)
+                drop(G, r, philox_group(p, w.grp0 + (r ? 2 * uint64_t(S) : 0) + uint64_t(k0 / 4 + 4 * G)));
     } else if (p.dropout) {
 #pragma unroll
         for (int G = 0; G < NG; ++G)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const uint64_t e0 = (w.row_base + uint64_t(r ? w.i1 : w.i0)) * uint64_t(S) + uint64_t(k0 + 16 * G + 4 * t);
+                const uint64_t e0 = (w.row_base + uint64_t(w.i0 + 8 * r)) * uint64_t(S) + uint64_t(k0 + 16 * G + 4 * t);
                 drop(G, r, make_uint4(philox_word(p, e0), philox_word(p, e0 + 1), philox_word(p, e0 + 2),
                                       philox_word(p, e0 + 3)));
             }
@@ -556,7 +555,7 @@ DST_FDEV void fwd_store(const Params &p, const FwdRows &w, T *gctx, int d, const
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const float lt = quad_sum(w.l[r]);
-        const int i = r ? w.i1 : w.i0;
+        const int i = w.i0 + 8 * r;
         if (i >= p.seq) continue;
         const float inv = lt > 0.0f ? p.drop_scale / lt : 0.0f;
         T *row = gctx + int64_t(i) * p.hidden;
@@ -729,6 +728,189 @@ bool launch_rowdot_vec(const Params &p, cudaStream_t stream) {
     return true;
 }
 
+// A warp's 16 keys k0 + wrow … in the backward (the mma.sync kernel below and the wgmma kernel of
+// kernels/attention_flash_wgmma.cuh keep Sᵀ in this m16n8 layout): the lane's keys kj0 = k0 + wrow + 2g
+// (accumulator elements 0, 1) and kj1 = kj0 + 1 (elements 2, 3), i.e. row r of the warp's 16 is key
+// rho16(r); their additive mask over scale (−inf past the length), and the lane's Philox block.
+struct BwdKeys {
+    int kj0, kj1, t;
+    bool key_edge;  // the mask or the length touches these keys (uniform per warp)
+    float kbs[2];
+    int hh;           // which half of its Philox block this lane holds
+    uint32_t kgroup;  // the block's group within a query row
+    uint64_t row_base;
+};
+
+DST_FDEV BwdKeys bwd_keys(const Params &p, int b, int bh, int k0, int wrow, int kv_len) {
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+    BwdKeys k;
+    k.t = lane & 3;
+    k.kj0 = k0 + wrow + 2 * g;
+    k.kj1 = k.kj0 + 1;
+    const bool has_bias = p.key_bias != nullptr;
+    const int S = p.seq;
+    k.kbs[0] = k.kj0 >= kv_len ? -INFINITY : (has_bias ? p.key_bias[int64_t(b) * S + k.kj0] / p.scale : 0.0f);
+    k.kbs[1] = k.kj1 >= kv_len ? -INFINITY : (has_bias ? p.key_bias[int64_t(b) * S + k.kj1] / p.scale : 0.0f);
+    k.key_edge = has_bias || k0 + wrow + 16 > kv_len;
+    k.hh = g & 1;
+    k.kgroup = uint32_t((k0 + wrow) / 4 + (g >> 1));
+    k.row_base = uint64_t(bh) * uint64_t(S);
+    return k;
+}
+
+// One query tile i0 … of the backward on Sᵀ = K·Qᵀ (s) and dP̃ᵀ = V·dctxᵀ (dp), NTQ column blocks of 8
+// queries: the masks, then s ← P̃ᵀ/σ = P·keep and dp ← dSᵀ = P·(dP̃·keep·σ − D), with P = exp2(s·scale·log2 e
+// − lse2); sL, sD: the tile's lse2 and D (shared memory). k0 + wrow: the warp's first key.
+template <int NTQ>
+DST_FDEV void bwd_tile(const Params &p, const BwdKeys &k, int k0, int wrow, int i0, const float *sL, const float *sD,
+                       float (&s)[NTQ][4], float (&dp)[NTQ][4]) {
+    const int t = k.t, S = p.seq;
+    // Element (nt, e): key kj0 (e < 2) or kj1, query i0 + 8nt + 2t + e%2. Masks first, on the raw
+    // scores (uniform conditions, so the common tile skips them): the additive mask and the keys
+    // past the length through kbs, causal per element.
+    if (k.key_edge) {
+#pragma unroll
+        for (int nt = 0; nt < NTQ; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[nt][e] += k.kbs[e >> 1];
+    }
+    if (p.causal && k0 + wrow + 15 > i0) {
+#pragma unroll
+        for (int nt = 0; nt < NTQ; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if ((e < 2 ? k.kj0 : k.kj1) > i0 + nt * 8 + 2 * t + (e & 1)) s[nt][e] = -INFINITY;
+    }
+    // w: the keep words of the elements.
+    auto grad = [&](int nt, const uint32_t (&w)[4]) {
+        const float2 lq = *reinterpret_cast<const float2 *>(sL + nt * 8 + 2 * t);
+        const float2 dd = *reinterpret_cast<const float2 *>(sD + nt * 8 + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float pr = fast_exp2(fmaf(s[nt][e], p.scale_log2, (e & 1) ? -lq.y : -lq.x));
+            const bool kept = w[e] >= p.threshold;
+            dp[nt][e] = pr * fmaf(kept ? dp[nt][e] : 0.0f, p.drop_scale, (e & 1) ? -dd.y : -dd.x);  // dSᵀ
+            s[nt][e] = kept ? pr : 0.0f;                                                          // P̃ᵀ/σ
+        }
+    };
+    if (p.dropout && p.aligned4) {
+        // This lane draws the block of query 2t + hh (its keys are words 2hh, 2hh + 1) and
+        // trades the other two words with lane ^ 4, which holds the block's other keys.
+        const int hh = k.hh;
+#pragma unroll
+        for (int nt = 0; nt < NTQ; ++nt) {
+            const uint4 r = philox_group(p, (k.row_base + uint64_t(i0 + nt * 8 + 2 * t + hh)) * uint64_t(S / 4) + k.kgroup);
+            const uint32_t mine0 = hh ? r.z : r.x, mine1 = hh ? r.w : r.y;
+            const uint32_t got0 = __shfl_xor_sync(0xffffffffu, hh ? r.x : r.z, 4);
+            const uint32_t got1 = __shfl_xor_sync(0xffffffffu, hh ? r.y : r.w, 4);
+            // element e = 2x + y is key 2g + x, query 2t + y; the own block is y == hh.
+            const uint32_t w[4] = {hh ? got0 : mine0, hh ? mine0 : got0, hh ? got1 : mine1, hh ? mine1 : got1};
+            grad(nt, w);
+        }
+    } else if (p.dropout) {
+#pragma unroll
+        for (int nt = 0; nt < NTQ; ++nt) {
+            const uint64_t e00 = (k.row_base + uint64_t(i0 + nt * 8 + 2 * t)) * uint64_t(S) + uint64_t(k.kj0);
+            const uint32_t w[4] = {philox_word(p, e00), philox_word(p, e00 + uint64_t(S)), philox_word(p, e00 + 1),
+                                   philox_word(p, e00 + uint64_t(S) + 1)};
+            grad(nt, w);
+        }
+    } else {
+        const uint32_t w[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
+#pragma unroll
+        for (int nt = 0; nt < NTQ; ++nt) grad(nt, w);
+    }
+}
+
+// Adds a block's partial dQ of query tile mb (dqp: this warp's rows 16·wm …, columns wn·DQT·8 … of the
+// BM × D tile) into the tile's accumulator, and the last block of the tile writes dQ (see the header).
+// The key blocks 0 … jmax add into tile mb; this block's (jb, BN keys) rank among them: ascending key
+// blocks, or the order of the steps at which they visit the tile (causal: descending key blocks;
+// otherwise by distance (mb − jb) mod nq). gdq: dQ of this (batch, head), row stride ld; sTicket: a
+// shared int. Every thread of the block calls it.
+template <typename T, int D, int DQT>
+DST_FDEV void bwd_dq_add(const Params &p, const float (&dqp)[1][DQT][4], int bh, int jb, int BN, int mb, int BM,
+                         int nk, int wm, int wn, T *gdq, int64_t ld, int *sTicket) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, S = p.seq, d = p.head_dim, nq = p.q_tiles;
+    const int i0 = mb * BM;
+    const uint64_t row_base = uint64_t(bh) * uint64_t(S);
+    const int jmax = p.causal ? min(nk - 1, ((mb + 1) * BM - 1) / BN) : nk - 1;
+    const int rank = !p.dq_order ? jb
+                     : p.causal  ? jmax - jb
+                     : jb <= mb  ? max(0, min(mb, nk - 1) - jb)
+                                 : min(mb + 1, nk) + (nk - 1 - jb);
+    const bool first = rank == 0, last = rank == jmax;
+    int *cnt = p.counters + int64_t(bh) * nq + mb;
+    float *acc = p.dq_accum + (row_base + uint64_t(i0 + wm * 16)) * uint64_t(D) + wn * DQT * 8;
+    T *gout = gdq + int64_t(i0 + wm * 16) * ld + wn * DQT * 8;
+    const int rows_left = S - (i0 + wm * 16), dlim = d - wn * DQT * 8;
+    // f(accumulator pair, output row, column, the pair's two values) over this lane's pairs.
+    auto each = [&](auto &&f) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int il = g + 8 * r;
+            if (il >= rows_left) continue;
+#pragma unroll
+            for (int dt = 0; dt < DQT; ++dt)
+                f(acc + int64_t(il) * D + dt * 8 + 2 * t, gout + int64_t(il) * ld, dt * 8 + 2 * t, dqp[0][dt][2 * r],
+                  dqp[0][dt][2 * r + 1]);
+        }
+    };
+    auto write_sum = [&](float *pa, T *row, int c, float v0, float v1) {  // the last: previous sum + own
+        const float2 prev = __ldcg(reinterpret_cast<const float2 *>(pa));
+        store2(row, c, dlim, (prev.x + v0) * p.scale, (prev.y + v1) * p.scale);
+    };
+    if (p.deterministic) {
+        if (!first) {
+            if (threadIdx.x == 0) wait_turn(cnt, rank);
+            __syncthreads();
+        }
+        if (first && last) {
+            each([&](float *, T *row, int c, float v0, float v1) { store2(row, c, dlim, v0 * p.scale, v1 * p.scale); });
+        } else if (last) {
+            each(write_sum);
+        } else if (first) {
+            each([](float *pa, T *, int, float v0, float v1) { __stcg(reinterpret_cast<float2 *>(pa), make_float2(v0, v1)); });
+        } else {
+            each([](float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
+        }
+        if (!last) {
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) st_release(cnt, rank + 1);
+        }
+    } else {  // stochastic: the accumulator starts at zero, adds in any order, the last writes
+        each([](float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) *sTicket = atomicAdd(cnt, 1) == jmax;
+        __syncthreads();
+        if (*sTicket) {
+            __threadfence();
+            each([&](float *pa, T *row, int c, float, float) { write_sum(pa, row, c, 0.0f, 0.0f); });
+        }
+    }
+}
+
+// The backward's end: dK = scale·Σ dSᵀ·Q and dV = σ·Σ (P̃ᵀ/σ)·dctx of the lane's keys kj0 (elements 0, 1)
+// and kj1 (2, 3) below S, into dqkv's K and V columns (gdq: the head's Q column of row 0).
+template <typename T, int DT>
+DST_FDEV void bwd_store_kv(const Params &p, const BwdKeys &k, T *gdq, int64_t ld, const float (&dk)[DT][4],
+                           const float (&dv)[DT][4]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int j = r ? k.kj1 : k.kj0;
+        if (j >= p.seq) continue;
+        T *row = gdq + int64_t(j) * ld + p.hidden;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+            store2(row, dt * 8 + 2 * k.t, p.head_dim, dk[dt][2 * r] * p.scale, dk[dt][2 * r + 1] * p.scale);
+            store2(row + p.hidden, dt * 8 + 2 * k.t, p.head_dim, dv[dt][2 * r] * p.drop_scale,
+                   dv[dt][2 * r + 1] * p.drop_scale);
+        }
+    }
+}
+
 // 16·NW keys per block (a warp per 16), BM queries per step. The dQ product of a step splits the
 // [BM][D] tile over the warps as WM (rows of 16) × WN (column blocks of kDqT n8 tiles).
 template <typename T, int D, int BM, int NW>
@@ -812,18 +994,8 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
     stage(tile_at(0), 0);
     cp_async_commit();
 
-    // This lane's key rows (rho16): 2g (accumulator elements 0, 1) and 2g + 1 (elements 2, 3).
-    const int kj0 = k0 + wrow + 2 * g, kj1 = kj0 + 1;
-    // The additive mask of this lane's keys over scale (−inf past the length): added to the raw
-    // scores on tiles that need it.
-    const bool has_bias = p.key_bias != nullptr;
-    float kbs[2];
-    kbs[0] = kj0 >= kv_len ? -INFINITY : (has_bias ? p.key_bias[int64_t(b) * S + kj0] / p.scale : 0.0f);
-    kbs[1] = kj1 >= kv_len ? -INFINITY : (has_bias ? p.key_bias[int64_t(b) * S + kj1] / p.scale : 0.0f);
-    const bool key_edge = has_bias || k0 + wrow + 16 > kv_len;  // uniform per warp
+    const BwdKeys keys = bwd_keys(p, b, bh, k0, wrow, kv_len);
     const int arow = wrow + rho16(lane & 15);  // K and V rows this lane addresses as A operands
-    const int hh = g & 1;                      // which half of its Philox block this lane holds
-    const uint32_t kgroup = uint32_t((k0 + wrow) / 4 + (g >> 1));  // the block's group within a row
 
     float dk[1][DT][4], dv[1][DT][4];
     zero(dk[0]);
@@ -877,60 +1049,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
             }
         }
 
-        // Element (nt, e): key kj0 (e < 2) or kj1, query i0 + 8nt + 2t + e%2. Masks first, on the
-        // raw scores (uniform conditions, so the common tile skips them): the additive mask and
-        // the keys past the length through kbs, causal per element.
-        if (key_edge) {
-#pragma unroll
-            for (int nt = 0; nt < NTQ; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[nt][e] += kbs[e >> 1];
-        }
-        if (p.causal && k0 + wrow + 15 > i0) {
-#pragma unroll
-            for (int nt = 0; nt < NTQ; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if ((e < 2 ? kj0 : kj1) > i0 + nt * 8 + 2 * t + (e & 1)) s[nt][e] = -INFINITY;
-        }
-        // P = exp2(s·scale·log2 e − lse2), dS = P·(dP̃·keep·σ − D), P̃/σ = P·keep; w: the keep words.
-        auto grad = [&](int nt, const uint32_t (&w)[4]) {
-            const float2 lq = *reinterpret_cast<const float2 *>(sL + nt * 8 + 2 * t);
-            const float2 dd = *reinterpret_cast<const float2 *>(sD + nt * 8 + 2 * t);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float pr = fast_exp2(fmaf(s[nt][e], p.scale_log2, (e & 1) ? -lq.y : -lq.x));
-                const bool kept = w[e] >= p.threshold;
-                dp[nt][e] = pr * fmaf(kept ? dp[nt][e] : 0.0f, p.drop_scale, (e & 1) ? -dd.y : -dd.x);  // dSᵀ
-                s[nt][e] = kept ? pr : 0.0f;                                                          // P̃ᵀ/σ
-            }
-        };
-        if (p.dropout && p.aligned4) {
-            // This lane draws the block of query 2t + hh (its keys are words 2hh, 2hh + 1) and
-            // trades the other two words with lane ^ 4, which holds the block's other keys.
-#pragma unroll
-            for (int nt = 0; nt < NTQ; ++nt) {
-                const uint4 r = philox_group(p, (row_base + uint64_t(i0 + nt * 8 + 2 * t + hh)) * uint64_t(S / 4) + kgroup);
-                const uint32_t mine0 = hh ? r.z : r.x, mine1 = hh ? r.w : r.y;
-                const uint32_t got0 = __shfl_xor_sync(0xffffffffu, hh ? r.x : r.z, 4);
-                const uint32_t got1 = __shfl_xor_sync(0xffffffffu, hh ? r.y : r.w, 4);
-                // element e = 2x + y is key 2g + x, query 2t + y; the own block is y == hh.
-                const uint32_t w[4] = {hh ? got0 : mine0, hh ? mine0 : got0, hh ? got1 : mine1, hh ? mine1 : got1};
-                grad(nt, w);
-            }
-        } else if (p.dropout) {
-#pragma unroll
-            for (int nt = 0; nt < NTQ; ++nt) {
-                const uint64_t e00 = (row_base + uint64_t(i0 + nt * 8 + 2 * t)) * uint64_t(S) + uint64_t(kj0);
-                const uint32_t w[4] = {philox_word(p, e00), philox_word(p, e00 + uint64_t(S)), philox_word(p, e00 + 1),
-                                       philox_word(p, e00 + uint64_t(S) + 1)};
-                grad(nt, w);
-            }
-        } else {
-            const uint32_t w[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
-#pragma unroll
-            for (int nt = 0; nt < NTQ; ++nt) grad(nt, w);
-        }
+        bwd_tile(p, keys, k0, wrow, i0, sL, sD, s, dp);
 
         // dV·(1/σ) += (P̃ᵀ/σ)·dctx, dK += dSᵀ·Q; dSᵀ to shared memory for the dQ product.
         uint32_t a[1][NTQ / 2][4];
@@ -959,81 +1078,10 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
             mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sK, kk * 16, wn * DQT * 8);
         }
 
-        // Add it into the tile's accumulator (see the header). The key blocks 0 … jmax add into
-        // tile mb; this block's rank among them: ascending key blocks, or the order of the steps
-        // at which they visit the tile (causal: descending key blocks; otherwise by distance
-        // (mb − jb) mod nq).
-        const int jmax = p.causal ? min(nk - 1, ((mb + 1) * BM - 1) / BN) : nk - 1;
-        const int rank = !p.dq_order ? jb
-                         : p.causal  ? jmax - jb
-                         : jb <= mb  ? max(0, min(mb, nk - 1) - jb)
-                                     : min(mb + 1, nk) + (nk - 1 - jb);
-        const bool first = rank == 0, last = rank == jmax;
-        int *cnt = p.counters + int64_t(bh) * nq + mb;
-        float *acc = p.dq_accum + (row_base + uint64_t(i0 + wm * 16)) * uint64_t(D) + wn * DQT * 8;
-        T *gout = gdq + int64_t(i0 + wm * 16) * ld + wn * DQT * 8;
-        const int rows_left = S - (i0 + wm * 16), dlim = d - wn * DQT * 8;
-        // f(accumulator pair, output row, column, the pair's two values) over this lane's pairs.
-        auto each = [&](auto &&f) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int il = g + 8 * r;
-                if (il >= rows_left) continue;
-#pragma unroll
-                for (int dt = 0; dt < DQT; ++dt)
-                    f(acc + int64_t(il) * D + dt * 8 + 2 * t, gout + int64_t(il) * ld, dt * 8 + 2 * t, dqp[0][dt][2 * r],
-                      dqp[0][dt][2 * r + 1]);
-            }
-        };
-        auto write_sum = [&](float *pa, T *row, int c, float v0, float v1) {  // the last: previous sum + own
-            const float2 prev = __ldcg(reinterpret_cast<const float2 *>(pa));
-            store2(row, c, dlim, (prev.x + v0) * p.scale, (prev.y + v1) * p.scale);
-        };
-        if (p.deterministic) {
-            if (!first) {
-                if (threadIdx.x == 0) wait_turn(cnt, rank);
-                __syncthreads();
-            }
-            if (first && last) {
-                each([&](float *, T *row, int c, float v0, float v1) { store2(row, c, dlim, v0 * p.scale, v1 * p.scale); });
-            } else if (last) {
-                each(write_sum);
-            } else if (first) {
-                each([](float *pa, T *, int, float v0, float v1) { __stcg(reinterpret_cast<float2 *>(pa), make_float2(v0, v1)); });
-            } else {
-                each([](float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
-            }
-            if (!last) {
-                __threadfence();
-                __syncthreads();
-                if (threadIdx.x == 0) st_release(cnt, rank + 1);
-            }
-        } else {  // stochastic: the accumulator starts at zero, adds in any order, the last writes
-            each([](float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) *sTicket = atomicAdd(cnt, 1) == jmax;
-            __syncthreads();
-            if (*sTicket) {
-                __threadfence();
-                each([&](float *pa, T *row, int c, float, float) { write_sum(pa, row, c, 0.0f, 0.0f); });
-            }
-        }
+        bwd_dq_add<T, D, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, sTicket);
     }
 
-    // dK = scale·Σ dSᵀ·Q, dV = σ·Σ (P̃ᵀ/σ)·dctx for keys kj0 (elements 0, 1) and kj1 (2, 3).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int j = r ? kj1 : kj0;
-        if (j >= S) continue;
-        T *row = gdq + int64_t(j) * ld + p.hidden;
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-            store2(row, dt * 8 + 2 * t, d, dk[0][dt][2 * r] * p.scale, dk[0][dt][2 * r + 1] * p.scale);
-            store2(row + p.hidden, dt * 8 + 2 * t, d, dv[0][dt][2 * r] * p.drop_scale,
-                   dv[0][dt][2 * r + 1] * p.drop_scale);
-        }
-    }
+    bwd_store_kv(p, keys, gdq, ld, dk[0], dv[0]);
 }
 
 // ================================ tile shapes and launches ======================================
@@ -1070,6 +1118,24 @@ cudaError_t launch_fwd(Params p, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
+// Sets p.dq_order for a backward kernel from `order` (1 the step order, 0 ascending key blocks, −1 the
+// step order when it is safe). The step order makes the blocks of one (batch, head) wait on each other
+// in a cycle, so it needs all of them resident at once; otherwise the ascending order, which only
+// waits on blocks that started earlier.
+template <typename K>
+cudaError_t resolve_dq_order(K kernel, int threads, size_t smem, Params &p, int order) {
+    if (order < 0) {
+        int per_sm = 0, sms = 0, dev = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+        if (e != cudaSuccess) return e;
+        order = int64_t(p.m_blocks) <= int64_t(per_sm) * sms;
+    }
+    p.dq_order = order != 0;
+    return cudaSuccess;
+}
+
 // The backward's per-tile counters and ticket (p.counters) must be zero, and in stochastic mode
 // the dQ accumulator too (bwd_prologue does both). order: the deterministic dQ order, 1 the step
 // order, 0 ascending key blocks, −1 (production) the step order when every block of a (batch,
@@ -1081,19 +1147,8 @@ cudaError_t launch_bwd(Params p, cudaStream_t stream, int order = -1) {
     p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
     const auto kernel = flash_bwd_kernel<T, D, BM, NW, MB>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
+    if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;
-    // The step order makes the blocks of one (batch, head) wait on each other in a cycle, so it
-    // needs all of them resident at once; otherwise the ascending order, which only waits on
-    // blocks that started earlier.
-    if (order < 0) {
-        int per_sm = 0, sms = 0, dev = 0;
-        e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, Tr::kSmem);
-        if (e != cudaSuccess) return e;
-        order = int64_t(p.m_blocks) <= int64_t(per_sm) * sms;
-    }
-    p.dq_order = order != 0;
     kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
     return cudaGetLastError();
 }
@@ -1139,6 +1194,25 @@ cudaError_t bwd_prologue(const Params &p, const BwdScratch &ws, cudaStream_t str
 // attention_flash_bwd.cu); D is the padded head dim (32, 64, 96, 128).
 cudaError_t fwd(const Params &p, bool bf16, int D, cudaStream_t stream);
 cudaError_t bwd(const Params &p, bool bf16, int D, cudaStream_t stream);
+
+#ifdef DST_WITH_SM90A
+// The wgmma kernels (kernels/sm90/attention_flash_wgmma.cu, compiled for sm_90a only): head_dim 64,
+// 16-byte rows; bwd_wgmma after bwd_prologue.
+cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream);
+cudaError_t bwd_wgmma(const Params &p, bool bf16, cudaStream_t stream);
+
+// Whether fwd_wgmma and bwd_wgmma run this call: a compute capability 9.0 device (the only one the
+// sm_90a objects run on), head_dim 64 and 16-byte rows.
+inline bool wgmma_runs(const Params &p) {
+    if (p.head_dim != 64 || !p.vec16) return false;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return false;
+    return major == 9 && minor == 0;
+}
+#endif
 
 // Calls f(T{}, std::integral_constant<int, D>{}) for the storage type and padded head dim.
 template <typename F>

@@ -2,8 +2,9 @@
 // mask and dropout mode of the mma.sync forward (flash_fwd_kernel in kernels/attention_flash_impl.cuh),
 // with its results: the same softmax, dropout and store code on the same accumulator layout. The
 // library runs it on compute capability 9.0 devices for head_dim 64 with 16-byte rows
-// (kernels/sm90/attention_flash_fwd_wgmma.cu, built only when CMAKE_CUDA_ARCHITECTURES lists 90); the
-// lab (kernels/dev) times it as w1–w3 next to the mma.sync versions.
+// (kernels/sm90/attention_flash_wgmma.cu, built only when CMAKE_CUDA_ARCHITECTURES lists 90), and the
+// backward below likewise; the lab (kernels/dev) times them as w1–w3 and b6 next to the mma.sync
+// versions.
 //
 // One warpgroup (4 warps, 128 threads) per block of 64 query rows; warp w owns rows 16w … 16w + 15,
 // as in the mma.sync kernel. Per key tile of BN keys (double-buffered, cp.async):
@@ -145,6 +146,221 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBM));
     const auto kernel = flash_fwd_wgmma_kernel<T, BN, MB>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
+    if (e != cudaSuccess) return e;
+    kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
+    return cudaGetLastError();
+}
+
+// ================================ backward =======================================================
+//
+// The backward of flash_bwd_kernel (kernels/attention_flash_impl.cuh) with its four key-row products
+// on warpgroup MMAs: one warpgroup owns 64 keys (warp w keys 16w …) and walks the query tiles of BM
+// rows; per tile
+//   Sᵀ = K·Qᵀ and dP̃ᵀ = V·dctxᵀ   wgmma m64nBMk16 × 4 each, A = K / V and B = Q / dctx from shared
+//                                 memory (K-major)
+//   P̃ᵀ, dSᵀ (bwd_tile)           the mma.sync kernel's code on the same accumulator layout
+//   dV += P̃ᵀ·dctx, dK += dSᵀ·Q   wgmma m64n64k16 × BM/16 each, A from registers, B = dctx / Q
+//                                 MN-major (imm-trans-b), issued together and left running while
+//   dQ partial = dS·K             mma.sync, as in flash_bwd_kernel (dSᵀ and a [key][D + 8] copy of K in
+//                                 shared memory), then bwd_dq_add.
+// K and V rows are stored in rho16 order within each 16 keys (row r holds key rho16(r)), so that the
+// accumulator rows of lane g are keys 2g and 2g + 1, the layout bwd_tile and the Philox pairing assume.
+template <int BM>
+struct WgBwdTraits {
+    static constexpr int kBN = 64, kThreads = 128, kRow = 128, kLds = 64 + 8, kLdsS = BM + 8;
+    static constexpr size_t kKV = size_t(kBN) * kRow, kQ = size_t(BM) * kRow;
+    // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx]; then K padded, the row
+    // statistics (two stages of [lse2 | D]), dSᵀ and the ticket.
+    static constexpr size_t kSw = 2 * kKV + 4 * kQ;
+    static constexpr size_t kSmem = 1024 + kSw + size_t(kBN) * kLds * 2 + size_t(4 * BM) * sizeof(float) +
+                                    size_t(kBN) * kLdsS * 2 + 16;
+    static_assert(BM == 64, "query tiles of 64 rows (the generated m64nBMk16 shapes)");
+};
+
+// Inverse of rho16: the row (0…15) of a 16-key group that holds key x.
+DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
+
+template <typename T, int BM, int MB>
+__global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Tr = WgBwdTraits<BM>;
+    using Dq = BwdTraits<T, 64, BM, 4>;  // the dQ product's split over the warps
+    constexpr int BN = Tr::kBN, NTQ = BM / 8, DT = 8, LDS = Tr::kLds, LDSS = Tr::kLdsS, DQT = Dq::kDqT;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    unsigned char *const gen = smem_raw + (base - smem_addr(smem_raw));  // the same address, generic
+    const uint32_t sK = base, sV = base + uint32_t(Tr::kKV), sQ0 = base + uint32_t(2 * Tr::kKV);
+    T *sKp = reinterpret_cast<T *>(gen + Tr::kSw);                       // K [BN][64 + 8], key order
+    float *sStat = reinterpret_cast<float *>(sKp + BN * LDS);           // 2 stages of [lse2 | D]
+    T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                       // dSᵀ [BN][BM + 8]
+    int *sTicket = reinterpret_cast<int *>(sS + BN * LDSS);
+
+    int *ticket = p.counters + int64_t(p.batch) * p.heads * p.q_tiles;
+    if (threadIdx.x == 0) *sTicket = atomicAdd(ticket, 1);
+    __syncthreads();
+    const int item = *sTicket;
+    const int jb = item % p.m_blocks, bh = item / p.m_blocks;
+    const int b = bh / p.heads, h = bh % p.heads, S = p.seq;
+    const int k0 = jb * BN;
+    const int64_t ld = 3 * int64_t(p.hidden);
+    const T *gq = static_cast<const T *>(p.qkv) + int64_t(b) * S * ld + int64_t(h) * 64;
+    const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
+    const T *gdo = static_cast<const T *>(p.dctx) + int64_t(b) * S * p.hidden + int64_t(h) * 64;
+    T *gdq = static_cast<T *>(p.dqkv) + int64_t(b) * S * ld + int64_t(h) * 64;
+    const int kv_len = key_limit(p, b);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wrow = warp * 16;
+    const uint64_t row_base = uint64_t(bh) * uint64_t(S);
+
+    if (k0 >= kv_len) {  // keys past the length: zero dK and dV (and, with no key at all, dQ)
+        for (int x = threadIdx.x; x < BN * 64; x += Tr::kThreads) {
+            const int j = k0 + x / 64, c = x % 64;
+            if (j < S) gdq[int64_t(j) * ld + p.hidden + c] = gdq[int64_t(j) * ld + 2 * p.hidden + c] = from_float<T>(0.0f);
+        }
+        if (jb == 0)
+            for (int64_t x = threadIdx.x; x < int64_t(S) * 64; x += Tr::kThreads)
+                gdq[(x / 64) * ld + x % 64] = from_float<T>(0.0f);
+        return;
+    }
+    const int nk = (kv_len + BN - 1) / BN;
+    const int nq = p.q_tiles, m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
+    auto tile_at = [&](int step) { return p.causal || !p.dq_order ? m_first + step : (jb + step) % nq; };
+    const float *lse2 = p.lse2 + row_base, *dsum = p.dsum + row_base;
+
+    // Copies: thread x owns 16-byte chunk x & 7 of rows (x >> 3) + 16k.
+    const int cchunk = threadIdx.x & 7, crow = threadIdx.x >> 3;  // crow 0…15
+    auto stage = [&](int mb, int st) {  // Q, dctx and the row statistics of query tile mb
+        const uint32_t q = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), o = q + uint32_t(Tr::kQ);
+#pragma unroll
+        for (int k = 0; k < BM / 16; ++k) {
+            const int r = 16 * k + crow, i = mb * BM + r;
+            const bool ok = i < S;
+            cp_async16(q + sw128(r, cchunk), gq + (ok ? int64_t(i) * ld + cchunk * 8 : 0), ok ? 16 : 0);
+            cp_async16(o + sw128(r, cchunk), gdo + (ok ? int64_t(i) * p.hidden + cchunk * 8 : 0), ok ? 16 : 0);
+        }
+        float *st2 = sStat + st * 2 * BM;
+        for (int r = threadIdx.x; r < BM; r += Tr::kThreads) {
+            const int i = mb * BM + r;
+            if (i < S) {
+                cp_async4(smem_addr(st2 + r), lse2 + i);
+                cp_async4(smem_addr(st2 + BM + r), dsum + i);
+            } else {  // rows past S: P = 0
+                st2[r] = INFINITY;
+                st2[BM + r] = 0.0f;
+            }
+        }
+    };
+    {  // K (swizzled, rho16 rows, and padded in key order) and V (swizzled, rho16 rows)
+        const int srow = rho16_inv(crow);
+#pragma unroll
+        for (int k = 0; k < BN / 16; ++k) {
+            const int jl = 16 * k + crow, j = k0 + jl;
+            const bool ok = j < S;
+            const int64_t off = ok ? int64_t(j) * ld + cchunk * 8 : 0;
+            const uint32_t o = sw128(16 * k + srow, cchunk);
+            cp_async16(sK + o, gk + off, ok ? 16 : 0);
+            cp_async16(sV + o, gv + off, ok ? 16 : 0);
+            cp_async16(smem_addr(sKp + jl * LDS + cchunk * 8), gk + off, ok ? 16 : 0);
+        }
+    }
+    stage(tile_at(0), 0);
+    cp_async_commit();
+
+    const BwdKeys keys = bwd_keys(p, b, bh, k0, wrow, kv_len);
+    const uint64_t dk_desc = wg::desc_sw128(sK), dv_desc = wg::desc_sw128(sV);
+    float dk[DT][4], dv[DT][4];
+    zero(dk);
+    zero(dv);
+    const int wm = warp % Dq::kWM, wn = warp / Dq::kWM;  // this warp's [16][DQT·8] block of the dQ tile
+    const int g = lane >> 2, t = lane & 3;
+
+    for (int step = 0; step < n_steps; ++step) {
+        const int mb = tile_at(step), st = step & 1, i0 = mb * BM;
+        cp_async_wait<0>();
+        wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
+        __syncthreads();          // everyone's; every MMA of the other stage has completed; sS is free
+        if (step + 1 < n_steps) stage(tile_at(step + 1), st ^ 1);
+        cp_async_commit();
+        const uint32_t sq = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), sdo = sq + uint32_t(Tr::kQ);
+        const uint64_t dq_desc = wg::desc_sw128(sq), do_desc = wg::desc_sw128(sdo);
+        const float *sL = sStat + st * 2 * BM, *sD = sL + BM;
+
+        // Sᵀ = K·Qᵀ, dP̃ᵀ = V·dctxᵀ: four k16 steps along the head dim each.
+        float s[NTQ][4], dp[NTQ][4];
+        wg::fence_regs(s);
+        wg::fence_regs(dp);
+        wg::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(s, dk_desc + 2 * kk, dq_desc + 2 * kk, kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(dp, dv_desc + 2 * kk, do_desc + 2 * kk, kk > 0);
+        wg::wgmma_commit();
+        wg::wgmma_wait<0>();
+        wg::fence_regs(s);
+        wg::fence_regs(dp);
+
+        bwd_tile(p, keys, k0, wrow, i0, sL, sD, s, dp);
+
+        // The A fragments of P̃ᵀ/σ and dSᵀ; dSᵀ to shared memory for the dQ product (rows in key order).
+        uint32_t ap[NTQ / 2][4], as[NTQ / 2][4];
+        to_a<T, NTQ>(ap, s);
+        to_a<T, NTQ>(as, dp);
+#pragma unroll
+        for (int kk = 0; kk < NTQ / 2; ++kk) {
+            T *r0 = sS + (wrow + 2 * g) * LDSS + kk * 16 + 2 * t, *r1 = r0 + LDSS;
+            *reinterpret_cast<uint32_t *>(r0) = as[kk][0];
+            *reinterpret_cast<uint32_t *>(r1) = as[kk][1];
+            *reinterpret_cast<uint32_t *>(r0 + 8) = as[kk][2];
+            *reinterpret_cast<uint32_t *>(r1 + 8) = as[kk][3];
+        }
+
+        // dV·(1/σ) += (P̃ᵀ/σ)·dctx and dK += dSᵀ·Q: k16 step G covers queries 16G …, 2048 bytes apart.
+        wg::fence_regs(dv);
+        wg::fence_regs(dk);
+        wg::wgmma_fence();
+#pragma unroll
+        for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dv, ap[G], do_desc + uint64_t(G) * (2048 >> 4), 1);
+#pragma unroll
+        for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dk, as[G], dq_desc + uint64_t(G) * (2048 >> 4), 1);
+        wg::wgmma_commit();
+        __syncthreads();  // dSᵀ of every warp visible
+
+        // Partial dQ of the tile (while the dV and dK MMAs run): rows 16·wm …, columns wn·DQT·8 … of dS·K.
+        float dqp[1][DQT][4];
+        zero(dqp[0]);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            uint32_t af[1][1][4];
+            ldsm_x4_t(af[0][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 +
+                                          ((lane >> 3) & 1) * 8));
+            mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
+        }
+        bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, sTicket);
+        wg::wgmma_wait<0>();
+        wg::fence_regs(dv);
+        wg::fence_regs(dk);
+        wg::fence_a(ap);  // the A registers stay untouched until the MMAs reading them are done
+        wg::fence_a(as);
+    }
+    cp_async_wait<0>();
+
+    bwd_store_kv(p, keys, gdq, ld, dk, dv);
+#else
+    (void)p;
+    __trap();  // built for another target: launched only from sm_90a objects (the lab: DST_LAB_SM90A)
+#endif
+}
+
+// Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue). The prologue (bwd_prologue)
+// must have run; order as in launch_bwd.
+template <typename T, int BM, int MB>
+cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
+    using Tr = WgBwdTraits<BM>;
+    if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
+    p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBN));
+    p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
+    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB>;
+    cudaError_t e = allow_smem(kernel, Tr::kSmem);
+    if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;
     kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
     return cudaGetLastError();

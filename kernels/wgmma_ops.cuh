@@ -7,8 +7,8 @@
 // d[nt][e]: the thread's m16n8 accumulator element e of column block nt (rows g, g + 8 of its
 // warp's 16: e = 0, 1 row g, e = 2, 3 row g + 8; columns 8·nt + 2t + e % 2).
 // Callers bracket a batch with wgmma_fence() / wgmma_commit() and wgmma_wait<N>().
-#ifndef DST_KERNELS_DEV_WGMMA_OPS_CUH
-#define DST_KERNELS_DEV_WGMMA_OPS_CUH
+#ifndef DST_KERNELS_WGMMA_OPS_CUH
+#define DST_KERNELS_WGMMA_OPS_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -36,6 +36,15 @@ DST_WG_DEV void fence_regs(float (&d)[NT][4]) {
     for (int i = 0; i < NT; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+// The same for A fragments in registers: keeps them live and unmodified up to this point (after the
+// wait of the MMAs that read them).
+template <int K>
+DST_WG_DEV void fence_a(uint32_t (&a)[K][4]) {
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
 }
 
 // Descriptor of a 128-byte-swizzled tile (rows of 128 bytes, 8-row groups 1024 bytes apart, the tile
@@ -106,4 +115,4 @@ DST_WG_DEV void wgmma_rs_tb<__nv_bfloat16, 64>(float (&d)[8][4], const uint32_t 
 }  // namespace dst
 
 #undef DST_WG_DEV
-#endif  // DST_KERNELS_DEV_WGMMA_OPS_CUH
+#endif  // DST_KERNELS_WGMMA_OPS_CUH

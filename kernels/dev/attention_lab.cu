@@ -22,6 +22,8 @@
 //        b3 (BM 32, 8 warps = 128 keys, 1)  b4 (BM 64, 8 warps, 1)  b5 (BM 16, 4 warps, 3)
 //        b4a = b4 with the ascending dQ order (the fallback when a (batch, head) has more key blocks
 //        than fit on the GPU at once)
+//        b6 (wgmma: Sᵀ, dP̃ᵀ, dV and dK on warpgroup MMAs, dQ on mma.sync; BM 64, 1 warpgroup = 64
+//        keys, 2/SM; sm_90a only)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -540,11 +542,32 @@ std::vector<FwdVersion> fwd_versions() {
 #endif
     return v;
 }
+#if defined(DST_LAB_SM90A)
+// The wgmma backward (kernels/attention_flash_wgmma.cuh): one warpgroup, 64 keys, BM queries, MB blocks/SM.
+template <typename T, int BM, int MB>
+BwdVersion bwd_wgmma_version(const char *name) {
+    using Tr = flash::WgBwdTraits<BM>;
+    return {name, BM, 4, MB,
+            [](const flash::Params &p, const flash::BwdScratch &ws) {
+                cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB>(p, 0);
+            },
+            [] {
+                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB>, Tr::kSmem));
+                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB>, Tr::kThreads, Tr::kSmem);
+            }};
+}
+#endif
 template <typename T>
 std::vector<BwdVersion> bwd_versions() {
-    return {bwd_version<T, 64, 4, 2>("b1"), bwd_version<T, 32, 4, 2>("b2"), bwd_version<T, 32, 8, 1>("b3"),
-            bwd_version<T, 64, 8, 1>("b4"), bwd_version<T, 16, 4, 3>("b5"),
-            bwd_version<T, 64, 8, 1, 0>("b4a")};  // b4a: b4 with the ascending dQ order
+    std::vector<BwdVersion> v = {bwd_version<T, 64, 4, 2>("b1"), bwd_version<T, 32, 4, 2>("b2"),
+                                 bwd_version<T, 32, 8, 1>("b3"), bwd_version<T, 64, 8, 1>("b4"),
+                                 bwd_version<T, 16, 4, 3>("b5"),
+                                 bwd_version<T, 64, 8, 1, 0>("b4a")};  // b4a: b4 with the ascending dQ order
+#if defined(DST_LAB_SM90A)
+    v.push_back(bwd_wgmma_version<T, 64, 2>("b6"));
+#endif
+    return v;
 }
 
 // Every numbered version against the fp64 reference on one awkward case (both modes of the backward).

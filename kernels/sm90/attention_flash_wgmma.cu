@@ -1,7 +1,7 @@
-// The wgmma flash attention forward (kernels/attention_flash_wgmma.cuh) for fp16 and bf16, head dim
+// The wgmma flash attention kernels (kernels/attention_flash_wgmma.cuh) for fp16 and bf16, head dim
 // 64. This file alone is compiled for sm_90a (the CMake target dst_sm90, CUDA_ARCHITECTURES
 // 90a-real), when CMAKE_CUDA_ARCHITECTURES lists 90; the library then defines DST_WITH_SM90A and
-// flash::fwd (kernels/attention_flash_fwd.cu) sends the calls it can run here on 9.0 devices.
+// flash::fwd / flash::bwd send the calls wgmma_runs() accepts here.
 #include "kernels/attention_flash_wgmma.cuh"
 
 namespace dst {
@@ -11,6 +11,11 @@ namespace flash {
 // The lab's w1: key tiles of 64, 3 blocks per SM.
 cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
     return bf16 ? launch_fwd_wgmma<__nv_bfloat16, 64, 3>(p, stream) : launch_fwd_wgmma<__half, 64, 3>(p, stream);
+}
+
+// The lab's b6: 64 keys per block, query tiles of 64, 2 blocks per SM.
+cudaError_t bwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
+    return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 2>(p, stream) : launch_bwd_wgmma<__half, 64, 2>(p, stream);
 }
 
 }  // namespace flash
