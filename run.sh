@@ -93,7 +93,9 @@ run_demo() {
     local t=$SECONDS rc=0
     rm -rf "$out"
     mkdir -p "$out"
-    "$prog" train --output "$out" 2>&1 | tee "$out/log.txt" || rc=$?
+    # OpenMP's idle workers spin by default; on a machine with few cores they take the cycles of
+    # dst-pretrain's loader thread and of OpenBLAS (docs/pretrain.md). A value set by the caller wins.
+    OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$prog" train --output "$out" 2>&1 | tee "$out/log.txt" || rc=$?
     local done_line
     done_line=$(sed -n 's/^done: .*; \(mlm loss .*(step [0-9]*)\).*/\1/p' "$out/log.txt" | head -n 1)
     if [ "$rc" -eq 0 ]; then
