@@ -18,7 +18,10 @@ Both train the same model on the same batches on the same GPU, in one run of thi
   ours      dst-pretrain train on the CUDA backend: fp16 (dynamic loss scaling from 2^16, fp32 master
             weights) or bf16; --optimizer adamw (lr 1e-4, betas 0.9/0.999, eps 1e-6, weight decay 0.01 on
             the weight matrices and tables: bing_bert's groups; default) or lamb (the tutorial's
-            ds_lamb_seq128.json parameters); no checkpoint, no export
+            ds_lamb_seq128.json parameters); no checkpoint, no export; its layers as `--layers auto`
+            (its default: on the real tokens only when at most 90 % of a batch's positions are real);
+            --packed-layers adds a row "dst-pretrain packed" with `--layers packed` (always on the
+            real tokens only, dst_layer_forward_packed), the same model
   HF        transformers.BertForPreTraining(attn_implementation="sdpa") with fp32 weights under
             torch.autocast(fp16|bf16) and torch.compile (default mode, one compilation per case, its
             seconds printed), torch.optim.AdamW(fused=True) with the same hyper-parameters and groups,
@@ -237,14 +240,14 @@ class Case:
     def real_tokens(self):
         return sum(sum(b["lengths"]) for b in self.timed())
 
-    def train_ours(self, row, budget, profile):
+    def train_ours(self, row, budget, profile, packed=False):
         a = self.args
-        out = os.path.join(self.work, "ours_profile" if profile else "ours")
+        out = os.path.join(self.work, ("ours_profile" if profile else "ours") + ("_packed" if packed else ""))
         shutil.rmtree(out, ignore_errors=True)
         steps = a.warmup + (a.profile_steps if profile else a.steps)
         cmd = [a.prog, "train", "--model-config", self.model_json, "--ds-config", self.ds_json] + self.common() + [
             "--steps", str(steps), "--eval-every", "0", "--no-export", "--no-checkpoint",
-            "--backend", a.backend, "--output", out]
+            "--backend", a.backend, "--output", out] + (["--layers", "packed"] if packed else [])
         if not (profile and a.profile_calls):
             cmd.append("--quiet")
         if profile:
@@ -489,6 +492,8 @@ def parse_args():
     ap.add_argument("--work", default=None, help="folder for each case's files (default OUT/work, else in /tmp)")
     ap.add_argument("--skip-hf", action="store_true", help="no Hugging Face rows")
     ap.add_argument("--skip-ours", action="store_true", help="no dst-pretrain rows")
+    ap.add_argument("--packed-layers", action="store_true",
+                    help="also a dst-pretrain row with --layers packed (the layers on the real tokens only)")
     ap.add_argument("--layers", type=int, default=24, help="layers (default %(default)s)")
     ap.add_argument("--hidden", type=int, default=1024, help="hidden size, heads of 64, I = 4H (default %(default)s)")
     ap.add_argument("--backend", choices=("cuda", "cpu"), default="cuda",
@@ -545,7 +550,9 @@ def main():
         for dtype, S in args.cases:
             case = Case(args, dtype, S, os.path.join(work, f"{dtype}_{S}"))
             ours, hf = Row(dtype, S, case.B, "dst-pretrain"), Row(dtype, S, case.B, "HF compile + SDPA")
-            rows = ([] if args.skip_ours else [ours]) + ([] if args.skip_hf else [hf])
+            packed = Row(dtype, S, case.B, "dst-pretrain packed")
+            rows = ([] if args.skip_ours else [ours] + ([packed] if args.packed_layers else [])) + \
+                ([] if args.skip_hf else [hf])
             report.cases.append(rows)
             try:
                 case.load_batches(budget)
@@ -558,10 +565,13 @@ def main():
                 runner.run("ours", ours, case, lambda: case.train_ours(ours, budget, profile=False))
                 if args.profile_steps and ours.samples_s is not None:
                     runner.run("profile", ours, case, lambda: case.train_ours(ours, budget, profile=True))
+                if args.packed_layers:
+                    runner.run("ours", packed, case, lambda: case.train_ours(packed, budget, profile=False, packed=True))
             if not args.skip_hf:
                 runner.run("hf", hf, case, lambda: case.train_hf(hf, budget))
-            if ours.samples_s is not None and hf.samples_s is not None:
-                ours.vs_hf = ours.samples_s / hf.samples_s
+            for r in (ours, packed):
+                if r.samples_s is not None and hf.samples_s is not None:
+                    r.vs_hf = r.samples_s / hf.samples_s
             for r in rows:
                 print(row_line(r), flush=True)
                 if split_line(r):

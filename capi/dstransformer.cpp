@@ -460,10 +460,18 @@ dst_status dst_layer_config_workspace_bytes(const dst_layer_config *config, int6
         // The layer's buffers, then the CUDA backend's scratch (the larger need of the two
         // backends; the CPU backend needs none) for the mask that needs the most: an additive mask
         // the kernels convert to their compute type (one in the layer dtype; fp32 for fp64 layers).
+        // A packed call of up to batch·seq tokens (dst_layer_forward_packed) is covered too: its
+        // attention stages padded copies, and its need grows with its token count.
         const dst::Plan t = dst::make_plan(c, batch, seq, true), i = dst::make_plan(c, batch, seq, false);
         const dst_dtype worst_mask = c.dtype == DST_DTYPE_FP64 ? DST_DTYPE_FP32 : c.dtype;
-        *bytes = std::max(dst::scratch_offset(t), dst::scratch_offset(i)) +
-                 dst::cuda_scratch_bytes(dst::scratch_needs(c, batch, seq, DST_MASK_ADDITIVE, worst_mask));
+        const size_t padded = std::max(dst::scratch_offset(t), dst::scratch_offset(i)) +
+                              dst::cuda_scratch_bytes(dst::scratch_needs(c, batch, seq, DST_MASK_ADDITIVE, worst_mask));
+        const int64_t n = batch * seq;
+        const dst::Plan pt = dst::make_plan(c, batch, seq, true, n), pi = dst::make_plan(c, batch, seq, false, n);
+        const size_t packed = std::max(dst::scratch_offset(pt), dst::scratch_offset(pi)) +
+                              dst::cuda_scratch_bytes(dst::scratch_needs(c, batch, seq, DST_MASK_KEY_LENGTHS,
+                                                                         DST_DTYPE_INT32, n));
+        *bytes = std::max(padded, packed);
         return DST_OK;
     });
 }
@@ -793,7 +801,7 @@ dst_status dst_layer_forward_packed(dst_layer *layer, dst_saved *saved, const ds
                              (long long)(B * max_seqlen));
         if (B * max_seqlen > c.max_batch_tokens)
             return set_error(DST_ERR_CAPACITY,
-                             "%s: B*max_seqlen = %lld*%lld tokens (the padded layout this version runs) is above "
+                             "%s: B*max_seqlen = %lld*%lld tokens (the padded layout of the attention) is above "
                              "max_batch_tokens %lld", fn, (long long)B, (long long)max_seqlen,
                              (long long)c.max_batch_tokens);
         return L.forward_packed(sv, input->data, N, static_cast<const int32_t *>(cu_seqlens->data), B, max_seqlen,

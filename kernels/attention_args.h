@@ -8,8 +8,8 @@
 //   P̃_ij = P_ij·keep_ij/(1−p) with keep_ij from Philox element ((b·heads + h)·S + i)·S + j
 //   (kernels/philox.h), ctx_i = Σ_j P̃_ij v_j.
 // Layouts: qkv [B, S, 3H] (Q, K, V blocks of H columns; head h at columns h·d … h·d+d−1 of each
-// block), ctx/dctx [B, S, H], dqkv like qkv; lse and the backward's row sums D [B, heads, S] in the
-// compute type (float; double for FP64 layers).
+// block), ctx/dctx [B, S, H], dqkv like qkv, or the packed rows of seq_start; lse and the backward's
+// row sums D [B, heads, S] in the compute type (float; double for FP64 layers).
 #ifndef DST_KERNELS_ATTENTION_ARGS_H
 #define DST_KERNELS_ATTENTION_ARGS_H
 
@@ -27,6 +27,10 @@ struct AttentionArgs {
     bool causal = false;
     const void *key_bias = nullptr;    // compute type [B, S] (additive mask), or nullptr
     const int32_t *key_len = nullptr;  // int32 [B] (keys j ≥ len[b] are masked), or nullptr
+    // ---- packed layout (flash kernels): sequence b is rows seq_start[b] … + key_len[b] − 1 of qkv,
+    // ctx, dctx and dqkv (key_len required, each start + length within the buffers); rows past a
+    // sequence are neither read nor written. nullptr: the padded [B, S] layout.
+    const int32_t *seq_start = nullptr;
     // ---- dropout of the probabilities (threshold 0: none) ----
     uint64_t seed = 0, offset = 0;
     uint32_t threshold = 0;

@@ -16,7 +16,26 @@ namespace {
 // Blocks of the largest launch (tiles of 16 rows at the least) must fit a 1-D grid.
 int64_t max_blocks(const AttentionArgs &a) { return (a.seq + 15) / 16 * a.batch * a.heads; }
 
+// One thread: B is a batch's sequence count, and the spans are a prefix sum.
+__global__ void packed_spans_kernel(const int32_t *len, int64_t B, int64_t S, int64_t n, int32_t *start,
+                                    int32_t *rows) {
+    int64_t at = 0;
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t l = len[b] < 0 ? 0 : (len[b] > S ? S : len[b]), st = at < n ? at : n;
+        start[b] = static_cast<int32_t>(st);
+        rows[b] = static_cast<int32_t>(l < n - st ? l : n - st);
+        at += l;
+    }
+}
+
 }  // namespace
+
+cudaError_t flash_packed_spans(cudaStream_t stream, const int32_t *len, int64_t B, int64_t S, int64_t n,
+                               int32_t *start, int32_t *rows) {
+    if (B <= 0) return cudaSuccess;
+    packed_spans_kernel<<<1, 1, 0, stream>>>(len, B, S, n, start, rows);
+    return cudaGetLastError();
+}
 
 bool flash_attention_supported(const AttentionArgs &a, const char **why) {
     const char *reason = nullptr;

@@ -31,6 +31,12 @@ bool flash_attention_supported(const AttentionArgs &a, const char **why);
 // accumulator [B, heads, S, padded head_dim] and the dQ reduction's counters.
 size_t flash_attention_bwd_workspace(const AttentionArgs &a);
 
+// The packed layout's spans (AttentionArgs::seq_start) from the key lengths of B sequences packed into
+// n rows: start[b] = Σ_{c<b} len[c] and rows[b] = len[b], each length clamped into 0 … S and every
+// span into the n rows, so that a bad length cannot make a kernel touch a row outside them.
+cudaError_t flash_packed_spans(cudaStream_t stream, const int32_t *len, int64_t B, int64_t S, int64_t n,
+                               int32_t *start, int32_t *rows);
+
 // ctx [B, S, H] and, when lse != nullptr, lse [B, heads, S] (natural log, −inf for rows whose keys
 // are all hidden). bf16 selects BF16 storage, else FP16.
 cudaError_t flash_attention_fwd(cudaStream_t stream, bool bf16, const AttentionArgs &a, const void *qkv, void *ctx,

@@ -71,6 +71,7 @@ struct Params {
     int *counters;        // backward scratch: [B·heads·q_tiles] per-tile counters, then the ticket
     const float *key_bias;
     const int32_t *key_len;
+    const int32_t *seq_start;  // packed layout (AttentionArgs::seq_start), or nullptr
     int batch, seq, heads, head_dim, hidden;
     int m_blocks;         // forward: query tiles per (batch, head); backward: key tiles
     int q_tiles;          // backward: query tiles per (batch, head)
@@ -123,6 +124,7 @@ inline Params make_params(const AttentionArgs &a) {
     p.causal = a.causal;
     p.key_bias = static_cast<const float *>(a.key_bias);
     p.key_len = a.key_len;
+    p.seq_start = a.seq_start;
     p.dropout = a.threshold != 0;
     p.aligned4 = a.seq % 4 == 0;
     p.deterministic = a.deterministic;
@@ -407,6 +409,11 @@ DST_FDEV int key_limit(const Params &p, int b) {
     return len < 0 ? 0 : (len > p.seq ? p.seq : len);
 }
 
+// Sequence b in the token buffers: its first row (b·S, or its packed start) and its rows (S, or its
+// length: packed rows past it belong to the next sequence and are neither read nor written).
+DST_FDEV int64_t seq_row0(const Params &p, int b) { return p.seq_start ? int64_t(p.seq_start[b]) : int64_t(b) * p.seq; }
+DST_FDEV int seq_rows(const Params &p, int b) { return p.seq_start ? key_limit(p, b) : p.seq; }
+
 // The additive mask of key j in the log2 domain (0 without one; j < S).
 DST_FDEV float bias2_at(const Params &p, int b, int j) {
     return p.key_bias ? p.key_bias[int64_t(b) * p.seq + j] * kLog2e : 0.0f;
@@ -431,6 +438,7 @@ DST_FDEV void store2(T *row, int c, int d, float v0, float v1) {
 // row sum l, and the Philox groups of its rows at key 0.
 struct FwdRows {
     int b, q0, wrow, i0, t, kv_len;  // i1 = i0 + 8
+    int q_rows;                      // the sequence's rows (seq_rows)
     uint64_t row_base, grp0;         // grp1 = grp0 + 2S
     bool has_bias;
     float cexp;  // s is scaled with the mask added (1), or raw (scale·log2 e)
@@ -445,6 +453,7 @@ DST_FDEV FwdRows fwd_rows(const Params &p, int b, int bh, int q0, int wrow, int 
     r.t = lane & 3;
     r.i0 = q0 + wrow + (lane >> 2);
     r.kv_len = key_limit(p, b);
+    r.q_rows = seq_rows(p, b);
     r.row_base = uint64_t(bh) * uint64_t(p.seq);
     // Dropout groups of this lane's rows at key 0 (aligned4: (row_base + i)·S/4 + t).
     r.grp0 = (r.row_base + uint64_t(r.i0)) * uint64_t(p.seq / 4) + uint64_t(r.t);
@@ -548,7 +557,7 @@ DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], f
     }
 }
 
-// The forward's end: ctx = o·(1/(1−p))/l for the lane's rows below S (columns below d of the head at
+// The forward's end: ctx = o·(1/(1−p))/l for the lane's rows of the sequence (columns below d of the head at
 // gctx, the row stride p.hidden), lse = (m2 + log2 l)·ln 2 when p.lse.
 template <typename T, int DT>
 DST_FDEV void fwd_store(const Params &p, const FwdRows &w, T *gctx, int d, const float (&o)[DT][4]) {
@@ -556,7 +565,7 @@ DST_FDEV void fwd_store(const Params &p, const FwdRows &w, T *gctx, int d, const
     for (int r = 0; r < 2; ++r) {
         const float lt = quad_sum(w.l[r]);
         const int i = w.i0 + 8 * r;
-        if (i >= p.seq) continue;
+        if (i >= w.q_rows) continue;
         const float inv = lt > 0.0f ? p.drop_scale / lt : 0.0f;
         T *row = gctx + int64_t(i) * p.hidden;
 #pragma unroll
@@ -581,10 +590,11 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
     T *sQ = reinterpret_cast<T *>(smem_raw), *sKV0 = sQ + BM * LDS;  // two stages of [K | V]
 
     const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
-    const int b = bh / p.heads, h = bh % p.heads, S = p.seq, d = p.head_dim;
-    const int q0 = m_block * BM;
+    const int b = bh / p.heads, h = bh % p.heads, d = p.head_dim;
+    const int q0 = m_block * BM, q_rows = seq_rows(p, b);
+    if (q0 >= q_rows) return;  // packed: a tile past the sequence
     const int64_t ld = 3 * int64_t(p.hidden);
-    const T *gq = static_cast<const T *>(p.qkv) + int64_t(b) * S * ld + int64_t(h) * d;
+    const T *gq = static_cast<const T *>(p.qkv) + seq_row0(p, b) * ld + int64_t(h) * d;
     const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     FwdRows w = fwd_rows(p, b, bh, q0, warp * 16, lane);
@@ -598,9 +608,9 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
     const RowCopy<T, BN, D, Tr::kThreads> kv_copy(gk, gv, ld, d, p.vec16);
     auto stage_kv = [&](int nb, int st) {
         T *kv = sKV0 + st * 2 * BN * LDS;
-        kv_copy.copy(kv, kv + BN * LDS, nb * BN, S);
+        kv_copy.copy(kv, kv + BN * LDS, nb * BN, q_rows);
     };
-    RowCopy<T, BM, D, Tr::kThreads>(gq, gq, ld, d, p.vec16).copy(sQ, nullptr, q0, S);
+    RowCopy<T, BM, D, Tr::kThreads>(gq, gq, ld, d, p.vec16).copy(sQ, nullptr, q0, q_rows);
     if (n_blocks > 0) stage_kv(0, 0);
     cp_async_commit();
 
@@ -651,7 +661,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
     }
     cp_async_wait<0>();  // Q is still in flight when no key tile was visible
 
-    fwd_store(p, w, static_cast<T *>(p.ctx) + int64_t(b) * S * p.hidden + int64_t(h) * d, d, o);
+    fwd_store(p, w, static_cast<T *>(p.ctx) + seq_row0(p, b) * p.hidden + int64_t(h) * d, d, o);
 }
 
 // ================================ backward =======================================================
@@ -664,11 +674,17 @@ __global__ void flash_rowdot_kernel(const Params p) {
     for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < total; x += int64_t(gridDim.x) * blockDim.x) {
         const int h = int(x % p.heads);
         const int64_t tok = x / p.heads, b = tok / p.seq, i = tok % p.seq;
-        const T *go = static_cast<const T *>(p.dctx) + tok * p.hidden + int64_t(h) * p.head_dim;
-        const T *oo = static_cast<const T *>(p.ctx_in) + tok * p.hidden + int64_t(h) * p.head_dim;
+        const int64_t row = (b * p.heads + h) * p.seq + i;
+        if (i >= seq_rows(p, int(b))) {  // packed: past the sequence, P = 0
+            p.dsum[row] = 0.0f;
+            p.lse2[row] = INFINITY;
+            continue;
+        }
+        const int64_t at = (seq_row0(p, int(b)) + i) * p.hidden + int64_t(h) * p.head_dim;
+        const T *go = static_cast<const T *>(p.dctx) + at;
+        const T *oo = static_cast<const T *>(p.ctx_in) + at;
         float s = 0.0f;
         for (int c = 0; c < p.head_dim; ++c) s = fmaf(to_float(go[c]), to_float(oo[c]), s);
-        const int64_t row = (b * p.heads + h) * p.seq + i;
         p.dsum[row] = s;
         const float ls = p.lse[row];
         p.lse2[row] = ls == -INFINITY ? INFINITY : ls * kLog2e;
@@ -686,10 +702,11 @@ __global__ void flash_rowdot_vec_kernel(const Params p) {
     const int64_t r = x / G;  // (token, head), head fastest
     const int c = int(x % G);
     const int h = int(r % p.heads);
-    const int64_t tok = r / p.heads;
+    const int64_t tok = r / p.heads, b = tok / p.seq, i = tok % p.seq;
+    const bool in_seq = active && i < seq_rows(p, int(b));  // packed: rows past the sequence get P = 0
     float s = 0.0f;
-    if (active) {
-        const int64_t off = tok * p.hidden + int64_t(h) * p.head_dim + c * 8;
+    if (in_seq) {
+        const int64_t off = (seq_row0(p, int(b)) + i) * p.hidden + int64_t(h) * p.head_dim + c * 8;
         const uint4 gv = *reinterpret_cast<const uint4 *>(static_cast<const T *>(p.dctx) + off);
         const uint4 ov = *reinterpret_cast<const uint4 *>(static_cast<const T *>(p.ctx_in) + off);
         const T *g8 = reinterpret_cast<const T *>(&gv), *o8 = reinterpret_cast<const T *>(&ov);
@@ -699,10 +716,9 @@ __global__ void flash_rowdot_vec_kernel(const Params p) {
 #pragma unroll
     for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (active && c == 0) {
-        const int64_t b = tok / p.seq, i = tok % p.seq;
         const int64_t row = (b * p.heads + h) * p.seq + i;
-        p.dsum[row] = s;
-        const float ls = p.lse[row];
+        p.dsum[row] = in_seq ? s : 0.0f;
+        const float ls = in_seq ? p.lse[row] : -INFINITY;
         p.lse2[row] = ls == -INFINITY ? INFINITY : ls * kLog2e;
     }
 }
@@ -739,6 +755,7 @@ struct BwdKeys {
     int hh;           // which half of its Philox block this lane holds
     uint32_t kgroup;  // the block's group within a query row
     uint64_t row_base;
+    int rows;         // the sequence's rows (seq_rows)
 };
 
 DST_FDEV BwdKeys bwd_keys(const Params &p, int b, int bh, int k0, int wrow, int kv_len) {
@@ -755,6 +772,7 @@ DST_FDEV BwdKeys bwd_keys(const Params &p, int b, int bh, int k0, int wrow, int 
     k.hh = g & 1;
     k.kgroup = uint32_t((k0 + wrow) / 4 + (g >> 1));
     k.row_base = uint64_t(bh) * uint64_t(S);
+    k.rows = seq_rows(p, b);
     return k;
 }
 
@@ -826,11 +844,12 @@ DST_FDEV void bwd_tile(const Params &p, const BwdKeys &k, int k0, int wrow, int 
 // BM × D tile) into the tile's accumulator, and the last block of the tile writes dQ (see the header).
 // The key blocks 0 … jmax add into tile mb; this block's (jb, BN keys) rank among them: ascending key
 // blocks, or the order of the steps at which they visit the tile (causal: descending key blocks;
-// otherwise by distance (mb − jb) mod nq). gdq: dQ of this (batch, head), row stride ld; sTicket: a
-// shared int. Every thread of the block calls it.
+// otherwise by distance (mb − jb) mod nq). gdq: dQ of this (batch, head), row stride ld; q_rows: the
+// sequence's rows (seq_rows; dQ is written below it); sTicket: a shared int. Every thread of the block
+// calls it.
 template <typename T, int D, int DQT>
 DST_FDEV void bwd_dq_add(const Params &p, const float (&dqp)[1][DQT][4], int bh, int jb, int BN, int mb, int BM,
-                         int nk, int wm, int wn, T *gdq, int64_t ld, int *sTicket) {
+                         int nk, int wm, int wn, T *gdq, int64_t ld, int q_rows, int *sTicket) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, S = p.seq, d = p.head_dim, nq = p.q_tiles;
     const int i0 = mb * BM;
     const uint64_t row_base = uint64_t(bh) * uint64_t(S);
@@ -843,7 +862,7 @@ DST_FDEV void bwd_dq_add(const Params &p, const float (&dqp)[1][DQT][4], int bh,
     int *cnt = p.counters + int64_t(bh) * nq + mb;
     float *acc = p.dq_accum + (row_base + uint64_t(i0 + wm * 16)) * uint64_t(D) + wn * DQT * 8;
     T *gout = gdq + int64_t(i0 + wm * 16) * ld + wn * DQT * 8;
-    const int rows_left = S - (i0 + wm * 16), dlim = d - wn * DQT * 8;
+    const int rows_left = q_rows - (i0 + wm * 16), dlim = d - wn * DQT * 8;  // rows of the sequence only
     // f(accumulator pair, output row, column, the pair's two values) over this lane's pairs.
     auto each = [&](auto &&f) {
 #pragma unroll
@@ -893,14 +912,14 @@ DST_FDEV void bwd_dq_add(const Params &p, const float (&dqp)[1][DQT][4], int bh,
 }
 
 // The backward's end: dK = scale·Σ dSᵀ·Q and dV = σ·Σ (P̃ᵀ/σ)·dctx of the lane's keys kj0 (elements 0, 1)
-// and kj1 (2, 3) below S, into dqkv's K and V columns (gdq: the head's Q column of row 0).
+// and kj1 (2, 3) of the sequence, into dqkv's K and V columns (gdq: the head's Q column of row 0).
 template <typename T, int DT>
 DST_FDEV void bwd_store_kv(const Params &p, const BwdKeys &k, T *gdq, int64_t ld, const float (&dk)[DT][4],
                            const float (&dv)[DT][4]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int j = r ? k.kj1 : k.kj0;
-        if (j >= p.seq) continue;
+        if (j >= k.rows) continue;
         T *row = gdq + int64_t(j) * ld + p.hidden;
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
@@ -944,12 +963,12 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
     const int item = *sTicket;
     const int jb = item % p.m_blocks, bh = item / p.m_blocks;
     const int b = bh / p.heads, h = bh % p.heads, S = p.seq, d = p.head_dim;
-    const int k0 = jb * BN;
-    const int64_t ld = 3 * int64_t(p.hidden);
-    const T *gq = static_cast<const T *>(p.qkv) + int64_t(b) * S * ld + int64_t(h) * d;
+    const int k0 = jb * BN, q_rows = seq_rows(p, b);
+    const int64_t ld = 3 * int64_t(p.hidden), row0 = seq_row0(p, b);
+    const T *gq = static_cast<const T *>(p.qkv) + row0 * ld + int64_t(h) * d;
     const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
-    const T *gdo = static_cast<const T *>(p.dctx) + int64_t(b) * S * p.hidden + int64_t(h) * d;
-    T *gdq = static_cast<T *>(p.dqkv) + int64_t(b) * S * ld + int64_t(h) * d;
+    const T *gdo = static_cast<const T *>(p.dctx) + row0 * p.hidden + int64_t(h) * d;
+    T *gdq = static_cast<T *>(p.dqkv) + row0 * ld + int64_t(h) * d;
     const int kv_len = key_limit(p, b);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int wrow = warp * 16;
@@ -958,10 +977,10 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
     if (k0 >= kv_len) {  // keys past the length: zero dK and dV (and, with no key at all, dQ)
         for (int x = threadIdx.x; x < BN * d; x += Tr::kThreads) {
             const int j = k0 + x / d, c = x % d;
-            if (j < S) gdq[int64_t(j) * ld + p.hidden + c] = gdq[int64_t(j) * ld + 2 * p.hidden + c] = from_float<T>(0.0f);
+            if (j < q_rows) gdq[int64_t(j) * ld + p.hidden + c] = gdq[int64_t(j) * ld + 2 * p.hidden + c] = from_float<T>(0.0f);
         }
         if (jb == 0)
-            for (int64_t x = threadIdx.x; x < int64_t(S) * d; x += Tr::kThreads)
+            for (int64_t x = threadIdx.x; x < int64_t(q_rows) * d; x += Tr::kThreads)
                 gdq[(x / d) * ld + x % d] = from_float<T>(0.0f);
         return;
     }
@@ -976,21 +995,21 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
     const RowCopy<T, BM, D, Tr::kThreads> q_copy(gq, gq, ld, d, p.vec16), do_copy(gdo, gdo, p.hidden, d, p.vec16);
     auto stage = [&](int mb, int st) {  // Q, dctx and the row statistics of query tile mb
         T *q = sQ0 + st * 2 * BM * LDS;
-        q_copy.copy(q, nullptr, mb * BM, S);
-        do_copy.copy(q + BM * LDS, nullptr, mb * BM, S);
+        q_copy.copy(q, nullptr, mb * BM, q_rows);
+        do_copy.copy(q + BM * LDS, nullptr, mb * BM, q_rows);
         float *st2 = sStat + st * 2 * BM;
         for (int r = threadIdx.x; r < BM; r += Tr::kThreads) {
             const int i = mb * BM + r;
-            if (i < S) {
+            if (i < q_rows) {
                 cp_async4(smem_addr(st2 + r), lse2 + i);
                 cp_async4(smem_addr(st2 + BM + r), dsum + i);
-            } else {  // rows past S: P = 0
+            } else {  // rows past the sequence: P = 0
                 st2[r] = INFINITY;
                 st2[BM + r] = 0.0f;
             }
         }
     };
-    RowCopy<T, BN, D, Tr::kThreads>(gk, gv, ld, d, p.vec16).copy(sK, sV, k0, S);
+    RowCopy<T, BN, D, Tr::kThreads>(gk, gv, ld, d, p.vec16).copy(sK, sV, k0, q_rows);
     stage(tile_at(0), 0);
     cp_async_commit();
 
@@ -1078,7 +1097,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
             mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sK, kk * 16, wn * DQT * 8);
         }
 
-        bwd_dq_add<T, D, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, sTicket);
+        bwd_dq_add<T, D, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, sTicket);
     }
 
     bwd_store_kv(p, keys, gdq, ld, dk[0], dv[0]);

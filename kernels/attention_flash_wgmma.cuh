@@ -54,10 +54,11 @@ __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p
     const uint32_t sQ = base, sKV0 = base + uint32_t(Tr::kQ);  // stage st: K at sKV0 + 2·st·kTile, V after it
 
     const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
-    const int b = bh / p.heads, h = bh % p.heads, S = p.seq;
-    const int q0 = m_block * BM;
+    const int b = bh / p.heads, h = bh % p.heads;
+    const int q0 = m_block * BM, q_rows = seq_rows(p, b);
+    if (q0 >= q_rows) return;  // packed: a tile past the sequence
     const int64_t ld = 3 * int64_t(p.hidden);
-    const T *gq = static_cast<const T *>(p.qkv) + int64_t(b) * S * ld + int64_t(h) * 64;
+    const T *gq = static_cast<const T *>(p.qkv) + seq_row0(p, b) * ld + int64_t(h) * 64;
     const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
     const int warp = threadIdx.x >> 5;
     FwdRows w = fwd_rows(p, b, bh, q0, warp * 16, threadIdx.x & 31);
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p
 #pragma unroll
         for (int k = 0; k < BN / 16; ++k) {
             const int key = nb * BN + 16 * k + crow;
-            const bool ok = key < S;
+            const bool ok = key < q_rows;
             const int64_t off = ok ? int64_t(key) * ld + cchunk * 8 : 0;
             const uint32_t o = sw128(16 * k + kv_row, cchunk);
             cp_async16(sk + o, gk + off, ok ? 16 : 0);
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p
 #pragma unroll
     for (int k = 0; k < BM / 16; ++k) {
         const int r = 16 * k + crow, q = q0 + r;
-        const bool ok = q < S;
+        const bool ok = q < q_rows;
         cp_async16(sQ + sw128(r, cchunk), gq + (ok ? int64_t(q) * ld + cchunk * 8 : 0), ok ? 16 : 0);
     }
     if (n_blocks > 0) stage_kv(0, 0);
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p
     }
     cp_async_wait<0>();
 
-    fwd_store(p, w, static_cast<T *>(p.ctx) + int64_t(b) * S * p.hidden + int64_t(h) * 64, 64, o);
+    fwd_store(p, w, static_cast<T *>(p.ctx) + seq_row0(p, b) * p.hidden + int64_t(h) * 64, 64, o);
 #else
     (void)p;
     __trap();  // built for another target: the library launches it only from its sm_90a object, the lab only
@@ -201,12 +202,12 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
     const int item = *sTicket;
     const int jb = item % p.m_blocks, bh = item / p.m_blocks;
     const int b = bh / p.heads, h = bh % p.heads, S = p.seq;
-    const int k0 = jb * BN;
-    const int64_t ld = 3 * int64_t(p.hidden);
-    const T *gq = static_cast<const T *>(p.qkv) + int64_t(b) * S * ld + int64_t(h) * 64;
+    const int k0 = jb * BN, q_rows = seq_rows(p, b);
+    const int64_t ld = 3 * int64_t(p.hidden), row0 = seq_row0(p, b);
+    const T *gq = static_cast<const T *>(p.qkv) + row0 * ld + int64_t(h) * 64;
     const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
-    const T *gdo = static_cast<const T *>(p.dctx) + int64_t(b) * S * p.hidden + int64_t(h) * 64;
-    T *gdq = static_cast<T *>(p.dqkv) + int64_t(b) * S * ld + int64_t(h) * 64;
+    const T *gdo = static_cast<const T *>(p.dctx) + row0 * p.hidden + int64_t(h) * 64;
+    T *gdq = static_cast<T *>(p.dqkv) + row0 * ld + int64_t(h) * 64;
     const int kv_len = key_limit(p, b);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wrow = warp * 16;
     const uint64_t row_base = uint64_t(bh) * uint64_t(S);
@@ -214,10 +215,10 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
     if (k0 >= kv_len) {  // keys past the length: zero dK and dV (and, with no key at all, dQ)
         for (int x = threadIdx.x; x < BN * 64; x += Tr::kThreads) {
             const int j = k0 + x / 64, c = x % 64;
-            if (j < S) gdq[int64_t(j) * ld + p.hidden + c] = gdq[int64_t(j) * ld + 2 * p.hidden + c] = from_float<T>(0.0f);
+            if (j < q_rows) gdq[int64_t(j) * ld + p.hidden + c] = gdq[int64_t(j) * ld + 2 * p.hidden + c] = from_float<T>(0.0f);
         }
         if (jb == 0)
-            for (int64_t x = threadIdx.x; x < int64_t(S) * 64; x += Tr::kThreads)
+            for (int64_t x = threadIdx.x; x < int64_t(q_rows) * 64; x += Tr::kThreads)
                 gdq[(x / 64) * ld + x % 64] = from_float<T>(0.0f);
         return;
     }
@@ -233,17 +234,17 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
 #pragma unroll
         for (int k = 0; k < BM / 16; ++k) {
             const int r = 16 * k + crow, i = mb * BM + r;
-            const bool ok = i < S;
+            const bool ok = i < q_rows;
             cp_async16(q + sw128(r, cchunk), gq + (ok ? int64_t(i) * ld + cchunk * 8 : 0), ok ? 16 : 0);
             cp_async16(o + sw128(r, cchunk), gdo + (ok ? int64_t(i) * p.hidden + cchunk * 8 : 0), ok ? 16 : 0);
         }
         float *st2 = sStat + st * 2 * BM;
         for (int r = threadIdx.x; r < BM; r += Tr::kThreads) {
             const int i = mb * BM + r;
-            if (i < S) {
+            if (i < q_rows) {
                 cp_async4(smem_addr(st2 + r), lse2 + i);
                 cp_async4(smem_addr(st2 + BM + r), dsum + i);
-            } else {  // rows past S: P = 0
+            } else {  // rows past the sequence: P = 0
                 st2[r] = INFINITY;
                 st2[BM + r] = 0.0f;
             }
@@ -254,7 +255,7 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
 #pragma unroll
         for (int k = 0; k < BN / 16; ++k) {
             const int jl = 16 * k + crow, j = k0 + jl;
-            const bool ok = j < S;
+            const bool ok = j < q_rows;
             const int64_t off = ok ? int64_t(j) * ld + cchunk * 8 : 0;
             const uint32_t o = sw128(16 * k + srow, cchunk);
             cp_async16(sK + o, gk + off, ok ? 16 : 0);
@@ -334,7 +335,7 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
                                           ((lane >> 3) & 1) * 8));
             mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
         }
-        bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, sTicket);
+        bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, sTicket);
         wg::wgmma_wait<0>();
         wg::fence_regs(dv);
         wg::fence_regs(dk);

@@ -94,6 +94,25 @@ struct alignas(4 * sizeof(T)) Quad {
     T v[4];
 };
 
+// One group of four elements at `at` (a multiple of 4) through one access of 4·sizeof(T) bytes per
+// tensor: y = residual + keep·scale·a with the keep words of r (threshold 0: no dropout).
+template <typename T>
+__device__ __forceinline__ void dropout_quad(const T *a, const T *residual, T *y, int64_t at, const Philox4 &r,
+                                             uint32_t threshold, compute_t<T> scale) {
+    using C = compute_t<T>;
+    const Quad<T> va = *reinterpret_cast<const Quad<T> *>(a + at);
+    Quad<T> vr{}, out;
+    if (residual) vr = *reinterpret_cast<const Quad<T> *>(residual + at);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        C v = to_compute(va.v[k]);
+        if (threshold != 0u) v = r.v[k] >= threshold ? v * scale : C(0);
+        if (residual) v = to_compute(vr.v[k]) + v;
+        out.v[k] = to_storage<T>(v);
+    }
+    *reinterpret_cast<Quad<T> *>(y + at) = out;
+}
+
 template <typename T>
 __global__ void dropout_kernel(const T *a, const T *residual, T *y,
                                int64_t count, uint64_t seed, uint64_t offset, uint32_t threshold,
@@ -105,17 +124,7 @@ __global__ void dropout_kernel(const T *a, const T *residual, T *y,
         Philox4 r{{0u, 0u, 0u, 0u}};
         if (threshold != 0u) r = philox_dropout_block(seed, offset, static_cast<uint64_t>(grp));
         if (quad && grp * 4 + 4 <= count) {
-            const Quad<T> va = reinterpret_cast<const Quad<T> *>(a)[grp];
-            Quad<T> vr{}, out;
-            if (residual) vr = reinterpret_cast<const Quad<T> *>(residual)[grp];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                C v = to_compute(va.v[k]);
-                if (threshold != 0u) v = r.v[k] >= threshold ? v * scale : C(0);
-                if (residual) v = to_compute(vr.v[k]) + v;
-                out.v[k] = to_storage<T>(v);
-            }
-            reinterpret_cast<Quad<T> *>(y)[grp] = out;
+            dropout_quad(a, residual, y, grp * 4, r, threshold, scale);
             continue;
         }
 #pragma unroll
@@ -124,6 +133,32 @@ __global__ void dropout_kernel(const T *a, const T *residual, T *y,
             if (e >= count) break;
             C v = to_compute(a[e]);
             if (threshold != 0u) v = r.v[k] >= threshold ? v * scale : C(0);
+            if (residual) v = to_compute(residual[e]) + v;
+            y[e] = to_storage<T>(v);
+        }
+    }
+}
+
+// The same with a row map (packed layer calls, kernels/philox.h): buffer element r·L + c is element
+// rows[r]·L + c of the site. Blocks take rows, threads a row's groups of four (L a multiple of 4 and
+// `quad`: one Philox group and one access per tensor each) or its elements (each its own group).
+template <typename T>
+__global__ void dropout_rows_kernel(const T *a, const T *residual, T *y, int64_t nrows, const int32_t *rows,
+                                    int64_t L, uint64_t seed, uint64_t offset, uint32_t threshold,
+                                    compute_t<T> scale, bool quad) {
+    using C = compute_t<T>;
+    for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+        const int64_t base = r * L;
+        const uint64_t pbase = uint64_t(rows[r]) * uint64_t(L);
+        if (quad) {
+            for (int64_t c = 4 * int64_t(threadIdx.x); c < L; c += 4 * int64_t(blockDim.x))
+                dropout_quad(a, residual, y, base + c, philox_dropout_block(seed, offset, (pbase + uint64_t(c)) >> 2),
+                             threshold, scale);
+            continue;
+        }
+        for (int64_t c = threadIdx.x; c < L; c += blockDim.x) {
+            const int64_t e = base + c;
+            C v = philox_dropout_keep(seed, offset, pbase + uint64_t(c), threshold) ? to_compute(a[e]) * scale : C(0);
             if (residual) v = to_compute(residual[e]) + v;
             y[e] = to_storage<T>(v);
         }
@@ -189,9 +224,17 @@ cudaError_t launch_dropout(cudaStream_t stream, dst_dtype dt, const void *a, con
         const bool quad = sizeof(T) <= 4 && reinterpret_cast<uintptr_t>(a) % q == 0 &&
                           reinterpret_cast<uintptr_t>(y) % q == 0 &&
                           (!residual || reinterpret_cast<uintptr_t>(residual) % q == 0);
-        dropout_kernel<T><<<grid_blocks(groups, kThreads), kThreads, 0, stream>>>(
-            static_cast<const T *>(a), static_cast<const T *>(residual), static_cast<T *>(y), count,
-            site.seed, site.offset, site.threshold, static_cast<C>(site.scale), quad);
+        if (site.rows && site.active()) {
+            const int64_t nrows = count / site.row_len;
+            dropout_rows_kernel<T><<<static_cast<unsigned>(nrows < 65536 ? nrows : 65536), kThreads, 0, stream>>>(
+                static_cast<const T *>(a), static_cast<const T *>(residual), static_cast<T *>(y), nrows, site.rows,
+                site.row_len, site.seed, site.offset, site.threshold, static_cast<C>(site.scale),
+                quad && site.row_len % 4 == 0);
+        } else {
+            dropout_kernel<T><<<grid_blocks(groups, kThreads), kThreads, 0, stream>>>(
+                static_cast<const T *>(a), static_cast<const T *>(residual), static_cast<T *>(y), count,
+                site.seed, site.offset, site.threshold, static_cast<C>(site.scale), quad);
+        }
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });

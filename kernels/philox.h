@@ -69,11 +69,16 @@ DST_HD bool philox_dropout_keep(uint64_t seed, uint64_t offset, uint64_t e, uint
 
 // One dropout site: keep element e iff philox_dropout_keep(seed, offset, e, threshold);
 // kept elements are scaled by `scale` = 1/(1-p). threshold == 0 means no dropout (identity).
+// With a row map (rows != nullptr, the elementwise ops of packed layer calls): the buffer holds
+// rows of row_len elements, and element c of buffer row r is element rows[r]·row_len + c of the
+// site (its place in the padded layout), so packed and padded calls drop the same elements.
 struct DropoutSite {
     uint64_t seed = 0;
     uint64_t offset = 0;
     uint32_t threshold = 0;
     double scale = 1.0;
+    const int32_t *rows = nullptr;  // backend memory; nullptr: element e is the buffer's element e
+    int64_t row_len = 0;
     bool active() const { return threshold != 0; }
 };
 

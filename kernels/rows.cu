@@ -1,8 +1,9 @@
 // Row kernels: the index check (check_init_kernel, check_range_kernel, check_repeat_kernel) and the
 // row gather/scatter. The check's results are minima of element indices taken with atomicMin on
 // int32, and the distinctness marks are atomicAdd counts: integer atomics, so the answer is the same
-// whatever order the threads run in. Gather and scatter copy or add whole rows; scatter indices are
-// distinct (checked by the caller), so no two threads write one element.
+// whatever order the threads run in. Gather and scatter copy or add whole rows, a block per row (16-byte
+// accesses where rows and buffers allow); scatter indices are distinct (checked by the caller), so no
+// two threads write one element.
 #include "kernels/rows.cuh"
 
 #include <climits>
@@ -62,24 +63,44 @@ __global__ void packed_index_kernel(const int32_t *__restrict__ cu, int64_t B, i
     }
 }
 
-template <typename T>
-__global__ void gather_rows_kernel(const T *__restrict__ src, const int32_t *__restrict__ idx, T *__restrict__ dst,
+// Row copies: blocks take rows (grid-stride), threads a row's elements; with `V` = uint4, 16 bytes a
+// thread (rows of a multiple of 16 bytes on 16-byte aligned buffers), else one element.
+template <typename V>
+__global__ void gather_rows_kernel(const V *__restrict__ src, const int32_t *__restrict__ idx, V *__restrict__ dst,
                                    int64_t m, int64_t h) {
-    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < m * h; e += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t i = e / h, j = e - i * h;
-        dst[e] = src[int64_t(idx[i]) * h + j];
+    for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
+        const V *s = src + int64_t(idx[i]) * h;
+        V *d = dst + i * h;
+        for (int64_t j = threadIdx.x; j < h; j += blockDim.x) d[j] = s[j];
+    }
+}
+
+template <typename V>
+__global__ void scatter_rows_kernel(const V *__restrict__ src, const int32_t *__restrict__ idx, V *__restrict__ dst,
+                                    int64_t m, int64_t h) {
+    for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
+        const V *s = src + i * h;
+        V *d = dst + int64_t(idx[i]) * h;
+        for (int64_t j = threadIdx.x; j < h; j += blockDim.x) d[j] = s[j];
     }
 }
 
 template <typename T>
-__global__ void scatter_rows_kernel(const T *__restrict__ src, const int32_t *__restrict__ idx, T *dst, int64_t m,
-                                    int64_t h, bool accumulate) {
-    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < m * h; e += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t i = e / h, j = e - i * h;
-        T *d = dst + int64_t(idx[i]) * h + j;
-        *d = accumulate ? to_storage<T>(to_compute(*d) + to_compute(src[e])) : src[e];
+__global__ void scatter_add_rows_kernel(const T *__restrict__ src, const int32_t *__restrict__ idx, T *dst, int64_t m,
+                                        int64_t h) {
+    for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
+        const T *s = src + i * h;
+        T *d = dst + int64_t(idx[i]) * h;
+        for (int64_t j = threadIdx.x; j < h; j += blockDim.x) d[j] = to_storage<T>(to_compute(d[j]) + to_compute(s[j]));
     }
 }
+
+bool rows_vec16(const void *a, const void *b, int64_t h, size_t es) {
+    return (static_cast<size_t>(h) * es) % 16 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(b) % 16 == 0;
+}
+
+unsigned row_blocks(int64_t m) { return static_cast<unsigned>(m < 65536 ? m : 65536); }
 
 }  // namespace
 
@@ -120,8 +141,14 @@ cudaError_t gather_rows(cudaStream_t stream, dst_dtype dt, const void *src, cons
     if (m <= 0 || h <= 0) return cudaSuccess;
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
-        gather_rows_kernel<T><<<grid_blocks(m * h, kThreads), kThreads, 0, stream>>>(
-            static_cast<const T *>(src), idx, static_cast<T *>(dst), m, h);
+        if (rows_vec16(src, dst, h, sizeof(T))) {
+            const int64_t hv = h * int64_t(sizeof(T)) / 16;
+            gather_rows_kernel<uint4><<<row_blocks(m), kThreads / 2, 0, stream>>>(
+                static_cast<const uint4 *>(src), idx, static_cast<uint4 *>(dst), m, hv);
+        } else {
+            gather_rows_kernel<T><<<row_blocks(m), kThreads, 0, stream>>>(static_cast<const T *>(src), idx,
+                                                                           static_cast<T *>(dst), m, h);
+        }
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });
@@ -135,8 +162,17 @@ cudaError_t scatter_rows(cudaStream_t stream, dst_dtype dt, const void *src, con
     if (m <= 0) return cudaSuccess;
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
-        scatter_rows_kernel<T><<<grid_blocks(m * h, kThreads), kThreads, 0, stream>>>(
-            static_cast<const T *>(src), idx, static_cast<T *>(dst), m, h, accumulate);
+        if (accumulate) {
+            scatter_add_rows_kernel<T><<<row_blocks(m), kThreads, 0, stream>>>(static_cast<const T *>(src), idx,
+                                                                                static_cast<T *>(dst), m, h);
+        } else if (rows_vec16(src, dst, h, sizeof(T))) {
+            const int64_t hv = h * int64_t(sizeof(T)) / 16;
+            scatter_rows_kernel<uint4><<<row_blocks(m), kThreads / 2, 0, stream>>>(
+                static_cast<const uint4 *>(src), idx, static_cast<uint4 *>(dst), m, hv);
+        } else {
+            scatter_rows_kernel<T><<<row_blocks(m), kThreads, 0, stream>>>(static_cast<const T *>(src), idx,
+                                                                            static_cast<T *>(dst), m, h);
+        }
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });

@@ -52,6 +52,15 @@ struct AttentionParams {
     const void *mask = nullptr;  // ADDITIVE: [B, S] of mask_dtype; KEY_LENGTHS: int32 [B]
     dst_dtype mask_dtype = DST_DTYPE_FP32;
     DropoutSite dropout;
+    // Packed layout (packed_tokens > 0; dst_layer_forward_packed): qkv, ctx, dctx and dqkv hold
+    // packed_tokens rows, sequence b being the len[b] rows after those of sequences 0..b−1, with
+    // the mask KEY_LENGTHS len (so keys past a sequence are masked). rows[r] (int32, backend memory;
+    // may be nullptr in scratch_bytes queries) is packed row r's padded place b·S + i. Indices stay
+    // those of the padded [B, S] layout (lse, dropout elements); only the packed rows are computed
+    // and written.
+    const int32_t *rows = nullptr;
+    int64_t packed_tokens = 0;
+    int64_t tokens() const { return packed_tokens > 0 ? packed_tokens : batch * seq; }
 };
 
 // The fused linear + softmax cross-entropy of the MLM decoder and the NSP classifier

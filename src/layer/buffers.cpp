@@ -9,9 +9,10 @@ namespace dst {
 
 static size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
 
-Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training) {
+Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training, int64_t packed_tokens) {
     const Dims dm = config_dims(cfg);
-    const size_t N = static_cast<size_t>(B * S);
+    const bool packed = packed_tokens > 0;
+    const size_t N = static_cast<size_t>(packed ? packed_tokens : B * S);
     const size_t es = dtype_size(cfg.dtype), ss = stat_size(cfg.dtype);
     const size_t H = static_cast<size_t>(dm.H), I = static_cast<size_t>(dm.I);
     const size_t BhS = static_cast<size_t>(B) * static_cast<size_t>(dm.heads) * static_cast<size_t>(S);
@@ -45,7 +46,15 @@ Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training)
     set(kSlotOut, N * H * es, !pre && inv && training, true);
     set(kSlotLn3Mean, N * ss, !pre, !inv);
     set(kSlotLn3Rstd, N * ss, !pre, true);
-    set(kSlotMask, N * std::max<size_t>(4, es), training, true);
+    if (packed) {
+        set(kSlotMask, static_cast<size_t>(B) * 4, true, true);
+        set(kSlotRows, N * 4, true, true);
+        set(kSlotPackWs, align256(static_cast<size_t>(B) * 4) + N * 4, true, false);
+    } else {
+        set(kSlotMask, static_cast<size_t>(B * S) * std::max<size_t>(4, es), training, true);
+        set(kSlotRows, 0, false, false);
+        set(kSlotPackWs, 0, false, false);
+    }
     set(kSlotTmpH, N * H * es, true, false);
 
     size_t saved = 0, ws = 0;
@@ -70,12 +79,13 @@ Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training)
 }
 
 ScratchNeeds scratch_needs(const dst_layer_config &cfg, int64_t B, int64_t S, dst_mask_kind mask,
-                           dst_dtype mask_dtype) {
+                           dst_dtype mask_dtype, int64_t packed_tokens) {
     const Dims dm = config_dims(cfg);
     ScratchNeeds n;
     n.dt = cfg.dtype;
     n.gemm = true;
-    n.rows = B * S;
+    n.rows = packed_tokens > 0 ? packed_tokens : B * S;
+    n.attn.packed_tokens = packed_tokens;
     n.ln_width = dm.H;
     n.colsum_width = std::max<int64_t>(3 * dm.H, dm.I);
     n.attention = true;
@@ -96,7 +106,8 @@ size_t scratch_offset(const Plan &p) { return align256(std::max(p.fwd_workspace,
 const char *slot_name(Slot s) {
     static const char *const names[kSlotCount] = {
         "x", "ln1_out", "ln1_mean", "ln1_rstd", "qkv", "ctx", "lse", "resid", "ln2_out",
-        "ln2_mean", "ln2_rstd", "pre_gelu", "gelu", "sum", "out", "ln3_mean", "ln3_rstd", "mask", "tmp_h"};
+        "ln2_mean", "ln2_rstd", "pre_gelu", "gelu", "sum", "out", "ln3_mean", "ln3_rstd", "mask", "rows",
+        "pack_ws", "tmp_h"};
     return (s >= 0 && s < kSlotCount) ? names[s] : "?";
 }
 

@@ -6,7 +6,8 @@
 //
 // A training forward keeps the "kept" slots in the caller's dst_saved object; every other slot it
 // uses lives in the layer's workspace, which backward reuses for its temporaries. Inference keeps
-// nothing. N = B·S tokens; "stat" slots are float (double for FP64 layers).
+// nothing. N = B·S tokens, or the packed call's token count (dst_layer_forward_packed: every token
+// slot holds the packed rows only); "stat" slots are float (double for FP64 layers).
 #ifndef DST_LAYER_BUFFERS_H
 #define DST_LAYER_BUFFERS_H
 
@@ -39,6 +40,10 @@ enum Slot : int {
     kSlotLn3Mean,  // (N) stat Post-LN final LN
     kSlotLn3Rstd,  // (N) stat
     kSlotMask,     // (B, S) × max(4, dtype) bytes: copy of the attention mask for backward
+                   //          (packed: the key lengths, int32 [B])
+    kSlotRows,     // (N) int32 packed: each row's place b·S + i in the padded layout
+    kSlotPackWs,   // packed, workspace: key lengths and row places as the call computes them,
+                   //          before the saved object is touched (int32 [B], then [N])
     kSlotTmpH,     // (N, H)   workspace: projection outputs before dropout + residual
     kSlotCount
 };
@@ -70,16 +75,17 @@ struct Plan {
     size_t bwd_workspace = 0;
 };
 
-// Lays out the buffers of a call with B sequences of length S. `training` selects which slots are
-// kept; backward temporaries are laid out from offset 0 of the workspace.
-Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training);
+// Lays out the buffers of a call with B sequences of length S, padded (packed_tokens 0) or packed
+// into packed_tokens rows. `training` selects which slots are kept; backward temporaries are laid
+// out from offset 0 of the workspace.
+Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training, int64_t packed_tokens = 0);
 
 const char *slot_name(Slot s);
 
 // What the ops of a call ask the backend for as scratch (Backend::scratch_bytes): GEMMs, the
 // LayerNorm backward, bias gradients up to the widest projection, attention with this mask.
 ScratchNeeds scratch_needs(const dst_layer_config &cfg, int64_t B, int64_t S, dst_mask_kind mask,
-                           dst_dtype mask_dtype);
+                           dst_dtype mask_dtype, int64_t packed_tokens = 0);
 
 // Bytes of workspace a call needs: the plan's (the larger of forward and backward), then the
 // backend's scratch from offset scratch_offset(p) on.

@@ -86,7 +86,6 @@ Layer::~Layer() {
     }
     default_saved_.release();
     Backend &be = *ctx_->backend;
-    if (stage_) be.free(stage_);
     if (own_params_) be.free(params_);
     if (own_grads_) be.free(grads_);
 }
@@ -159,15 +158,12 @@ dst_status Layer::zero_grads() { return backend().zero(grads_, arena_bytes_); }
 
 void Saved::release() {
     if (mem && layer) layer->backend().free(mem);
-    if (packed_idx && layer) layer->backend().free(packed_idx);
     mem = nullptr;
     capacity = 0;
     bytes = 0;
     valid = false;
     packed = false;
     packed_n = 0;
-    packed_idx = nullptr;
-    packed_idx_capacity = 0;
 }
 
 dst_status Layer::new_saved(Saved **out) {
@@ -208,14 +204,16 @@ AttentionParams Layer::attention_params(int64_t B, int64_t S) const {
 
 // The context's workspace for a call: the plan's buffers, then the backend's scratch, handed to it.
 dst_status Layer::workspace(const Plan &p, int64_t B, int64_t S, dst_mask_kind mask, dst_dtype mask_dtype,
-                            char **ws) {
+                            int64_t packed_tokens, char **ws) {
     Backend &be = backend();
     const size_t base = scratch_offset(p);
-    const size_t scratch = be.scratch_bytes(scratch_needs(cfg_, B, S, mask, mask_dtype));
+    const size_t scratch = be.scratch_bytes(scratch_needs(cfg_, B, S, mask, mask_dtype, packed_tokens));
     DST_TRY(ctx_->ensure_workspace(base + scratch, ws));
     be.set_scratch(scratch ? *ws + base : nullptr, scratch);
     return DST_OK;
 }
+
+static size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
 
 // Pointer to slot s of a plan: in the saved object when kept, else in the workspace.
 static void *at(const Plan &p, char *sv, char *ws, Slot s) {
@@ -227,25 +225,49 @@ static void *tmp(const Plan &p, char *ws, Temp t) { return ws + p.temp_offset[t]
 // ---- forward ------------------------------------------------------------------------------------
 
 dst_status Layer::forward(Saved *saved, const void *x, int64_t B, int64_t S, const MaskArg &mask, void *y) {
-    const bool train = training_;
+    return run_forward(saved, x, B, S, mask, nullptr, 0, y);
+}
+
+// Packed sequences: the dataflow on the N rows themselves. packed_index gives each row its padded
+// place b·S + i (the dropout elements and attention indices of the padded layout) and the key
+// lengths; the GEMMs and elementwise ops run on the N rows, attention in the packed layout.
+dst_status Layer::forward_packed(Saved *saved, const void *x, int64_t N, const int32_t *cu, int64_t B, int64_t S,
+                                 void *y) {
+    MaskArg m;
+    m.kind = DST_MASK_KEY_LENGTHS;
+    m.dtype = DST_DTYPE_INT32;
+    return run_forward(saved, x, B, S, m, cu, N, y);
+}
+
+dst_status Layer::run_forward(Saved *saved, const void *x, int64_t B, int64_t S, const MaskArg &mask,
+                              const int32_t *cu, int64_t packed_n, void *y) {
+    const bool train = training_, packed = cu != nullptr;
     // A training forward takes kRngOffsetsPerForward consecutive offsets and leaves the next one; a
     // counter that cannot hold them is exhausted rather than wrapped (which would repeat earlier masks).
     if (train && ctx_->rng_offset > UINT64_MAX - kRngOffsetsPerForward)
         return set_error(DST_ERR_STATE,
-                         "dst_layer_forward: the context's RNG offset %llu leaves fewer than the %llu offsets a "
+                         "%s: the context's RNG offset %llu leaves fewer than the %llu offsets a "
                          "training forward takes before 2^64 - 1; the dropout stream of this seed is exhausted: "
                          "start a new one with dst_context_set_rng_state",
+                         packed ? "dst_layer_forward_packed" : "dst_layer_forward",
                          (unsigned long long)ctx_->rng_offset, (unsigned long long)kRngOffsetsPerForward);
-    const Plan p = make_plan(cfg_, B, S, train);
+    const int64_t tokens = packed ? packed_n : B * S;
+    const Plan p = make_plan(cfg_, B, S, train, packed ? packed_n : 0);
     Backend &be = backend();
     be.set_stochastic(cfg_.stochastic_mode != 0);
     be.set_allow_tf32(cfg_.allow_tf32 != 0);
-    const size_t N = static_cast<size_t>(B * S);
+    const size_t N = static_cast<size_t>(tokens);
     const size_t row = static_cast<size_t>(dims_.H) * dtype_size(cfg_.dtype);
 
     // Allocate everything before writing anything the caller owns.
     char *ws = nullptr;
-    DST_TRY(workspace(p, B, S, mask.kind, mask.dtype, &ws));
+    DST_TRY(workspace(p, B, S, mask.kind, mask.dtype, packed ? packed_n : 0, &ws));
+    int32_t *lens = nullptr, *places = nullptr;
+    if (packed) {  // into the workspace first: the CPU backend checks the offsets here
+        lens = static_cast<int32_t *>(at(p, nullptr, ws, kSlotPackWs));
+        places = lens + align256(static_cast<size_t>(B) * 4) / 4;
+        DST_TRY(be.packed_index(cu, B, S, packed_n, places, lens, "dst_layer_forward_packed: cu_seqlens"));
+    }
     char *sv = nullptr;
     if (train) {
         if (saved->capacity < p.saved_bytes) {
@@ -273,7 +295,7 @@ dst_status Layer::forward(Saved *saved, const void *x, int64_t B, int64_t S, con
         d0 = site(seed, first + 0, cfg_.attn_dropout_ratio);
         d1 = site(seed, first + 1, cfg_.hidden_dropout_ratio);
         d2 = site(seed, first + 2, cfg_.hidden_dropout_ratio);
-        if (mask.kind != DST_MASK_NONE) {
+        if (mask.kind != DST_MASK_NONE && !packed) {
             const size_t mbytes = (mask.kind == DST_MASK_KEY_LENGTHS ? static_cast<size_t>(B)
                                                                      : N) * dtype_size(mask.dtype);
             void *mcopy = at(p, sv, ws, kSlotMask);
@@ -286,6 +308,12 @@ dst_status Layer::forward(Saved *saved, const void *x, int64_t B, int64_t S, con
             x = xs;
         }
     }
+    if (packed) {
+        void *kl = at(p, sv, ws, kSlotMask), *rw = at(p, sv, ws, kSlotRows);
+        DST_TRY(be.copy(kl, lens, static_cast<size_t>(B) * 4, CopyKind::DeviceToDevice));
+        DST_TRY(be.copy(rw, places, N * 4, CopyKind::DeviceToDevice));
+        pack(ap, d1, d2, kl, rw, packed_n);
+    }
     ap.dropout = d0;
     if (cfg_.pre_layer_norm)
         DST_TRY(forward_pre_ln(p, sv, ws, x, ap, d1, d2, y));
@@ -294,7 +322,8 @@ dst_status Layer::forward(Saved *saved, const void *x, int64_t B, int64_t S, con
 
     if (train) {
         saved->valid = true;
-        saved->packed = false;
+        saved->packed = packed;
+        saved->packed_n = packed ? packed_n : 0;
         saved->B = B;
         saved->S = S;
         saved->rng_seed = seed;
@@ -306,13 +335,27 @@ dst_status Layer::forward(Saved *saved, const void *x, int64_t B, int64_t S, con
     return DST_OK;
 }
 
+// A packed call's attention and hidden dropout sites: the key lengths, the rows' padded places.
+void Layer::pack(AttentionParams &ap, DropoutSite &d1, DropoutSite &d2, void *lens, void *rows,
+                 int64_t packed_n) const {
+    ap.mask_kind = DST_MASK_KEY_LENGTHS;
+    ap.mask_dtype = DST_DTYPE_INT32;
+    ap.mask = lens;
+    ap.rows = static_cast<const int32_t *>(rows);
+    ap.packed_tokens = packed_n;
+    for (DropoutSite *d : {&d1, &d2}) {
+        d->rows = ap.rows;
+        d->row_len = dims_.H;
+    }
+}
+
 // h = LN1(x); qkv = h·Wqkvᵀ + b; ctx = attention(qkv); r = x + dropout(ctx·Woᵀ + bo);
 // h2 = LN2(r); g = GELU(h2·Wiᵀ + bi); y = r + dropout(g·Woutᵀ + bout).
 dst_status Layer::forward_pre_ln(const Plan &p, char *sv, char *ws, const void *x, const AttentionParams &ap,
                                  const DropoutSite &d1, const DropoutSite &d2, void *y) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
-    const int64_t N = ap.batch * ap.seq, H = dims_.H, I = dims_.I;
+    const int64_t N = ap.tokens(), H = dims_.H, I = dims_.I;
     const double eps = cfg_.layer_norm_eps;
     void *h = at(p, sv, ws, kSlotLn1Out), *qkv = at(p, sv, ws, kSlotQkv), *ctx = at(p, sv, ws, kSlotCtx);
     void *r = at(p, sv, ws, kSlotResid), *h2 = at(p, sv, ws, kSlotLn2Out);
@@ -341,7 +384,7 @@ dst_status Layer::forward_post_ln(const Plan &p, char *sv, char *ws, const void 
                                   const DropoutSite &d1, const DropoutSite &d2, void *y) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
-    const int64_t N = ap.batch * ap.seq, H = dims_.H, I = dims_.I;
+    const int64_t N = ap.tokens(), H = dims_.H, I = dims_.I;
     const double eps = cfg_.layer_norm_eps;
     void *qkv = at(p, sv, ws, kSlotQkv), *ctx = at(p, sv, ws, kSlotCtx);
     void *r = at(p, sv, ws, kSlotResid), *h2 = at(p, sv, ws, kSlotLn2Out);
@@ -381,85 +424,15 @@ dst_status Layer::check_capture(const char *fn, bool backward) const {
                      (double)cfg_.hidden_dropout_ratio);
 }
 
-// ---- packed sequences -----------------------------------------------------------------------------
-
-dst_status Layer::staging(size_t bytes, char **out) {
-    if (bytes > stage_bytes_) {
-        void *m = nullptr;
-        DST_TRY(backend().alloc(bytes, &m));
-        if (stage_) backend().free(stage_);
-        stage_ = m;
-        stage_bytes_ = bytes;
-    }
-    *out = static_cast<char *>(stage_);
-    return DST_OK;
-}
-
-static size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
-
-// Padded staging: [B·S, H] input, [B·S, H] output, lengths [B], row places [N]. The padded rows of
-// the input are zero; they give the packed rows nothing (masked as keys, and their own outputs are
-// dropped), so every packed row gets what the padded layer with key lengths gives it, and in backward
-// the padded rows' zero gradients add nothing to the parameter gradients.
-dst_status Layer::forward_packed(Saved *saved, const void *x, int64_t N, const int32_t *cu, int64_t B, int64_t S,
-                                 void *y) {
-    Backend &be = backend();
-    const dst_dtype dt = cfg_.dtype;
-    const int64_t H = dims_.H;
-    const size_t pad = align256(static_cast<size_t>(B * S * H) * dtype_size(dt));
-    const size_t lens_at = 2 * pad, idx_at = lens_at + align256(static_cast<size_t>(B) * 4);
-    char *st = nullptr;
-    DST_TRY(staging(idx_at + align256(static_cast<size_t>(N) * 4), &st));
-    const bool train = training_;
-    void *new_idx = nullptr;  // kept apart until the call has succeeded (a failed call changes nothing)
-    if (train && saved->packed_idx_capacity < static_cast<size_t>(N) * 4)
-        DST_TRY(be.alloc(static_cast<size_t>(N) * 4, &new_idx));
-    int32_t *lens = reinterpret_cast<int32_t *>(st + lens_at), *idx = reinterpret_cast<int32_t *>(st + idx_at);
-    auto run = [&]() -> dst_status {
-        DST_TRY(be.packed_index(cu, B, S, N, idx, lens, "dst_layer_forward_packed: cu_seqlens"));
-        DST_TRY(be.scatter_rows(dt, x, idx, st, B * S, N, H, false));
-        MaskArg m;
-        m.kind = DST_MASK_KEY_LENGTHS;
-        m.data = lens;
-        m.dtype = DST_DTYPE_INT32;
-        DST_TRY(forward(saved, st, B, S, m, st + pad));
-        return be.gather_rows(dt, st + pad, idx, y, N, H);
-    };
-    const dst_status s = run();
-    if (s != DST_OK) {
-        if (new_idx) be.free(new_idx);
-        return s;
-    }
-    if (!train) return DST_OK;
-    if (new_idx) {
-        if (saved->packed_idx) be.free(saved->packed_idx);
-        saved->packed_idx = new_idx;
-        saved->packed_idx_capacity = static_cast<size_t>(N) * 4;
-    }
-    DST_TRY(be.copy(saved->packed_idx, idx, static_cast<size_t>(N) * 4, CopyKind::DeviceToDevice));
-    saved->packed = true;
-    saved->packed_n = N;
-    saved->bytes += static_cast<size_t>(N) * 4;  // dst_saved_bytes: the padded forward's and the row places
-    return DST_OK;
-}
-
 dst_status Layer::backward_packed(Saved *saved, const void *dy, void *dx, bool accumulate) {
-    Backend &be = backend();
-    const dst_dtype dt = cfg_.dtype;
-    const int64_t H = dims_.H, B = saved->B, S = saved->S, N = saved->packed_n;
-    const size_t pad = align256(static_cast<size_t>(B * S * H) * dtype_size(dt));
-    char *st = nullptr;
-    DST_TRY(staging(2 * pad, &st));
-    const int32_t *idx = static_cast<const int32_t *>(saved->packed_idx);
-    DST_TRY(be.scatter_rows(dt, dy, idx, st, B * S, N, H, false));
-    DST_TRY(backward(saved, st, st + pad, accumulate));
-    return be.gather_rows(dt, st + pad, idx, dx, N, H);
+    return backward(saved, dy, dx, accumulate);
 }
 
 // ---- backward -----------------------------------------------------------------------------------
 
 dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumulate) {
-    const Plan p = make_plan(cfg_, saved->B, saved->S, true);
+    const int64_t packed_n = saved->packed ? saved->packed_n : 0;
+    const Plan p = make_plan(cfg_, saved->B, saved->S, true, packed_n);
     Backend &be = backend();
     be.set_stochastic(cfg_.stochastic_mode != 0);
     be.set_allow_tf32(cfg_.allow_tf32 != 0);
@@ -475,7 +448,7 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
         }
     }
     char *ws = nullptr;
-    DST_TRY(workspace(p, saved->B, saved->S, saved->mask_kind, saved->mask_dtype, &ws));
+    DST_TRY(workspace(p, saved->B, saved->S, saved->mask_kind, saved->mask_dtype, packed_n, &ws));
     char *sv = static_cast<char *>(saved->mem);
 
     AttentionParams ap = attention_params(saved->B, saved->S);
@@ -483,8 +456,9 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
     ap.mask = saved->mask_kind != DST_MASK_NONE ? at(p, sv, ws, kSlotMask) : nullptr;
     ap.mask_dtype = saved->mask_dtype;
     ap.dropout = site(saved->rng_seed, saved->rng_offset + 0, cfg_.attn_dropout_ratio);
-    const DropoutSite d1 = site(saved->rng_seed, saved->rng_offset + 1, cfg_.hidden_dropout_ratio);
-    const DropoutSite d2 = site(saved->rng_seed, saved->rng_offset + 2, cfg_.hidden_dropout_ratio);
+    DropoutSite d1 = site(saved->rng_seed, saved->rng_offset + 1, cfg_.hidden_dropout_ratio);
+    DropoutSite d2 = site(saved->rng_seed, saved->rng_offset + 2, cfg_.hidden_dropout_ratio);
+    if (saved->packed) pack(ap, d1, d2, at(p, sv, ws, kSlotMask), at(p, sv, ws, kSlotRows), packed_n);
     if (cfg_.pre_layer_norm) return backward_pre_ln(p, sv, ws, ap, d1, d2, dy, dx, accumulate);
     return backward_post_ln(p, sv, ws, ap, d1, d2, dy, dx, accumulate);
 }
@@ -516,7 +490,7 @@ dst_status Layer::backward_attention(const Plan &p, char *sv, char *ws, const At
                                      const DropoutSite &d1, const void *dr, const void *qkv_in, bool acc) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
-    const int64_t N = ap.batch * ap.seq, H = dims_.H;
+    const int64_t N = ap.tokens(), H = dims_.H;
     void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dqkv = tmp(p, ws, kTmpQkv);
     DST_TRY(be.dropout_bwd(dt, dr, t1, N * H, d1));
     DST_TRY(be.linear_bwd_weight(dt, t1, at(p, sv, ws, kSlotCtx), grad(DST_PARAM_ATTN_OW), grad(DST_PARAM_ATTN_OB),
@@ -533,7 +507,7 @@ dst_status Layer::backward_pre_ln(const Plan &p, char *sv, char *ws, const Atten
                                   bool acc) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
-    const int64_t N = ap.batch * ap.seq, H = dims_.H, I = dims_.I;
+    const int64_t N = ap.tokens(), H = dims_.H, I = dims_.I;
     const bool inv = cfg_.normalize_invertible;
     void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3);
     void *h2 = at(p, sv, ws, kSlotLn2Out), *h = at(p, sv, ws, kSlotLn1Out);
@@ -559,7 +533,7 @@ dst_status Layer::backward_post_ln(const Plan &p, char *sv, char *ws, const Atte
                                    bool acc) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
-    const int64_t N = ap.batch * ap.seq, H = dims_.H, I = dims_.I;
+    const int64_t N = ap.tokens(), H = dims_.H, I = dims_.I;
     const size_t hbytes = static_cast<size_t>(N * H) * dtype_size(dt);
     const bool inv = cfg_.normalize_invertible;
     void *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3), *dz = tmp(p, ws, kTmp5);

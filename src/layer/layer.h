@@ -28,11 +28,10 @@ struct Saved {
     dst_mask_kind mask_kind = DST_MASK_NONE;
     dst_dtype mask_dtype = DST_DTYPE_FP32;
     size_t bytes = 0;             // bytes of the recorded forward
-    // A packed forward (dst_layer_forward_packed): its N rows and their places in the padded layout.
+    // A packed forward (dst_layer_forward_packed) of packed_n rows (their padded places and the
+    // key lengths are slots of the plan).
     bool packed = false;
     int64_t packed_n = 0;
-    void *packed_idx = nullptr;   // int32 [packed_n], backend memory
-    size_t packed_idx_capacity = 0;
 
     void release();
     ~Saved() { release(); }
@@ -85,8 +84,9 @@ public:
     dst_status forward(Saved *saved, const void *x, int64_t B, int64_t S, const MaskArg &mask, void *y);
     dst_status backward(Saved *saved, const void *dy, void *dx, bool accumulate);
     // Packed sequences: x, y are [N, H]; cu (int32 [B+1], context memory) gives sequence b's rows
-    // cu[b] .. cu[b+1]-1, each at most S long. Runs the padded dataflow with key lengths on a staging
-    // copy (padded rows zero), which gives the packed tokens exactly what the padded layer gives them.
+    // cu[b] .. cu[b+1]-1, each at most S long. The dataflow runs on the N rows (attention in the
+    // packed layout); each row gets what the padded layer with key lengths gives it, up to the
+    // rounding of GEMMs over other row counts, with the same dropout elements.
     dst_status forward_packed(Saved *saved, const void *x, int64_t N, const int32_t *cu, int64_t B, int64_t S,
                               void *y);
     dst_status backward_packed(Saved *saved, const void *dy, void *dx, bool accumulate);
@@ -94,12 +94,15 @@ public:
 private:
     Layer() = default;
     dst_status init_params();
-    dst_status staging(size_t bytes, char **out);
+    dst_status run_forward(Saved *saved, const void *x, int64_t B, int64_t S, const MaskArg &mask, const int32_t *cu,
+                           int64_t packed_n, void *y);
+    void pack(AttentionParams &ap, DropoutSite &d1, DropoutSite &d2, void *lens, void *rows, int64_t packed_n) const;
     void *param(int p) const { return static_cast<char *>(params_) + offset_[p]; }
     void *grad(int p) const { return static_cast<char *>(grads_) + offset_[p]; }
     DropoutSite site(uint64_t seed, uint64_t offset, float ratio) const;
     AttentionParams attention_params(int64_t B, int64_t S) const;
-    dst_status workspace(const Plan &p, int64_t B, int64_t S, dst_mask_kind mask, dst_dtype mask_dtype, char **ws);
+    dst_status workspace(const Plan &p, int64_t B, int64_t S, dst_mask_kind mask, dst_dtype mask_dtype,
+                         int64_t packed_tokens, char **ws);
     dst_status forward_pre_ln(const Plan &p, char *sv, char *ws, const void *x, const AttentionParams &ap,
                               const DropoutSite &d1, const DropoutSite &d2, void *y);
     dst_status forward_post_ln(const Plan &p, char *sv, char *ws, const void *x, const AttentionParams &ap,
@@ -127,8 +130,6 @@ private:
     bool own_params_ = true, own_grads_ = true;
     Saved default_saved_;
     std::set<Saved *> saved_objects_;
-    void *stage_ = nullptr;  // padded copies of packed calls, grown on demand
-    size_t stage_bytes_ = 0;
 };
 
 // The 12 DeepSpeed parameter names, indexed by dst_param.

@@ -64,10 +64,14 @@ std::vector<Named> all_cases() {
                 v.push_back({"dense_bwd_" + d + "_" + s.str(),
                              [=] { return dense_bwd_case(dt, x.n, x.k, x.m, act, act == DST_ACTIVATION_TANH, 4); }});
             }
-        v.push_back({"gather_rows_" + d + "_N387_M60_H100", [=] { return gather_case(dt, 387, 60, 100, 5); }});
-        for (bool acc : {false, true})
-            v.push_back({"scatter_rows_" + d + "_N387_M60_H100" + std::string(acc ? "_acc" : ""),
-                         [=] { return scatter_case(dt, 387, 60, 100, acc, 6); }});
+        // Rows of 100 elements (element copies) and of 1024 (16-byte copies in every dtype).
+        for (int64_t h : {int64_t(100), int64_t(1024)}) {
+            const std::string hs = "_N387_M60_H" + std::to_string(h);
+            v.push_back({"gather_rows_" + d + hs, [=] { return gather_case(dt, 387, 60, h, 5); }});
+            for (bool acc : {false, true})
+                v.push_back({"scatter_rows_" + d + hs + std::string(acc ? "_acc" : ""),
+                             [=] { return scatter_case(dt, 387, 60, h, acc, 6); }});
+        }
         // Dropout: the same Philox mask on both backends (odd sizes: a partial group of four at the end).
         for (float p : {0.0f, 0.1f, 0.5f}) {
             std::ostringstream s;

@@ -487,12 +487,109 @@ void add_attention_cases(std::vector<OpCase> &out) {
         }
 }
 
+// Packed layer calls (dst_layer_forward_packed): hidden dropout over rows with a map to their padded
+// places (rows of 1024: one group per four elements; rows of 7: groups across rows), and attention
+// in the packed layout (lengths as mask_arg gives them; rows of sequence b follow those of b − 1).
+void add_packed_cases(std::vector<OpCase> &out) {
+    for (dst_dtype dt : kDtypes) {
+        for (int64_t L : {int64_t(1024), int64_t(7)}) {
+            const int64_t rows = L == 7 ? 301 : 37, n = rows * L;
+            Arg places{"rows", DST_DTYPE_INT32, rows, Role::In};
+            places.fill = [](HostBuf &h) {  // increasing, with gaps: r + r/3
+                for (int64_t r = 0; r < h.count; ++r) h.set(r, double(r + r / 3));
+            };
+            const DropoutSite site = make_site(0.1, 0x5eed0000 + L, 31 + L);
+            OpCase r;
+            r.name = tag("dropout_residual_fwd", dt, "rows" + std::to_string(rows) + "x" + std::to_string(L) + "_mapped");
+            r.dt = dt;
+            r.args = {{"a", dt, n, Role::In}, {"residual", dt, n, Role::In}, {"y", dt, n, Role::Out}, places};
+            r.call = [=](Backend &be, const Ptrs &p) {
+                DropoutSite m = site;
+                m.rows = static_cast<const int32_t *>(p[3]);
+                m.row_len = L;
+                return be.dropout_residual_fwd(dt, p[0], p[1], p[2], n, m);
+            };
+            r.drop_p = 0.1;
+            r.dropped = [n](const std::vector<HostBuf> &b) {
+                std::vector<bool> m(static_cast<size_t>(n));
+                for (int64_t i = 0; i < n; ++i) m[i] = b[2].get(i) == b[1].get(i);
+                return m;
+            };
+            out.push_back(r);
+            OpCase d;
+            d.name = tag("dropout_bwd", dt, "rows" + std::to_string(rows) + "x" + std::to_string(L) + "_mapped");
+            d.dt = dt;
+            d.args = {{"dy", dt, n, Role::In}, {"dx", dt, n, Role::Out}, places};
+            d.call = [=](Backend &be, const Ptrs &p) {
+                DropoutSite m = site;
+                m.rows = static_cast<const int32_t *>(p[2]);
+                m.row_len = L;
+                return be.dropout_bwd(dt, p[0], p[1], n, m);
+            };
+            d.drop_p = 0.1;
+            d.dropped = [n](const std::vector<HostBuf> &b) {
+                std::vector<bool> m(static_cast<size_t>(n));
+                for (int64_t i = 0; i < n; ++i) m[i] = b[1].get(i) == 0.0;
+                return m;
+            };
+            out.push_back(d);
+        }
+        const AttnShape shapes[] = {
+            {3, 100, 3, 32, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
+            {3, 65, 2, 128, DST_MASK_KEY_LENGTHS, false, true, 0.1, true, false},
+            {4, 128, 16, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},  // BERT-Large heads
+            {2, 65, 2, 200, DST_MASK_KEY_LENGTHS, false, true, 0.0, true, false},   // generic kernels
+        };
+        for (const AttnShape &a : shapes) {
+            const int64_t H = a.heads * a.d, stat_rows = a.b * a.heads * a.s;
+            const dst_dtype st = stat_dtype(dt);
+            HostBuf lens(DST_DTYPE_INT32, a.b);
+            mask_arg(a, dt).fill(lens);
+            int64_t N = 0;
+            for (int64_t b = 0; b < a.b; ++b) N += int64_t(lens.get(b));
+            Arg places{"rows", DST_DTYPE_INT32, N, Role::In};
+            places.fill = [a, lens](HostBuf &h) {
+                int64_t r = 0;
+                for (int64_t b = 0; b < a.b; ++b)
+                    for (int64_t i = 0; i < int64_t(lens.get(b)); ++i) h.set(r++, double(b * a.s + i));
+            };
+            auto params = [a, dt, N](const Ptrs &p) {
+                AttentionParams ap = attn_params(a, p[1], dt);
+                ap.rows = static_cast<const int32_t *>(p[2]);
+                ap.packed_tokens = N;
+                return ap;
+            };
+            // 0 qkv, 1 lengths, 2 rows, 3 ctx, 4 lse (the padded rows' entries are unspecified: not compared)
+            OpCase f;
+            f.name = tag("attention_fwd", dt, attn_name(a) + "_packed");
+            f.dt = dt;
+            f.args = {{"qkv", dt, N * 3 * H, Role::In, -2.0, 2.0}, mask_arg(a, dt), places,
+                      {"ctx", dt, N * H, Role::Out}, {"lse", st, stat_rows, Role::In}};
+            f.call = [=](Backend &be, const Ptrs &p) { return be.attention_fwd(dt, params(p), p[0], p[3], p[4]); };
+            out.push_back(f);
+            // 0 qkv, 1 lengths, 2 rows, 3 ctx, 4 lse, 5 dctx, 6 dqkv; ctx and lse from the CPU forward.
+            OpCase b;
+            b.name = tag("attention_bwd", dt, attn_name(a) + "_packed");
+            b.dt = dt;
+            b.args = {{"qkv", dt, N * 3 * H, Role::In, -2.0, 2.0}, mask_arg(a, dt), places,
+                      {"ctx", dt, N * H, Role::In}, {"lse", st, stat_rows, Role::In},
+                      {"dctx", dt, N * H, Role::In}, {"dqkv", dt, N * 3 * H, Role::Out}};
+            b.prepare = [=](Backend &cpu, const Ptrs &p) { return cpu.attention_fwd(dt, params(p), p[0], p[3], p[4]); };
+            b.call = [=](Backend &be, const Ptrs &p) {
+                return be.attention_bwd(dt, params(p), p[0], p[3], p[5], p[4], p[6]);
+            };
+            out.push_back(b);
+        }
+    }
+}
+
 std::vector<OpCase> all_cases() {
     std::vector<OpCase> cases;
     add_linear_cases(cases);
     add_layernorm_cases(cases);
     add_elementwise_cases(cases);
     add_attention_cases(cases);
+    add_packed_cases(cases);
     std::set<std::string> seen;
     for (OpCase &c : cases) {
         for (char &ch : c.name)

@@ -8,6 +8,8 @@
     check_train.py hf-export   PROG OUT CONFIGS   the Hugging Face export: file layout, logits (NumPy;
                                                   transformers when importable)
     check_train.py cpu-vs-cuda PROG OUT CONFIGS   the first steps on CUDA match the CPU (exit 77 without a GPU)
+    check_train.py packed-vs-padded PROG OUT CONFIGS   the layers on the real tokens (--layers packed) and on
+                                                  the padded batch: the same losses up to rounding
     check_train.py nccl-world1 PROG OUT CONFIGS   world size 1 through NCCL == no communicator, bit for bit
                                                   (exit 77 without a GPU)
     check_train.py profile     PROG OUT CONFIGS   --profile: a time split per step that adds up to the step's
@@ -421,6 +423,38 @@ def cpu_vs_cuda(prog, out, configs):
                 fail("step %d: %s differs by %.1e (bound %.0e)" % (rc["step"], k, e, tol))
 
 
+# ---- packed-vs-padded ------------------------------------------------------------------------------------
+def packed_vs_padded(prog, out, configs, backend="cpu"):
+    """The layers on the real tokens only (--layers packed) and on the padded batch: the same model, so the
+    same losses up to the rounding of GEMMs over other row counts (and the batches do hold padding)."""
+    # One verse per document: pairs of verses, shorter than the 64 tokens of the sequence.
+    kjv = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "dst-pretrain", "data", "kjv.txt")
+    with open(kjv, encoding="utf-8") as f:
+        verses = [l.strip() for l in f if l.strip()][:600]
+    corpus = os.path.join(fresh(os.path.join(out, "layers_corpus")), "verses.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.write("\n\n".join(verses) + "\n")
+    runs = {}
+    for mode, extra in (("packed", ["--layers", "packed"]), ("padded", ["--layers", "padded"])):
+        o = fresh(os.path.join(out, "layers_" + mode))
+        run(prog, ["train"] + tiny(configs) + ["--seq", "64", "--corpus", corpus, "--steps", "4", "--output", o,
+                                               "--backend", backend, "--eval-every", "0", "--no-export"] + extra)
+        runs[mode] = train_records(o)
+    real = sum(r["tokens"] for r in runs["packed"]) / (runs["packed"][-1]["samples"] * 64)  # samples: cumulative
+    print("real tokens: %.1f %% of the padded batches" % (100 * real))
+    if not real < 0.95:
+        fail("the batches hold almost no padding: the comparison would not test the packed layers")
+    for ra, rb in zip(runs["packed"], runs["padded"]):
+        tol = 1e-6 if ra["step"] == 1 else 1e-4
+        for k in ("mlm_loss", "nsp_loss"):
+            e = abs(ra[k] - rb[k]) / abs(rb[k])
+            print("step %d %s: packed %.9g padded %.9g (rel %.1e)" % (ra["step"], k, ra[k], rb[k], e))
+            if not e <= tol:
+                fail("step %d: %s differs by %.1e (bound %.0e)" % (ra["step"], k, e, tol))
+    if len(runs["packed"]) != 4 or len(runs["padded"]) != 4:
+        fail("expected 4 training records in each run")
+
+
 # ---- nccl-world1 ---------------------------------------------------------------------------------------
 def nccl_world1(prog, out, configs):
     """The all-reduce path with one rank: ncclAvg over one process is the identity, so the losses and the
@@ -602,7 +636,7 @@ def main():
     rest = [os.path.abspath(a) for a in sys.argv[4:]]
     t = time.time()
     {"loss-falls": loss_falls, "resume": resume, "interrupt": interrupt, "errors": errors, "hf-export": hf_export,
-     "cpu-vs-cuda": cpu_vs_cuda, "nccl-world1": nccl_world1, "profile": profile, "data-out": data_out}[what](
+     "cpu-vs-cuda": cpu_vs_cuda, "packed-vs-padded": packed_vs_padded, "nccl-world1": nccl_world1, "profile": profile, "data-out": data_out}[what](
         prog, out, *rest)
     print("PASS: %s (%.1f s)" % (what, time.time() - t))
     return 0

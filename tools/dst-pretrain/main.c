@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"  /* defines: dstp_layers */
 #include "pretrain_data.h"
 #include "train.h"
 
@@ -106,6 +107,9 @@ static void train_usage(FILE *f) {
             "  --profile-calls      --profile, and every library call of the model timed with a device\n"
             "                       synchronisation before and after it: the costliest call sites at the end\n"
             "  --no-checkpoint      write no checkpoint (not every N steps, at the end or on a signal)\n"
+            "  --layers M           how the layers run: padded (on the padded batch, key lengths), packed (on\n"
+            "                       the real tokens only) or auto (default: packed when at most 90 %% of the\n"
+            "                       batch's positions are real tokens); the same model either way\n"
             "Data parallelism: one process per GPU, started by mpirun or with RANK, WORLD_SIZE, LOCAL_RANK,\n"
             "MASTER_ADDR and MASTER_PORT set (docs/pretrain.md); rank 0 prints and writes the outputs.\n"
             "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint at the next step boundary and exits with 130; a\n"
@@ -360,6 +364,12 @@ static int cmd_train(int argc, char **argv) {
         else if (strcmp(a, "--profile") == 0) o.profile = 1;
         else if (strcmp(a, "--profile-calls") == 0) o.profile = o.profile_calls = 1;
         else if (strcmp(a, "--no-checkpoint") == 0) o.no_checkpoint = 1;
+        else if (strcmp(a, "--layers") == 0 && next &&
+                 (strcmp(next, "auto") == 0 || strcmp(next, "padded") == 0 || strcmp(next, "packed") == 0)) {
+            o.layers = strcmp(next, "packed") == 0 ? DSTP_LAYERS_PACKED
+                       : strcmp(next, "padded") == 0 ? DSTP_LAYERS_PADDED : DSTP_LAYERS_AUTO;
+            ++i;
+        }
         else {
             free(shards);
             return bad_arg("train", a, next && a[0] == '-' ? "bad option or value" : "unknown argument");

@@ -114,6 +114,10 @@ struct dstp_model {
     void *cls, *p_pre, *pooled;                                          /* [max_batch, H] */
     void *loss, *counts;                                                 /* fp32 [2], int32 [4] */
     void *g_t, *g_t2, *g_hm, *g_pooled, *g_cls, *g_seq, *g_a, *g_b;
+    void *cu, *places;   /* packed layers: int32 offsets [B + 1], each real token's row b·S + i [N] */
+    int64_t real;        /* the batch's real tokens (the packed rows) */
+    void *enc_out;       /* the last layer's output in the padded layout */
+    int packed;          /* this batch's layers run packed (opt.layers) */
     int32_t *host_i32;                                                   /* staging */
     dstp_profile *prof;                                                  /* NULL: not profiling */
 };
@@ -293,7 +297,7 @@ void dstp_model_destroy(dstp_model *m) {
                      &m->emb,  &m->x0,    &m->act[0],  &m->act[1], &m->fin,   &m->stats_emb, &m->stats_fin,
                      &m->hm,   &m->t_pre, &m->t_g,     &m->t_ln,  &m->stats_t, &m->cls,     &m->p_pre,
                      &m->pooled, &m->loss, &m->counts, &m->g_t,   &m->g_t2,   &m->g_hm,     &m->g_pooled,
-                     &m->g_cls, &m->g_seq, &m->g_a,    &m->g_b};
+                     &m->g_cls, &m->g_seq, &m->g_a,    &m->g_b,    &m->cu,    &m->places};
     for (i = 0; i < (int)(sizeof bufs / sizeof bufs[0]); ++i) dst_free(m->ctx, *bufs[i]);
     for (i = 0; i < P_COUNT; ++i) {
         dst_free(m->ctx, m->p[i].data);
@@ -380,9 +384,10 @@ static dstp_status create(dstp_model *m, dstp_error *err) {
         alloc(m, 16, &m->loss, err) || alloc(m, 16, &m->counts, err) || alloc(m, rows, &m->g_t, err) ||
         alloc(m, rows, &m->g_t2, err) || alloc(m, rows, &m->g_hm, err) || alloc(m, cls, &m->g_pooled, err) ||
         alloc(m, cls, &m->g_cls, err) || alloc(m, act, &m->g_seq, err) || alloc(m, act, &m->g_a, err) ||
-        alloc(m, act, &m->g_b, err))
+        alloc(m, act, &m->g_b, err) || alloc(m, (size_t)(B + 1) * 4, &m->cu, err) ||
+        alloc(m, (size_t)N * 4, &m->places, err))
         return DSTP_ERR_STATE;
-    m->host_i32 = (int32_t *)malloc((size_t)(N > Mx ? N : Mx) * sizeof(int32_t) + 64);
+    m->host_i32 = (int32_t *)malloc((size_t)(N > Mx ? N : Mx) * sizeof(int32_t) + (size_t)(B + 1) * sizeof(int32_t) + 64);
     if (!m->host_i32) {
         dstp_seterr(err, "model: out of host memory");
         return DSTP_ERR_NOMEM;
@@ -596,7 +601,19 @@ static dstp_status upload(dstp_model *m, const dstp_batch *b, dstp_error *err) {
         (upload_i32(m, m->rows, b->rows, (size_t)b->nrows, err) || upload_i32(m, m->labels, b->labels, (size_t)b->nrows, err)))
         return DSTP_ERR_STATE;
     for (i = 0; i < b->batch; ++i) m->host_i32[i] = i * b->seq;
-    return upload_i32(m, m->cls_rows, m->host_i32, (size_t)b->batch, err);
+    if (upload_i32(m, m->cls_rows, m->host_i32, (size_t)b->batch, err)) return DSTP_ERR_STATE;
+    /* Packed layers: the offsets of the real tokens, and each one's padded row. */
+    m->real = 0;
+    m->host_i32[0] = 0;
+    for (i = 0; i < b->batch; ++i) m->host_i32[i + 1] = m->host_i32[i] + b->lengths[i];
+    if (upload_i32(m, m->cu, m->host_i32, (size_t)b->batch + 1, err)) return DSTP_ERR_STATE;
+    for (i = 0; i < b->batch; ++i) {
+        int32_t s;
+        for (s = 0; s < b->lengths[i]; ++s) m->host_i32[m->real++] = i * b->seq + s;
+    }
+    m->packed = m->opt.layers == DSTP_LAYERS_PACKED ||
+                (m->opt.layers == DSTP_LAYERS_AUTO && m->real * 10 <= (int64_t)b->batch * b->seq * 9);
+    return upload_i32(m, m->places, m->host_i32, (size_t)m->real, err);
 }
 
 /* Writes zeros into n bytes of context memory (a gradient no op wrote). */
@@ -670,13 +687,33 @@ static dstp_status encode(dstp_model *m, const dstp_batch *b, int train, uint64_
     memset(&mask, 0, sizeof mask);
     mask.kind = DST_MASK_KEY_LENGTHS;
     mask.tensor = view(m->lengths, DST_DTYPE_INT32, 1, B, 0, 0);
+    if (m->packed) { /* the real tokens into act[1]; x0 is free again after this */
+        const dst_tensor places = view(m->places, DST_DTYPE_INT32, 1, m->real, 0, 0), xp = view(m->x0, m->dt, 2, N, H, 0);
+        dst_tensor xs = view(m->act[1], m->dt, 2, m->real, H, 0);
+        LIB(dst_gather_rows(m->ctx, &xp, &places, &xs));
+        in = m->act[1];
+    }
     for (l = 0; l < m->L; ++l) {
-        const dst_tensor x = view(in, m->dt, 3, B, S, H);
-        dst_tensor y = view(m->act[l % 2], m->dt, 3, B, S, H);
         LIB(dst_layer_set_training(m->layers[l], train));
-        LIB(dst_layer_forward(m->layers[l], NULL, &x, &mask, &y));
+        if (!m->packed) {
+            const dst_tensor x = view(in, m->dt, 3, B, S, H);
+            dst_tensor y = view(m->act[l % 2], m->dt, 3, B, S, H);
+            LIB(dst_layer_forward(m->layers[l], NULL, &x, &mask, &y));
+        } else {
+            const dst_tensor x = view(in, m->dt, 2, m->real, H, 0), cu = view(m->cu, DST_DTYPE_INT32, 1, B + 1, 0, 0);
+            dst_tensor y = view(m->act[l % 2], m->dt, 2, m->real, H, 0);
+            LIB(dst_layer_forward_packed(m->layers[l], NULL, &x, &cu, S, &y));
+        }
         in = m->act[l % 2];
     }
+    if (m->packed) { /* back to the padded layout (padding rows zero), in x0 */
+        const dst_tensor places = view(m->places, DST_DTYPE_INT32, 1, m->real, 0, 0);
+        const dst_tensor ys = view(in, m->dt, 2, m->real, H, 0);
+        dst_tensor yp = view(m->x0, m->dt, 2, N, H, 0);
+        LIB(dst_scatter_rows(m->ctx, &ys, &places, &yp, DST_GRAD_WRITE));
+        in = m->x0;
+    }
+    m->enc_out = in;
     if (train) LAP(DSTP_PHASE_LAYERS);
     if (m->cfg.pre_layer_norm) {
         const dst_tensor x = view(in, m->dt, 3, B, S, H), w = pview(m, &m->p[P_FIN_LN_W], 0), bb = pview(m, &m->p[P_FIN_LN_B], 0);
@@ -750,6 +787,14 @@ static dstp_status layer_bucket(dstp_model *m, const dstp_grad_hook *hook, int l
     return hook->ready(hook->user, &g, 1, err);
 }
 
+/* The backward's three gradient buffers: the one just written becomes the next input. */
+static void rotate(void **dout, void *spare[2]) {
+    void *t = *dout;
+    *dout = spare[0];
+    spare[0] = spare[1];
+    spare[1] = t;
+}
+
 dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const dstp_grad_hook *hook, dstp_result *r,
                              dstp_error *err) {
     static const int heads_done[] = {P_T_W, P_T_B, P_T_LN_W, P_T_LN_B, P_DEC_B, P_POOL_W, P_POOL_B, P_NSP_W, P_NSP_B};
@@ -799,7 +844,7 @@ dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const
     spare[0] = m->g_a;
     spare[1] = m->g_b;
     if (m->cfg.pre_layer_norm) {
-        const dst_tensor dy = view(m->g_seq, m->dt, 3, B, S, H), x = view(m->act[(m->L - 1) % 2], m->dt, 3, B, S, H);
+        const dst_tensor dy = view(m->g_seq, m->dt, 3, B, S, H), x = view(m->enc_out, m->dt, 3, B, S, H);
         const dst_tensor w = pview(m, &m->p[P_FIN_LN_W], 0), bb = pview(m, &m->p[P_FIN_LN_B], 0);
         const dst_tensor fs = view(m->stats_fin, m->sdt, 2, 2, N, 0);
         dst_tensor dx = view(m->g_a, m->dt, 3, B, S, H), dw = pview(m, &m->p[P_FIN_LN_W], 1), db = pview(m, &m->p[P_FIN_LN_B], 1);
@@ -810,16 +855,31 @@ dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const
         if (bucket(m, hook, final_done, 2, err)) return DSTP_ERR_STATE;
     }
     LAP(DSTP_PHASE_EMBED_HEAD);
+    if (m->packed) { /* the real tokens' gradients */
+        const dst_tensor places = view(m->places, DST_DTYPE_INT32, 1, m->real, 0, 0), gp = view(dout, m->dt, 2, N, H, 0);
+        dst_tensor gs = view(spare[0], m->dt, 2, m->real, H, 0);
+        LIB(dst_gather_rows(m->ctx, &gp, &places, &gs));
+        rotate(&dout, spare);
+    }
     for (l = m->L - 1; l >= 0; --l) {
-        const dst_tensor dy = view(dout, m->dt, 3, B, S, H);
-        dst_tensor dx = view(spare[0], m->dt, 3, B, S, H);
-        void *t;
-        LIB(dst_layer_backward(m->layers[l], NULL, &dy, &dx, acc));
+        if (!m->packed) {
+            const dst_tensor dy = view(dout, m->dt, 3, B, S, H);
+            dst_tensor dx = view(spare[0], m->dt, 3, B, S, H);
+            LIB(dst_layer_backward(m->layers[l], NULL, &dy, &dx, acc));
+        } else {
+            const dst_tensor dy = view(dout, m->dt, 2, m->real, H, 0);
+            dst_tensor dx = view(spare[0], m->dt, 2, m->real, H, 0);
+            LIB(dst_layer_backward_packed(m->layers[l], NULL, &dy, &dx, acc));
+        }
         if (layer_bucket(m, hook, l, err)) return DSTP_ERR_STATE;
-        t = dout;
-        dout = spare[0];
-        spare[0] = spare[1];
-        spare[1] = t;
+        rotate(&dout, spare);
+    }
+    if (m->packed) { /* dx0 in the padded layout, padding rows zero */
+        const dst_tensor places = view(m->places, DST_DTYPE_INT32, 1, m->real, 0, 0);
+        const dst_tensor gs = view(dout, m->dt, 2, m->real, H, 0);
+        dst_tensor gp = view(spare[0], m->dt, 2, N, H, 0);
+        LIB(dst_scatter_rows(m->ctx, &gs, &places, &gp, DST_GRAD_WRITE));
+        rotate(&dout, spare);
     }
     LAP(DSTP_PHASE_LAYERS);
 

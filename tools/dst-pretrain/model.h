@@ -63,12 +63,20 @@ void dstp_model_config_write(FILE *f, const dstp_model_config *c, int hf);
 /* ---- the model (model.c) ------------------------------------------------------------------------------ */
 typedef struct dstp_model dstp_model;
 
+/* How the layers run over a batch: on the padded [B, S] batch with key lengths, on its real tokens only
+ * (dst_layer_forward_packed: the tokens gathered after the embeddings, scattered back before the heads),
+ * or (auto, the default) packed when at most 90 % of the batch's B·S positions are real tokens. The
+ * threshold is measured (bench/RESULTS.md, 2026-12-02, fourth session): on the H200 with BERT-Large,
+ * packed is 5 % faster at S=512 with 79 % real tokens and 2 % slower at S=128 with 98 %. */
+typedef enum dstp_layers { DSTP_LAYERS_AUTO = 0, DSTP_LAYERS_PADDED, DSTP_LAYERS_PACKED } dstp_layers;
+
 typedef struct dstp_model_options {
     dst_dtype dtype;         /* parameters and activations: FP32, or FP16/BF16 as the engine's precision */
     int32_t max_batch;       /* sequences per micro-batch */
     int32_t seq;             /* sequence length S ≤ max_position_embeddings */
     int32_t max_pred;        /* masked positions per sequence at most */
     uint64_t seed;           /* initial weights (the layers' Philox seeds are seed·1000 + i) */
+    dstp_layers layers;      /* how the layers run; the same model either way */
 } dstp_model_options;
 
 /* What one micro-batch gives: the mean losses of the call and the counts behind the accuracies. */

@@ -601,6 +601,7 @@ int dstp_train(const dstp_train_options *o) {
     mo.seq = o->num_shards ? 0 : seq;
     mo.max_pred = max_pred;
     mo.seed = o->seed;
+    mo.layers = (dstp_layers)o->layers;
     if (o->num_shards) { /* the shards fix the shape: take it from the first batch */
         const dstp_batch *b0 = NULL;
         dstp_loader_config c0 = lc;

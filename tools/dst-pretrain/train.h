@@ -56,6 +56,7 @@ typedef struct dstp_train_options {
     int profile;               /* the time split of each step (model.h, dstp_profile) into the metrics */
     int profile_calls;         /* with profile: also each library call of the model, synchronised */
     int no_checkpoint;         /* no checkpoints at all (benchmarks): not every N steps, at the end or on a signal */
+    int layers;                /* dstp_layers (model.h): auto (0, default), padded or packed */
 } dstp_train_options;
 
 void dstp_train_options_default(dstp_train_options *o);

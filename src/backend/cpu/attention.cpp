@@ -7,6 +7,9 @@
 // D_i = dctx_i·ctx_i, dS = P⊙(dP − D), dQ = scale·dS·K, dK = scale·dSᵀ·Q, with P recomputed from
 // qkv, the mask and lse. Dropout element index
 // ((b·heads + h)·S + i)·S + j. Every sum runs in a fixed order inside one task: deterministic.
+// Packed layout (AttentionParams::packed_tokens): sequence b's len[b] rows follow those of the
+// sequences before it; only those rows are read, computed and written (a padded query row of the
+// padded layout computes on its own, so the packed rows get the padded layout's values).
 #include <omp.h>
 
 #include <algorithm>
@@ -24,6 +27,21 @@ using cpu::compute_t;
 using cpu::load;
 using cpu::store;
 
+// Where sequence b's tokens are in the buffers: rows b·S … b·S + S − 1 (padded), or its len[b] rows
+// after the earlier sequences' (packed).
+struct Rows {
+    std::vector<int64_t> start;  // packed: B + 1 prefix sums of the lengths; empty when padded
+    int64_t S;
+    explicit Rows(const AttentionParams &p) : S(p.seq) {
+        if (p.packed_tokens <= 0) return;
+        const int32_t *len = static_cast<const int32_t *>(p.mask);
+        start.assign(static_cast<size_t>(p.batch + 1), 0);
+        for (int64_t b = 0; b < p.batch; ++b) start[size_t(b + 1)] = start[size_t(b)] + len[b];
+    }
+    int64_t row0(int64_t b) const { return start.empty() ? b * S : start[size_t(b)]; }
+    int64_t rows(int64_t b) const { return start.empty() ? S : start[size_t(b + 1)] - start[size_t(b)]; }
+};
+
 // One (batch, head) pair: its Q, K, V as compute-type [S, d] copies in the caller's scratch (3·S·d
 // elements), and the score rule.
 template <typename T>
@@ -31,24 +49,26 @@ struct Head {
     using C = compute_t<T>;
     const AttentionParams &p;
     int64_t b, h, S, d, H3;
+    int64_t row0, rows;  // the buffers' row of token 0 of sequence b, and its rows (S when padded)
     C *q, *k, *v;
 
-    Head(const AttentionParams &ap, const void *qkv, int64_t bi, int64_t hi, C *scratch)
-        : p(ap), b(bi), h(hi), S(ap.seq), d(ap.head_dim), H3(3 * ap.hidden), q(scratch),
-          k(scratch + S * d), v(scratch + 2 * S * d) {
-        for (int64_t i = 0; i < S; ++i)
+    Head(const AttentionParams &ap, const void *qkv, const Rows &layout, int64_t bi, int64_t hi, C *scratch)
+        : p(ap), b(bi), h(hi), S(ap.seq), d(ap.head_dim), H3(3 * ap.hidden), row0(layout.row0(bi)),
+          rows(layout.rows(bi)), q(scratch), k(scratch + S * d), v(scratch + 2 * S * d) {
+        if (rows < S) std::fill(q, q + 3 * S * d, C(0));  // packed: keys past the sequence are masked
+        for (int64_t i = 0; i < rows; ++i)
             for (int64_t t = 0; t < d; ++t) {
                 q[i * d + t] = load<T>(qkv, col(i, 0, t));
                 k[i * d + t] = load<T>(qkv, col(i, 1, t));
                 v[i * d + t] = load<T>(qkv, col(i, 2, t));
             }
     }
-    // Offset of element t of block blk (0 Q, 1 K, 2 V) of token i in a [B, S, 3H] buffer.
+    // Offset of element t of block blk (0 Q, 1 K, 2 V) of token i in a [tokens, 3H] buffer.
     int64_t col(int64_t i, int blk, int64_t t) const {
-        return (b * S + i) * H3 + blk * p.hidden + h * d + t;
+        return (row0 + i) * H3 + blk * p.hidden + h * d + t;
     }
-    // Offset of element t of token i in a [B, S, H] buffer.
-    int64_t ctx_at(int64_t i, int64_t t) const { return (b * S + i) * p.hidden + h * d + t; }
+    // Offset of element t of token i in a [tokens, H] buffer.
+    int64_t ctx_at(int64_t i, int64_t t) const { return (row0 + i) * p.hidden + h * d + t; }
     int64_t row_index(int64_t i) const { return (b * p.heads + h) * S + i; }
 
     // Scores of row i into s[0..S).
@@ -78,14 +98,15 @@ dst_status attention_fwd_t(const AttentionParams &p, const void *qkv, void *ctx,
     const C dscale = C(p.dropout.scale);
     const int64_t per = 3 * p.seq * p.head_dim + p.seq + p.head_dim;  // scratch per thread
     std::vector<C> work(static_cast<size_t>(per * nt));
+    const Rows layout(p);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < pairs; ++bh) {
         C *w = work.data() + per * omp_get_thread_num();
-        const Head<T> hd(p, qkv, bh / p.heads, bh % p.heads, w);
+        const Head<T> hd(p, qkv, layout, bh / p.heads, bh % p.heads, w);
         const int64_t S = hd.S, d = hd.d;
         C *s = w + 3 * S * d, *acc = s + S;
         cpu::DropoutStream drop(p.dropout);
-        for (int64_t i = 0; i < S; ++i) {
+        for (int64_t i = 0; i < hd.rows; ++i) {
             hd.scores(i, s);
             C mx = ninf;
             for (int64_t j = 0; j < S; ++j) mx = s[j] > mx ? s[j] : mx;
@@ -119,15 +140,16 @@ dst_status attention_bwd_t(const AttentionParams &p, const void *qkv, const void
     const C dscale = C(p.dropout.scale), scale = C(p.scale);
     const int64_t per = 5 * p.seq * p.head_dim + p.seq + 2 * p.head_dim;  // scratch per thread
     std::vector<C> work(static_cast<size_t>(per * nt));
+    const Rows layout(p);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < pairs; ++bh) {
         C *w = work.data() + per * omp_get_thread_num();
-        const Head<T> hd(p, qkv, bh / p.heads, bh % p.heads, w);
+        const Head<T> hd(p, qkv, layout, bh / p.heads, bh % p.heads, w);
         const int64_t S = hd.S, d = hd.d;
         C *dk = w + 3 * S * d, *dv = dk + S * d, *P = dv + S * d, *go = P + S, *dq = go + d;
         std::fill(dk, dk + 2 * S * d, C(0));
         cpu::DropoutStream drop(p.dropout);
-        for (int64_t i = 0; i < S; ++i) {
+        for (int64_t i = 0; i < hd.rows; ++i) {
             const int64_t row = hd.row_index(i);
             const C l = static_cast<const C *>(lse)[row];
             hd.scores(i, P);
@@ -155,7 +177,7 @@ dst_status attention_bwd_t(const AttentionParams &p, const void *qkv, const void
             }
             for (int64_t t = 0; t < d; ++t) store<T>(dqkv, hd.col(i, 0, t), scale * dq[t]);
         }
-        for (int64_t j = 0; j < S; ++j)
+        for (int64_t j = 0; j < hd.rows; ++j)
             for (int64_t t = 0; t < d; ++t) {
                 store<T>(dqkv, hd.col(j, 1, t), scale * dk[j * d + t]);
                 store<T>(dqkv, hd.col(j, 2, t), dv[j * d + t]);

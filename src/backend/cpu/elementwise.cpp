@@ -1,6 +1,7 @@
 // Elementwise ops: GELU forward/backward (erf or tanh form, exact derivative of each), dropout with
 // residual add, dropout backward, and add. Element e of a dropout site is kept iff
-// philox_dropout_keep(seed, offset, e, threshold); kept values are scaled by 1/(1−p). Work is split
+// philox_dropout_keep(seed, offset, e, threshold) (with a row map, e is the element's place in the padded
+// layout: kernels/philox.h); kept values are scaled by 1/(1−p). Work is split
 // over groups of 4 elements (one Philox block each); no reductions, so results never depend on
 // the thread count. See docs/ops/gelu.md and docs/ops/dropout.md.
 #include <algorithm>
@@ -29,8 +30,17 @@ void for_each_dropout(const DropoutSite &site, int64_t count, int nt, F &&f) {
             for (int64_t e = 4 * g; e < e1; ++e) f(e, C(1));
             continue;
         }
-        const Philox4 r = philox_dropout_block(site.seed, site.offset, static_cast<uint64_t>(g));
-        for (int64_t e = 4 * g; e < e1; ++e) f(e, r.v[e & 3] >= site.threshold ? scale : C(0));
+        if (!site.rows) {
+            const Philox4 r = philox_dropout_block(site.seed, site.offset, static_cast<uint64_t>(g));
+            for (int64_t e = 4 * g; e < e1; ++e) f(e, r.v[e & 3] >= site.threshold ? scale : C(0));
+            continue;
+        }
+        for (int64_t e = 4 * g; e < e1; ++e) {  // packed rows: the element's place in the padded layout
+            const int64_t L = site.row_len;
+            const uint64_t pe = static_cast<uint64_t>(site.rows[e / L]) * static_cast<uint64_t>(L) +
+                                static_cast<uint64_t>(e % L);
+            f(e, philox_dropout_keep(site.seed, site.offset, pe, site.threshold) ? scale : C(0));
+        }
     }
 }
 

@@ -162,6 +162,8 @@ private:
     static cuda::AttentionArgs attention_args(const AttentionParams &p, bool deterministic);
     // Sets a->key_bias: the additive mask itself, or converted into `scratch` (key_bias_bytes).
     dst_status set_key_bias(dst_dtype dt, const AttentionParams &p, void *scratch, cuda::AttentionArgs *a);
+    // Packed calls on the flash kernels: a->seq_start and a->key_len from p's key lengths, in ws.
+    dst_status packed_spans(const AttentionParams &p, char *ws, size_t start, size_t rows, cuda::AttentionArgs *a);
 public:
     // Scratch bytes of attention_bwd (the larger of the two attention ops) for this call.
     static size_t attention_scratch(dst_dtype dt, const AttentionParams &p, bool stochastic);
