@@ -843,12 +843,13 @@ DST_API dst_status dst_layer_backward(dst_layer *layer, dst_saved *saved, const 
  * @brief Runs the layer forward on packed sequences: B sequences laid end to end, no padding.
  *
  * Sequence b is rows `cu_seqlens[b]` .. `cu_seqlens[b+1] - 1` of `input` (attention stays within a
- * sequence; causal applies within it). Each row gets exactly what dst_layer_forward() gives it in a
- * padded [B, max_seqlen, H] batch with key lengths `cu_seqlens[b+1] - cu_seqlens[b]` (same bits, same
- * dropout masks for the same RNG state: dropout elements are numbered in that padded layout). This
- * version runs that padded layout internally (a staging copy the layer keeps, counted as padding
- * work), so B·max_seqlen must fit max_batch_tokens; the saved activations are the padded forward's
- * plus N int32 (both counted by dst_saved_bytes()). The offsets are checked as dst_layer_forward()
+ * sequence; causal applies within it). The layer runs on the N rows: its GEMMs and elementwise passes
+ * cover N tokens and attention works in the packed layout. Each row gets what dst_layer_forward()
+ * gives it in a padded [B, max_seqlen, H] batch with key lengths `cu_seqlens[b+1] - cu_seqlens[b]`, up
+ * to the rounding of GEMMs over another row count, with the same dropout masks for the same RNG state
+ * (dropout elements are numbered in that padded layout). B·max_seqlen must fit max_batch_tokens; the
+ * saved activations are those of N tokens plus the attention's row statistics [B, heads, max_seqlen]
+ * and B + N int32 (counted by dst_saved_bytes()). The offsets are checked as dst_layer_forward()
  * checks key lengths: at once on the CPU backend, on the device on CUDA (reported by a later call).
  * @param layer The layer.
  * @param saved As for dst_layer_forward(); a later backward must be dst_layer_backward_packed().

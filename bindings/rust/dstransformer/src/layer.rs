@@ -453,10 +453,10 @@ impl Layer {
     ///
     /// `input` and `output` are `[N, H]` in host memory, of the layer's dtype; `cu_seqlens` holds the
     /// B + 1 offsets, 0 = `cu_seqlens[0]` < … < `cu_seqlens[B]` = N, and `max_seqlen` is at least every
-    /// sequence's length (1..=`max_seq_len`). Each output row gets exactly what [`Layer::forward`]
-    /// gives it in a padded `[B, max_seqlen, H]` batch with [`Mask::KeyLengths`] (the same bits, and
-    /// the same dropout masks for the same RNG state). This version runs that padded layout
-    /// internally, so B·`max_seqlen` must fit `max_batch_tokens` ([`Status::Capacity`] otherwise).
+    /// sequence's length (1..=`max_seq_len`). The layer runs on the N rows; each output row gets what
+    /// [`Layer::forward`] gives it in a padded `[B, max_seqlen, H]` batch with [`Mask::KeyLengths`] (up
+    /// to the rounding of GEMMs over another row count, with the same dropout masks for the same RNG
+    /// state). B·`max_seqlen` must fit `max_batch_tokens` ([`Status::Capacity`] otherwise).
     /// Bad offsets give [`Status::InvalidArgument`] naming `cu_seqlens` (on the CPU backend before
     /// anything is written). The activations go to the default saved object; the backward is
     /// [`Layer::backward_packed`].

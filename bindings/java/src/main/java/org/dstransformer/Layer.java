@@ -314,10 +314,10 @@ public final class Layer implements AutoCloseable {
     /**
      * Runs the layer forward on packed sequences ({@code dst_layer_forward_packed}): B sequences laid end
      * to end, no padding, sequence b in rows {@code cuSeqlens[b]} .. {@code cuSeqlens[b+1] - 1} of
-     * {@code input}. Each output row gets exactly what {@link #forward(float[], float[], int, int, Mask)}
-     * gives it in a padded {@code [B, maxSeqlen, H]} batch with key lengths (the same bits, and the same
-     * dropout masks for the same RNG state). This version runs that padded layout internally, so
-     * B·maxSeqlen must fit {@code maxBatchTokens}. The activations go to the layer's default saved
+     * {@code input}. The layer runs on the N rows; each output row gets what
+     * {@link #forward(float[], float[], int, int, Mask)} gives it in a padded {@code [B, maxSeqlen, H]}
+     * batch with key lengths (up to the rounding of GEMMs over another row count, with the same dropout
+     * masks for the same RNG state). B·maxSeqlen must fit {@code maxBatchTokens}. The activations go to the layer's default saved
      * object; the backward is {@link #backwardPacked(float[], float[], GradMode)}.
      *
      * @param input {@code [N, H]}, N ≥ 1
