@@ -8,7 +8,12 @@ the GPU µs per layer per step, sorted by time, with the share of the step's ker
 of the GEMM kernels (cuBLAS/cuBLASLt) against the rest; --json FILE writes the same rows.
 
     python3 bench/profile_layer.py [--shapes 64x128,16x512] [--dtypes fp16] [--steps 5] [--json FILE]
-       [--inference]
+       [--inference] [--padding alternate|uniform] [--packed]
+
+--padding uniform gives the sequences compare_torch.py's padding-distribution lengths (uniform in
+[S/4, S]; default: its alternating S and S - S/4); --packed runs the same lengths as packed input
+(`OursPacked`: dst_layer_forward_packed on the real tokens only), so that a pair of runs shows where a
+packed call's time differs from the padded one's.
 
 Needs a CUDA GPU, torch and a CUDA build of the library (DST_LIB, as for compare_torch.py).
 Kernel times under the profiler are the kernels' own; launch gaps are not in them.
@@ -36,8 +41,8 @@ def short(name):
     return name[:90]
 
 
-def profile_case(lib, dname, B, S, steps, inference):
-    ours = ct.Ours(lib, dname, B, S, True, {})
+def profile_case(lib, dname, B, S, steps, inference, padding="alternate", packed=False):
+    ours = (ct.OursPacked if packed else ct.Ours)(lib, dname, B, S, True, {}, padding=padding)
     try:
         fn = ours.inference() if inference else ours.train
         for _ in range(3):
@@ -67,6 +72,9 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="fp16")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--inference", action="store_true", help="profile the inference forward instead")
+    ap.add_argument("--padding", choices=("alternate", "uniform"), default="alternate",
+                    help="the sequences' lengths (compare_torch.py's key_lengths)")
+    ap.add_argument("--packed", action="store_true", help="the same lengths as packed input (OursPacked)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -79,10 +87,11 @@ def main(argv=None):
         for dname in a.dtypes.split(","):
             for shape in a.shapes.split(","):
                 B, S = (int(v) for v in shape.split("x"))
-                rows = profile_case(lib, dname, B, S, a.steps, a.inference)
+                rows = profile_case(lib, dname, B, S, a.steps, a.inference, a.padding, a.packed)
                 total = sum(r[2] for r in rows)
                 gemm = sum(r[2] for r in rows if GEMM_RE.search(r[0]))
-                what = "inference forward" if a.inference else "fwd+bwd"
+                what = ("inference forward" if a.inference else "fwd+bwd") + (", packed" if a.packed else "") + \
+                    f", {a.padding} lengths"
                 print(f"\n{dname} {B}x{S}, {what}: kernel time {total:.1f} µs per layer "
                       f"(GEMM kernels {gemm:.1f}, others {total - gemm:.1f})")
                 print(f"  {'µs/layer':>9} {'share':>6} {'calls':>6}  kernel")
