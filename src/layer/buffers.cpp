@@ -47,8 +47,8 @@ Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training,
     set(kSlotLn3Mean, N * ss, !pre, !inv);
     set(kSlotLn3Rstd, N * ss, !pre, true);
     if (packed) {
-        set(kSlotMask, static_cast<size_t>(B) * 4, true, true);
-        set(kSlotRows, N * 4, true, true);
+        set(kSlotMask, static_cast<size_t>(B) * 4, training, true);  // inference reads them in kSlotPackWs
+        set(kSlotRows, N * 4, training, true);
         set(kSlotPackWs, align256(static_cast<size_t>(B) * 4) + N * 4, true, false);
     } else {
         set(kSlotMask, static_cast<size_t>(B * S) * std::max<size_t>(4, es), training, true);

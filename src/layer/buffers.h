@@ -40,8 +40,8 @@ enum Slot : int {
     kSlotLn3Mean,  // (N) stat Post-LN final LN
     kSlotLn3Rstd,  // (N) stat
     kSlotMask,     // (B, S) × max(4, dtype) bytes: copy of the attention mask for backward
-                   //          (packed: the key lengths, int32 [B])
-    kSlotRows,     // (N) int32 packed: each row's place b·S + i in the padded layout
+                   //          (packed training: the key lengths, int32 [B])
+    kSlotRows,     // (N) int32 packed training: each row's place b·S + i in the padded layout
     kSlotPackWs,   // packed, workspace: key lengths and row places as the call computes them,
                    //          before the saved object is touched (int32 [B], then [N])
     kSlotTmpH,     // (N, H)   workspace: projection outputs before dropout + residual

@@ -308,10 +308,14 @@ dst_status Layer::run_forward(Saved *saved, const void *x, int64_t B, int64_t S,
             x = xs;
         }
     }
-    if (packed) {
-        void *kl = at(p, sv, ws, kSlotMask), *rw = at(p, sv, ws, kSlotRows);
-        DST_TRY(be.copy(kl, lens, static_cast<size_t>(B) * 4, CopyKind::DeviceToDevice));
-        DST_TRY(be.copy(rw, places, N * 4, CopyKind::DeviceToDevice));
+    if (packed) {  // training keeps them with the saved activations; inference reads them where they are
+        void *kl = lens, *rw = places;
+        if (train) {
+            kl = at(p, sv, ws, kSlotMask);
+            rw = at(p, sv, ws, kSlotRows);
+            DST_TRY(be.copy(kl, lens, static_cast<size_t>(B) * 4, CopyKind::DeviceToDevice));
+            DST_TRY(be.copy(rw, places, N * 4, CopyKind::DeviceToDevice));
+        }
         pack(ap, d1, d2, kl, rw, packed_n);
     }
     ap.dropout = d0;

@@ -150,10 +150,10 @@ dst_status CudaBackend::attention_fwd(dst_dtype dt, const AttentionParams &p, co
     if (p.batch <= 0 || p.seq <= 0 || p.heads <= 0) return DST_OK;
     const bool packed = p.packed_tokens > 0;
     const size_t bias_bytes = key_bias_bytes(dt, p);
-    char *ws = nullptr;
-    DST_TRY(workspace(packed ? attention_scratch(dt, p, stochastic_) : bias_bytes, reinterpret_cast<void **>(&ws)));
     const AttentionParams pp = padded_view(p);
-    const Staging st(dt, p, attention_scratch(dt, pp, stochastic_));
+    const Staging st(dt, p, attention_scratch(dt, pp, stochastic_));  // st.end: attention_scratch(dt, p, …)
+    char *ws = nullptr;
+    DST_TRY(workspace(packed ? st.end : bias_bytes, reinterpret_cast<void **>(&ws)));
     const int64_t rows = p.batch * p.seq, H = p.hidden;
     const bool flash = use_flash(dt, pp), staged = packed && !flash;
     cuda::AttentionArgs a = attention_args(pp, !stochastic_);
@@ -185,10 +185,10 @@ dst_status CudaBackend::attention_bwd(dst_dtype dt, const AttentionParams &p, co
     if (!lse) return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: attention_bwd needs the forward's lse");
     const bool packed = p.packed_tokens > 0;
     const size_t bias_bytes = key_bias_bytes(dt, p);
-    char *ws = nullptr;
-    DST_TRY(workspace(attention_scratch(dt, p, stochastic_), reinterpret_cast<void **>(&ws)));
     const AttentionParams pp = padded_view(p);
-    const Staging st(dt, p, attention_scratch(dt, pp, stochastic_));
+    const Staging st(dt, p, attention_scratch(dt, pp, stochastic_));  // st.end: attention_scratch(dt, p, …)
+    char *ws = nullptr;
+    DST_TRY(workspace(st.end, reinterpret_cast<void **>(&ws)));
     const int64_t rows = p.batch * p.seq, H = p.hidden, N = p.packed_tokens;
     const bool flash = use_flash(dt, pp), staged = packed && !flash;
     cuda::AttentionArgs a = attention_args(pp, !stochastic_);
