@@ -395,7 +395,7 @@ dst_status dst_dense_backward(dst_context *ctx, const dst_tensor *dy, const dst_
             else DST_TRY(be.gelu_bwd(dt, gelu_form(activation), dy->data, pre_act->data, own, n * m));
             du = own;
         }
-        if (dx) DST_TRY(be.linear_bwd_data(dt, du, w->data, dx->data, n, k, m, false));
+        if (dx) DST_TRY(be.linear_bwd_data(dt, du, w->data, dx->data, n, k, m, nullptr));
         if (dw || db)
             DST_TRY(be.linear_bwd_weight(dt, du, x->data, dw ? dw->data : nullptr, db ? db->data : nullptr, n, k, m,
                                          mode == DST_GRAD_ACCUMULATE));

@@ -413,6 +413,10 @@ DST_FDEV int key_limit(const Params &p, int b) {
 // length: packed rows past it belong to the next sequence and are neither read nor written).
 DST_FDEV int64_t seq_row0(const Params &p, int b) { return p.seq_start ? int64_t(p.seq_start[b]) : int64_t(b) * p.seq; }
 DST_FDEV int seq_rows(const Params &p, int b) { return p.seq_start ? key_limit(p, b) : p.seq; }
+// The query tiles of BM rows a backward key block visits: all q_tiles in the padded layout (rows past a
+// key length are output rows too), those of the sequence's q_rows rows in the packed one. Tiles are at
+// least as many as key blocks either way (BM ≤ BN), which the dQ ranks of bwd_dq_add rely on.
+DST_FDEV int bwd_q_tiles(const Params &p, int q_rows, int BM) { return p.seq_start ? (q_rows + BM - 1) / BM : p.q_tiles; }
 
 // The additive mask of key j in the log2 domain (0 without one; j < S).
 DST_FDEV float bias2_at(const Params &p, int b, int j) {
@@ -940,7 +944,7 @@ struct BwdTraits {
                                     + size_t(4 * BM) * sizeof(float)                // 2 × [lse2 | D]
                                     + size_t(kBN) * kLdsS * sizeof(T)               // dSᵀ [key][query]
                                     + 16;                                           // the ticket
-    static_assert(BM % 16 == 0 && D % 16 == 0 && NW % kWM == 0 && (D / 8) % kWN == 0 && kDqT % 2 == 0,
+    static_assert(BM % 16 == 0 && BM <= kBN && D % 16 == 0 && NW % kWM == 0 && (D / 8) % kWN == 0 && kDqT % 2 == 0,
                   "tile shape");
 };
 
@@ -988,7 +992,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
     // The query tiles this block visits, in order: from the diagonal on when causal; otherwise all,
     // starting at its own index when the dQ order follows the steps (so that in lockstep every
     // block adds into a tile one step after the block before it in that tile's order).
-    const int nq = p.q_tiles, m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
+    const int nq = bwd_q_tiles(p, q_rows, BM), m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
     auto tile_at = [&](int step) { return p.causal || !p.dq_order ? m_first + step : (jb + step) % nq; };
     const float *lse2 = p.lse2 + row_base, *dsum = p.dsum + row_base;
 

@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
         return;
     }
     const int nk = (kv_len + BN - 1) / BN;
-    const int nq = p.q_tiles, m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
+    const int nq = bwd_q_tiles(p, q_rows, BM), m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
     auto tile_at = [&](int step) { return p.causal || !p.dq_order ? m_first + step : (jb + step) % nq; };
     const float *lse2 = p.lse2 + row_base, *dsum = p.dsum + row_base;
 

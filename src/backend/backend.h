@@ -170,9 +170,11 @@ public:
     virtual dst_status linear_fwd(dst_dtype dt, const void *x, const void *w, const void *b, void *y,
                                   int64_t n, int64_t k, int64_t m, const dst_gelu *gelu,
                                   void *pre_act) = 0;
-    // dx[n,k] = dy[n,m]·W[m,k]  (accumulate: dx += …)
+    // dx[n,k] = dy[n,m]·W[m,k] + add[n,k], one rounding (add nullptr: nothing added; add == dx
+    // accumulates; otherwise add may not overlap dx). The residual branches of the layer's backward
+    // pass their other gradient as `add` instead of copying it into dx first.
     virtual dst_status linear_bwd_data(dst_dtype dt, const void *dy, const void *w, void *dx, int64_t n,
-                                       int64_t k, int64_t m, bool accumulate) = 0;
+                                       int64_t k, int64_t m, const void *add) = 0;
     // dW[m,k] = dy[n,m]ᵀ·x[n,k], db[m] = Σ_n dy[n,m]  (accumulate: +=)
     virtual dst_status linear_bwd_weight(dst_dtype dt, const void *dy, const void *x, void *dw, void *db,
                                          int64_t n, int64_t k, int64_t m, bool accumulate) = 0;

@@ -482,7 +482,7 @@ dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, const DropoutS
         g = du;
     }
     DST_TRY(be.linear_bwd_weight(dt, t1, g, grad(DST_PARAM_OUTPUT_W), grad(DST_PARAM_OUTPUT_B), N, I, H, acc));
-    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_OUTPUT_W), dg, N, I, H, false));
+    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_OUTPUT_W), dg, N, I, H, nullptr));
     DST_TRY(be.gelu_bwd(dt, cfg_.gelu, dg, u, du, N * I));
     return be.linear_bwd_weight(dt, du, at(p, sv, ws, kSlotLn2Out), grad(DST_PARAM_INTER_W),
                                 grad(DST_PARAM_INTER_B), N, H, I, acc);
@@ -499,7 +499,7 @@ dst_status Layer::backward_attention(const Plan &p, char *sv, char *ws, const At
     DST_TRY(be.dropout_bwd(dt, dr, t1, N * H, d1));
     DST_TRY(be.linear_bwd_weight(dt, t1, at(p, sv, ws, kSlotCtx), grad(DST_PARAM_ATTN_OW), grad(DST_PARAM_ATTN_OB),
                                  N, H, H, acc));
-    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_ATTN_OW), t2, N, H, H, false));
+    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_ATTN_OW), t2, N, H, H, nullptr));
     DST_TRY(be.attention_bwd(dt, ap, at(p, sv, ws, kSlotQkv), at(p, sv, ws, kSlotCtx), t2, at(p, sv, ws, kSlotLse),
                              dqkv));
     return be.linear_bwd_weight(dt, dqkv, qkv_in, grad(DST_PARAM_ATTN_QKVW), grad(DST_PARAM_ATTN_QKVB), N, H,
@@ -518,14 +518,14 @@ dst_status Layer::backward_pre_ln(const Plan &p, char *sv, char *ws, const Atten
 
     // FFN, then dh2 = du·Wi.
     DST_TRY(backward_ffn(p, sv, ws, d2, dy, N, acc));
-    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, false));
+    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, nullptr));
     // Attention LN: dr = LN2'(dh2) + dy (residual stream).
     DST_TRY(be.layernorm_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
                              param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd),
                              dy, dr, grad(DST_PARAM_ATTN_NW), grad(DST_PARAM_ATTN_NB), N, H, acc));
     // Attention, whose QKV GEMM read h = LN1(x); dh = dqkv·Wqkv.
     DST_TRY(backward_attention(p, sv, ws, ap, d1, dr, h, acc));
-    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpQkv), param(DST_PARAM_ATTN_QKVW), t1, N, H, 3 * H, false));
+    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpQkv), param(DST_PARAM_ATTN_QKVW), t1, N, H, 3 * H, nullptr));
     // Input LN: dx = LN1'(dh) + dr.
     return be.layernorm_bwd(dt, t1, inv ? h : at(p, sv, ws, kSlotX), inv, param(DST_PARAM_NORM_W),
                             param(DST_PARAM_NORM_B), at(p, sv, ws, kSlotLn1Mean), at(p, sv, ws, kSlotLn1Rstd), dr,
@@ -538,7 +538,6 @@ dst_status Layer::backward_post_ln(const Plan &p, char *sv, char *ws, const Atte
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
     const int64_t N = ap.tokens(), H = dims_.H, I = dims_.I;
-    const size_t hbytes = static_cast<size_t>(N * H) * dtype_size(dt);
     const bool inv = cfg_.normalize_invertible;
     void *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3), *dz = tmp(p, ws, kTmp5);
     void *h2 = at(p, sv, ws, kSlotLn2Out);
@@ -550,16 +549,14 @@ dst_status Layer::backward_post_ln(const Plan &p, char *sv, char *ws, const Atte
                              grad(DST_PARAM_NORM_B), N, H, acc));
     // FFN, then dh2 = du·Wi + dz (the residual around the FFN).
     DST_TRY(backward_ffn(p, sv, ws, d2, dz, N, acc));
-    DST_TRY(be.copy(t2, dz, hbytes, CopyKind::DeviceToDevice));
-    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, true));
+    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, dz));
     // Attention LN: dr = LN2'(dh2).
     DST_TRY(be.layernorm_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
                              param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd),
                              nullptr, dr, grad(DST_PARAM_ATTN_NW), grad(DST_PARAM_ATTN_NB), N, H, acc));
     // Attention, whose QKV GEMM read x directly; dx = dqkv·Wqkv + dr.
     DST_TRY(backward_attention(p, sv, ws, ap, d1, dr, at(p, sv, ws, kSlotX), acc));
-    DST_TRY(be.copy(dx, dr, hbytes, CopyKind::DeviceToDevice));
-    return be.linear_bwd_data(dt, tmp(p, ws, kTmpQkv), param(DST_PARAM_ATTN_QKVW), dx, N, H, 3 * H, true);
+    return be.linear_bwd_data(dt, tmp(p, ws, kTmpQkv), param(DST_PARAM_ATTN_QKVW), dx, N, H, 3 * H, dr);
 }
 
 }  // namespace dst

@@ -182,7 +182,7 @@ std::vector<Buf> run_linear(Backend &be, dst_dtype dt, const LinearIn &in) {
         return out;
     Buf du = dy;
     if (in.gelu && be.gelu_bwd(dt, in.form, dy.p(), pre.p(), du.p(), in.n * in.m) != DST_OK) return out;
-    if (be.linear_bwd_data(dt, du.p(), w.p(), dx.p(), in.n, in.k, in.m, false) != DST_OK) return out;
+    if (be.linear_bwd_data(dt, du.p(), w.p(), dx.p(), in.n, in.k, in.m, nullptr) != DST_OK) return out;
     if (be.linear_bwd_weight(dt, du.p(), x.p(), dw.p(), db.p(), in.n, in.k, in.m, false) != DST_OK) return out;
     return {y, pre, dx, dw, db};
 }
@@ -464,7 +464,7 @@ TEST_F(CpuOps, AccumulateAddsIntoGradients) {
         const Vec old_dx = rand_vec(35, 41), old_dw = rand_vec(42, 42), old_db = rand_vec(6, 43);
         Buf x = make(dt, li.x), w = make(dt, li.w), dy = make(dt, li.dy);
         Buf dx = make(dt, old_dx), dw = make(dt, old_dw), db = make(dt, old_db);
-        OK(be_->linear_bwd_data(dt, dy.p(), w.p(), dx.p(), 5, 7, 6, true));
+        OK(be_->linear_bwd_data(dt, dy.p(), w.p(), dx.p(), 5, 7, 6, dx.p()));
         OK(be_->linear_bwd_weight(dt, dy.p(), x.p(), dw.p(), db.p(), 5, 7, 6, true));
         auto sum = [&](const Vec &a, const Buf &b) {
             Vec s = vals(b);
@@ -472,6 +472,12 @@ TEST_F(CpuOps, AccumulateAddsIntoGradients) {
             return s;
         };
         EXPECT_LE(rel_l2(vals(dx), sum(old_dx, fresh[2])), tol) << "dx";
+        // The added term from another buffer gives what accumulating onto a copy of it gives, and
+        // leaves that buffer as it was.
+        Buf add = make(dt, old_dx), dx2 = make(dt, rand_vec(35, 46));
+        OK(be_->linear_bwd_data(dt, dy.p(), w.p(), dx2.p(), 5, 7, 6, add.p()));
+        EXPECT_EQ(vals(dx2), vals(dx)) << "dx = dy·W + add";
+        EXPECT_EQ(vals(add), vals(make(dt, old_dx))) << "add unchanged";
         EXPECT_LE(rel_l2(vals(dw), sum(old_dw, fresh[3])), tol) << "dW";
         EXPECT_LE(rel_l2(vals(db), sum(old_db, fresh[4])), tol) << "db";
 

@@ -158,22 +158,51 @@ void add_linear_cases(std::vector<OpCase> &out) {
             out.push_back(c);
         }
 
-    struct BShape { int64_t n, k, m; bool accumulate; bool bias; };
-    const BShape bshapes[] = {{7, 5, 3, false, true}, {129, 96, 257, true, true}, {513, 80, 240, true, false},
-                              {1, 33, 7, false, true}, {1024, 1024, 4096, false, true}};
+    // db_off: db that many elements past an aligned pointer. FP16/BF16 take a written bias gradient
+    // from the weight GEMM's epilogue: straight into db (aligned) or through scratch (misaligned);
+    // accumulating calls and the other dtypes take the column-sum kernels.
+    struct BShape { int64_t n, k, m; bool accumulate; bool bias; int64_t db_off; };
+    const BShape bshapes[] = {{7, 5, 3, false, true, 0},    {129, 96, 257, true, true, 0},
+                              {513, 80, 240, true, false, 0}, {1, 33, 7, false, true, 0},
+                              {1024, 1024, 4096, false, true, 0}, {33, 17, 11, false, true, 1}};
     for (dst_dtype dt : kDtypes)
         for (const BShape &s : bshapes) {
             std::ostringstream nm;
             nm << "n" << s.n << "_k" << s.k << "_m" << s.m << (s.accumulate ? "_acc" : "");
+            if (s.db_off) {  // only the bias gradient has a misaligned pointer
+                OpCase w;
+                w.name = tag("linear_bwd_weight", dt, nm.str() + "_db_misaligned");
+                w.dt = dt;
+                Arg db{"db", dt, s.m, Role::Out};
+                db.offset = s.db_off;
+                w.args = {{"dy", dt, s.n * s.m, Role::In}, {"x", dt, s.n * s.k, Role::In},
+                          {"dw", dt, s.m * s.k, Role::Out}, db};
+                w.call = [s, dt](Backend &be, const Ptrs &p) {
+                    return be.linear_bwd_weight(dt, p[0], p[1], p[2], p[3], s.n, s.k, s.m, s.accumulate);
+                };
+                out.push_back(w);
+                continue;
+            }
             OpCase d;
             d.name = tag("linear_bwd_data", dt, nm.str());
             d.dt = dt;
             d.args = {{"dy", dt, s.n * s.m, Role::In}, {"w", dt, s.m * s.k, Role::In, -0.2, 0.2},
                       {"dx", dt, s.n * s.k, s.accumulate ? Role::InOut : Role::Out}};
             d.call = [s, dt](Backend &be, const Ptrs &p) {
-                return be.linear_bwd_data(dt, p[0], p[1], p[2], s.n, s.k, s.m, s.accumulate);
+                return be.linear_bwd_data(dt, p[0], p[1], p[2], s.n, s.k, s.m, s.accumulate ? p[2] : nullptr);
             };
             out.push_back(d);
+            if (s.accumulate) {  // the added term from another buffer (the layer's residual branches)
+                OpCase da;
+                da.name = tag("linear_bwd_data", dt, nm.str() + "_add");
+                da.dt = dt;
+                da.args = {{"dy", dt, s.n * s.m, Role::In}, {"w", dt, s.m * s.k, Role::In, -0.2, 0.2},
+                           {"dx", dt, s.n * s.k, Role::Out}, {"add", dt, s.n * s.k, Role::In}};
+                da.call = [s, dt](Backend &be, const Ptrs &p) {
+                    return be.linear_bwd_data(dt, p[0], p[1], p[2], s.n, s.k, s.m, p[3]);
+                };
+                out.push_back(da);
+            }
 
             OpCase w;
             w.name = tag("linear_bwd_weight", dt, nm.str() + (s.bias ? "_db" : ""));
@@ -880,6 +909,58 @@ TEST(CudaBackend, AttentionBackwardDeterministicUnlessStochastic) {
         std::printf("  %s stochastic vs deterministic: rel L2 %.2e, %lld of %lld elements differ\n",
                     dst_dtype_string(dt), c.rel_l2, static_cast<long long>(differ), static_cast<long long>(g1.count));
     }
+}
+
+// The ways an FP16 bias gradient is made: the weight GEMM's epilogue into db (aligned, writing), the
+// epilogue into scratch after the GEMM's workspace and a copy (db misaligned), and the column-sum
+// kernels (accumulating, or db misaligned in a caller's workspace with no room after the GEMM's part).
+// Each against the fp64 sum of the same fp16 inputs, and each twice bit-identical.
+TEST(CudaBackend, BiasGradientRoutes) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    Backend *raw = nullptr;
+    ASSERT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
+    std::unique_ptr<dst::CudaBackend> be(static_cast<dst::CudaBackend *>(raw));
+    const int64_t n = 300, k = 64, m = 200;
+    HostBuf dy(DST_DTYPE_FP16, n * m), x(DST_DTYPE_FP16, n * k), db0(DST_DTYPE_FP16, m);
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    for (int64_t i = 0; i < n * m; ++i) dy.set(i, u(rng));
+    for (int64_t i = 0; i < n * k; ++i) x.set(i, u(rng));
+    for (int64_t j = 0; j < m; ++j) db0.set(j, u(rng));
+    void *ddy = nullptr, *dx = nullptr, *ddw = nullptr, *ddb = nullptr, *ws = nullptr;
+    ASSERT_EQ(be->alloc(dy.bytes.size(), &ddy), DST_OK);
+    ASSERT_EQ(be->alloc(x.bytes.size(), &dx), DST_OK);
+    ASSERT_EQ(be->alloc(size_t(m * k) * 2, &ddw), DST_OK);
+    ASSERT_EQ(be->alloc(db0.bytes.size() + 256, &ddb), DST_OK);
+    const size_t big = dst::kGemmWorkspace + (size_t(1) << 20);
+    ASSERT_EQ(be->alloc(big, &ws), DST_OK);
+    ASSERT_EQ(be->copy(ddy, dy.data(), dy.bytes.size(), CopyKind::HostToDevice), DST_OK);
+    ASSERT_EQ(be->copy(dx, x.data(), x.bytes.size(), CopyKind::HostToDevice), DST_OK);
+    struct Route { const char *name; bool accumulate; int64_t db_off; size_t ws_bytes; };
+    const Route routes[] = {{"epilogue into db", false, 0, big},
+                            {"epilogue into scratch, copied", false, 1, big},
+                            {"column sums (no room for the copy)", false, 1, dst::kGemmWorkspace},
+                            {"column sums (accumulating)", true, 0, big}};
+    for (const Route &r : routes) {
+        SCOPED_TRACE(r.name);
+        ASSERT_EQ(be->set_workspace(ws, r.ws_bytes), DST_OK);
+        void *db = static_cast<char *>(ddb) + r.db_off * 2;
+        HostBuf got[2] = {HostBuf(DST_DTYPE_FP16, m), HostBuf(DST_DTYPE_FP16, m)};
+        for (HostBuf &g : got) {
+            ASSERT_EQ(be->copy(db, db0.data(), db0.bytes.size(), CopyKind::HostToDevice), DST_OK);
+            ASSERT_EQ(be->linear_bwd_weight(DST_DTYPE_FP16, ddy, dx, ddw, db, n, k, m, r.accumulate), DST_OK);
+            ASSERT_EQ(be->copy(g.data(), db, g.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+        }
+        EXPECT_EQ(got[0].bytes, got[1].bytes);
+        for (int64_t j = 0; j < m; ++j) {
+            double want = r.accumulate ? db0.get(j) : 0.0;
+            for (int64_t i = 0; i < n; ++i) want += dy.get(i * m + j);
+            // one fp16 rounding of a sum of fp16 values (magnitude up to ~40)
+            EXPECT_NEAR(got[0].get(j), want, 2e-3 * (1.0 + std::fabs(want))) << "column " << j;
+        }
+    }
+    ASSERT_EQ(be->set_workspace(nullptr, 0), DST_OK);
+    for (void *p : {ddy, dx, ddw, ddb, ws}) be->free(p);
 }
 
 TEST(CudaBackend, CallerStreamAndWorkspace) {

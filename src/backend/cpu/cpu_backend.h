@@ -27,7 +27,7 @@ public:
     dst_status linear_fwd(dst_dtype dt, const void *x, const void *w, const void *b, void *y, int64_t n,
                           int64_t k, int64_t m, const dst_gelu *gelu, void *pre_act) override;
     dst_status linear_bwd_data(dst_dtype dt, const void *dy, const void *w, void *dx, int64_t n,
-                               int64_t k, int64_t m, bool accumulate) override;
+                               int64_t k, int64_t m, const void *add) override;
     dst_status linear_bwd_weight(dst_dtype dt, const void *dy, const void *x, void *dw, void *db,
                                  int64_t n, int64_t k, int64_t m, bool accumulate) override;
 

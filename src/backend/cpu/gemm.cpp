@@ -140,10 +140,13 @@ dst_status CpuBackend::linear_fwd(dst_dtype dt, const void *x, const void *w, co
 }
 
 dst_status CpuBackend::linear_bwd_data(dst_dtype dt, const void *dy, const void *w, void *dx, int64_t n,
-                                       int64_t k, int64_t m, bool accumulate) {
+                                       int64_t k, int64_t m, const void *add) {
     const int nt = num_threads();
     return cpu::dispatch(dt, "linear_bwd_data", [&](auto tag) {
         using T = decltype(tag);
+        // The added term goes into dx first (exact: same dtype), then the product accumulates onto it.
+        if (add && add != dx) std::memcpy(dx, add, static_cast<size_t>(n * k) * sizeof(T));
+        const bool accumulate = add != nullptr;
         std::vector<compute_t<T>> tdy, tw;
         const auto *DY = operand<T>(dy, n * m, tdy, nt);
         const auto *W = operand<T>(w, m * k, tw, nt);

@@ -6,7 +6,9 @@
 // mapped the same way (comments at each call). Accumulation in fp32 (CUBLAS_COMPUTE_32F; TF32 only
 // when set_allow_tf32(true)), FP64 in CUBLAS_COMPUTE_64F. The bias of linear_fwd uses the BIAS
 // epilogue; for FP64 (and for a bias pointer under 16-byte alignment) the bias is broadcast into D
-// first and the GEMM runs with beta = 1 — the same single rounding. GELU (erf or tanh) runs as a
+// first and the GEMM runs with beta = 1 — the same single rounding. The bias gradient of
+// linear_bwd_weight (FP16/BF16, writing) comes from the weight GEMM's BGRADB epilogue, which sums dy's
+// columns as the GEMM loads them; accumulating calls, FP32 and FP64 keep the column-sum kernels. GELU (erf or tanh) runs as a
 // separate elementwise kernel, since cuBLASLt's GELU epilogue is the tanh form only.
 // Determinism: cuBLASLt is bit-reproducible for a fixed problem, algorithm and workspace size; the
 // workspace offered to it is a fixed size (kGemmWorkspace, or the caller's workspace if smaller),
@@ -332,6 +334,8 @@ size_t cuda_scratch_bytes(const ScratchNeeds &n) {
     size_t s = 0;
     auto need = [&s](size_t v) { s = v > s ? v : s; };
     if (n.gemm) need(kGemmWorkspace);
+    // linear_bwd_weight's bias gradient after the GEMM workspace (FP16/BF16, BGRADB, db misaligned).
+    if (n.gemm && n.colsum_width > 0) need(kGemmWorkspace + size_t(n.colsum_width) * storage_size(n.dt));
     if (n.colsum_width > 0 && n.rows > 0) need(cuda::column_sum_workspace(n.dt, n.rows, n.colsum_width));
     if (n.ln_width > 0 && n.rows > 0) need(cuda::layernorm_bwd_workspace(n.dt, n.rows, n.ln_width));
     if (n.attention) need(CudaBackend::attention_scratch(n.dt, n.attn, n.stochastic));
@@ -387,7 +391,9 @@ int64_t size_class(int64_t x) {
 // problem alone, never on the order in which problems arrive (run-to-run determinism).
 dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataType_t d_type, const Gemm &g,
                                     size_t ws_bytes, uint32_t al_a, uint32_t al_b, uint32_t al_d,
-                                    const int64_t (&key)[20], cublasLtMatmulAlgo_t *algo, size_t *ws) {
+                                    const int64_t (&key)[kLtKey], cublasLtMatmulAlgo_t *algo, size_t *ws,
+                                    bool *none) {
+    *none = false;
     const uint64_t ws_limit = ws_bytes;
     DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&mm.pref));
     DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(mm.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -402,7 +408,7 @@ dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataT
                                                             sizeof al_d));
 
     // The class entry: the key with every extent (M, N, K, the leading dimensions, strides, batch) classed.
-    int64_t ckey[20];
+    int64_t ckey[kLtKey];
     std::memcpy(ckey, key, sizeof ckey);
     for (int i = 3; i <= 12; ++i) ckey[i] = size_class(key[i]);
     const LtAlgoEntry *cls = nullptr;
@@ -441,7 +447,15 @@ dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataT
     }
     cublasLtMatmulHeuristicResult_t heur{};
     int found = 0;
-    DST_CUBLASLT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, mm.op, mm.a, mm.b, mm.d, mm.d, mm.pref, 1, &heur, &found));
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, mm.op, mm.a, mm.b, mm.d, mm.d, mm.pref, 1, &heur,
+                                                             &found);
+    // An epilogue cuBLASLt does not offer for these types comes back as NOT_SUPPORTED or INVALID_VALUE.
+    if (g.no_algo && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
+                      (st == CUBLAS_STATUS_SUCCESS && found < 1))) {
+        *none = true;
+        return DST_OK;
+    }
+    DST_CUBLASLT_CHECK(st);
     if (found < 1)
         return set_error(DST_ERR_BACKEND,
                          "cuda backend: cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (batch %lld, dtype %d)",
@@ -477,13 +491,16 @@ dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
     const int32_t ta = g.ta, tb = g.tb;
     DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (g.bias) {
-        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    // Epilogue: 0 none, 1 BIAS, 2 BGRADB (part of the key).
+    const void *vec = g.bias ? g.bias : g.bias_grad;
+    const int epilogue = g.bias ? 1 : g.bias_grad ? 2 : 0;
+    if (epilogue > 0) {
+        const cublasLtEpilogue_t epi = epilogue == 1 ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
         const int32_t bias_type = type;
         DST_CUBLASLT_CHECK(
             cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
         DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                          &g.bias, sizeof g.bias));
+                                                          &vec, sizeof vec));
         DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                           &bias_type, sizeof bias_type));
     }
@@ -495,27 +512,37 @@ dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
     const size_t ws_bytes = gemm_workspace_bytes();
     void *ws = nullptr;
     DST_TRY(workspace(ws_bytes, &ws));
-    const uint32_t al_a = pointer_alignment(g.A), al_b = pointer_alignment(g.B), al_d = pointer_alignment(g.D);
-    const int64_t key[20] = {static_cast<int64_t>(dt), ta, tb, g.M, g.N, g.K, g.lda, g.sa, g.ldb, g.sb,
-                             g.ldd, g.sd, g.batch, g.d_fp32, al_a, al_b, al_d,
-                             static_cast<int64_t>(ws_bytes), allow_tf32_, g.bias ? pointer_alignment(g.bias) : 0};
+    const void *c = g.C ? g.C : g.D;
+    const uint32_t al_a = pointer_alignment(g.A), al_b = pointer_alignment(g.B),
+                   al_d = std::min(pointer_alignment(g.D), pointer_alignment(c));  // C and D share a layout
+    const int64_t key[kLtKey] = {static_cast<int64_t>(dt), ta, tb, g.M, g.N, g.K, g.lda, g.sa, g.ldb, g.sb,
+                                 g.ldd, g.sd, g.batch, g.d_fp32, al_a, al_b, al_d,
+                                 static_cast<int64_t>(ws_bytes), allow_tf32_, vec ? pointer_alignment(vec) : 0,
+                                 epilogue};
     const LtAlgoEntry *hit = nullptr;
     for (const LtAlgoEntry &e : lt_algos_)
         if (std::memcmp(e.key, key, sizeof key) == 0) hit = &e;
     if (!hit) {
         LtAlgoEntry e;
         std::memcpy(e.key, key, sizeof key);
-        DST_TRY(choose_algo(mm, type, d_type, g, ws_bytes, al_a, al_b, al_d, key, &e.algo, &e.ws));
+        DST_TRY(choose_algo(mm, type, d_type, g, ws_bytes, al_a, al_b, al_d, key, &e.algo, &e.ws, &e.none));
         if (lt_algos_.size() >= kLtAlgosKept) lt_algos_.erase(lt_algos_.begin(), lt_algos_.begin() + kLtAlgosKept / 2);
         lt_algos_.push_back(e);
         hit = &lt_algos_.back();
+    }
+    if (hit->none) {  // cached by a caller with no_algo; the same problem without it is an error
+        if (!g.no_algo)
+            return set_error(DST_ERR_BACKEND, "cuda backend: cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM",
+                             static_cast<long long>(g.M), static_cast<long long>(g.N), static_cast<long long>(g.K));
+        *g.no_algo = true;
+        return DST_OK;
     }
     const float alpha_f = g.alpha, beta_f = g.accumulate ? 1.0f : 0.0f;
     const double alpha_d = g.alpha, beta_d = g.accumulate ? 1.0 : 0.0;
     const bool dbl = scale_type == CUDA_R_64F;
     const void *alpha = dbl ? static_cast<const void *>(&alpha_d) : static_cast<const void *>(&alpha_f);
     const void *beta = dbl ? static_cast<const void *>(&beta_d) : static_cast<const void *>(&beta_f);
-    DST_CUBLASLT_CHECK(cublasLtMatmul(lt_, mm.op, alpha, g.A, mm.a, g.B, mm.b, beta, g.D, mm.d, g.D, mm.d,
+    DST_CUBLASLT_CHECK(cublasLtMatmul(lt_, mm.op, alpha, g.A, mm.a, g.B, mm.b, beta, c, mm.d, g.D, mm.d,
                                       &hit->algo, ws, hit->ws, stream_));
     return DST_OK;
 }
@@ -538,16 +565,19 @@ dst_status CudaBackend::linear_fwd(dst_dtype dt, const void *x, const void *w, c
 }
 
 dst_status CudaBackend::linear_bwd_data(dst_dtype dt, const void *dy, const void *w, void *dx, int64_t n,
-                                        int64_t k, int64_t m, bool accumulate) {
+                                        int64_t k, int64_t m, const void *add) {
     DST_TRY(activate());
     if (n <= 0 || k <= 0) return DST_OK;
+    const size_t bytes = size_t(n * k) * storage_size(dt);
     if (m <= 0) {
-        if (!accumulate) DST_CUDA_CHECK(cudaMemsetAsync(dx, 0, n * k * storage_size(dt), stream_));
+        if (!add) DST_CUDA_CHECK(cudaMemsetAsync(dx, 0, bytes, stream_));
+        else if (add != dx) DST_CUDA_CHECK(cudaMemcpyAsync(dx, add, bytes, cudaMemcpyDeviceToDevice, stream_));
         return DST_OK;
     }
-    // D[k,n] = (W as k×m) · (dy as m×n)
+    // D[k,n] = (W as k×m) · (dy as m×n) + C, C = add (beta = 1)
     Gemm g{CUBLAS_OP_N, CUBLAS_OP_N, k, n, m, w, k, 0, dy, m, 0, dx, k, 0};
-    g.accumulate = accumulate;
+    g.accumulate = add != nullptr;
+    g.C = add;
     return gemm(dt, g);
 }
 
@@ -562,12 +592,36 @@ dst_status CudaBackend::linear_bwd_weight(dst_dtype dt, const void *dy, const vo
         }
         return DST_OK;
     }
-    if (dw && k > 0) {
-        // D[k,m] = (x as k×n) · (dy as m×n)ᵀ
-        Gemm g{CUBLAS_OP_N, CUBLAS_OP_T, k, m, n, x, k, 0, dy, m, 0, dw, k, 0};
-        g.accumulate = accumulate;
-        DST_TRY(gemm(dt, g));
+    // D[k,m] = (x as k×n) · (dy as m×n)ᵀ
+    Gemm g{CUBLAS_OP_N, CUBLAS_OP_T, k, m, n, x, k, 0, dy, m, 0, dw, k, 0};
+    g.accumulate = accumulate;
+    if (dw && k > 0 && db && !accumulate && (dt == DST_DTYPE_FP16 || dt == DST_DTYPE_BF16)) {
+        // db from the same GEMM (BGRADB: the column sums of dy as cuBLASLt loads it, in fp32, rounded
+        // once): into db itself, or, under 16-byte alignment, into scratch after the GEMM's workspace
+        // and copied. Accumulating takes the column sums (cuBLASLt writes the bias gradient in the
+        // storage dtype only, and old + rounded sum would round twice), as do problems without a
+        // BGRADB algorithm and a caller's scratch without room for the copy.
+        const bool direct = pointer_alignment(db) >= 16;
+        const size_t off = (gemm_workspace_bytes() + 255) / 256 * 256, need = off + size_t(m) * storage_size(dt);
+        if (direct || !user_ws_ || user_ws_bytes_ >= need) {
+            void *base = nullptr;
+            if (!direct) DST_TRY(workspace(need, &base));
+            void *sums = direct ? db : static_cast<void *>(static_cast<char *>(base) + off);
+            bool no_algo = false;
+            g.bias_grad = sums;
+            g.no_algo = &no_algo;
+            DST_TRY(gemm(dt, g));
+            if (!no_algo) {
+                if (!direct)
+                    DST_CUDA_CHECK(cudaMemcpyAsync(db, sums, size_t(m) * storage_size(dt), cudaMemcpyDeviceToDevice,
+                                                   stream_));
+                return DST_OK;
+            }
+            g.bias_grad = nullptr;
+            g.no_algo = nullptr;
+        }
     }
+    if (dw && k > 0) DST_TRY(gemm(dt, g));
     if (db) {
         void *ws = nullptr;
         DST_TRY(workspace(cuda::column_sum_workspace(dt, n, m), &ws));

@@ -59,7 +59,7 @@ public:
     dst_status linear_fwd(dst_dtype dt, const void *x, const void *w, const void *b, void *y, int64_t n,
                           int64_t k, int64_t m, const dst_gelu *gelu, void *pre_act) override;
     dst_status linear_bwd_data(dst_dtype dt, const void *dy, const void *w, void *dx, int64_t n,
-                               int64_t k, int64_t m, bool accumulate) override;
+                               int64_t k, int64_t m, const void *add) override;
     dst_status linear_bwd_weight(dst_dtype dt, const void *dy, const void *x, void *dw, void *db,
                                  int64_t n, int64_t k, int64_t m, bool accumulate) override;
 
@@ -138,9 +138,14 @@ private:
     // A pointer to at least `bytes` of workspace (nullptr for 0 bytes); grows the owned one.
     dst_status workspace(size_t bytes, void **ptr);
     // One column-major cuBLASLt GEMM, strided-batched when batch > 1, k < batch:
-    //   D_k = alpha·op(A_k)·op(B_k) (+ D_k when accumulate) (+ bias[M] by the BIAS epilogue).
+    //   D_k = alpha·op(A_k)·op(B_k) (+ C_k when accumulate, C = D unless set) (+ bias[M] by the BIAS
+    //   epilogue);
+    //   with bias_grad (BGRADB epilogue, batch 1): bias_grad[N] = Σ_k op(B)[k, n] as well (storage
+    //   dtype, one rounding).
     // A, B and bias in the storage dtype; D in it, or in fp32 when d_fp32. Accumulation in fp32
-    // (TF32 only when allowed), fp64 for FP64. The heuristic's choice is cached per problem.
+    // (TF32 only when allowed), fp64 for FP64. The heuristic's choice is cached per problem. When
+    // no_algo is set and cuBLASLt has no algorithm for the problem (an epilogue it does not offer
+    // for these types or layouts), *no_algo becomes true and nothing runs (no error).
     struct Gemm {
         cublasOperation_t ta, tb;
         int64_t M, N, K;
@@ -155,6 +160,9 @@ private:
         bool d_fp32 = false;
         bool accumulate = false;
         const void *bias = nullptr;
+        void *bias_grad = nullptr;
+        const void *C = nullptr;  // with accumulate: the term added (same layout as D); nullptr: D itself
+        bool *no_algo = nullptr;
     };
     dst_status gemm(dst_dtype dt, const Gemm &g);
     // ---- attention (attention.cpp) ----
@@ -199,16 +207,18 @@ private:
     bool stochastic_ = false;
     // cuBLASLt algorithms of the GEMMs, by problem (same problem: same algorithm), and the heuristic's
     // choice per size class (choose_algo); each list keeps its newest kLtAlgosKept entries.
+    static constexpr int kLtKey = 21;  // the problem's description (gemm)
     struct LtAlgoEntry {
-        int64_t key[20];
+        int64_t key[kLtKey];
         cublasLtMatmulAlgo_t algo;
         size_t ws;
+        bool none = false;  // no algorithm (only kept for callers that set Gemm::no_algo)
     };
     static constexpr size_t kLtAlgosKept = 1024;
     std::vector<LtAlgoEntry> lt_algos_, lt_classes_;
     dst_status choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataType_t d_type, const Gemm &g, size_t ws_bytes,
-                           uint32_t al_a, uint32_t al_b, uint32_t al_d, const int64_t (&key)[20],
-                           cublasLtMatmulAlgo_t *algo, size_t *ws);
+                           uint32_t al_a, uint32_t al_b, uint32_t al_d, const int64_t (&key)[kLtKey],
+                           cublasLtMatmulAlgo_t *algo, size_t *ws, bool *none);
 };
 
 // Creates a CUDA backend on `device` (0-based). DST_ERR_UNSUPPORTED when no GPU is usable,

@@ -154,7 +154,7 @@ dst_status CudaBackend::linear_cross_entropy(dst_dtype dt, const CrossEntropyPar
     if (!grads) return DST_OK;
     if (p.dx) {
         void *dh = p.rows ? ws + l.dh : p.dx;
-        DST_TRY(linear_bwd_data(dt, g, p.w, dh, p.m, p.h, p.v, false));
+        DST_TRY(linear_bwd_data(dt, g, p.w, dh, p.m, p.h, p.v, nullptr));
         if (p.rows) DST_CUDA_CHECK(cuda::scatter_rows(stream_, dt, dh, p.rows, p.dx, p.n, p.m, p.h, false));
     }
     if (p.dw || p.db) DST_TRY(linear_bwd_weight(dt, g, h, p.dw, p.db, p.m, p.h, p.v, p.accumulate));
