@@ -3,7 +3,7 @@
 // backward, add, any-zero (the all_nonzero op).
 // Arithmetic in compute_t<T> (double for FP64, float otherwise), one rounding on store.
 // Outputs may alias their inputs (each element is read before it is written, by the same thread).
-// Dropout: each thread owns one Philox group of 4 consecutive elements (e >> 2), so one Philox call
+// Dropout: each thread owns whole Philox groups of 4 consecutive elements (e >> 2), so one Philox call
 // gives the keep decisions of all four, bit-identical with the CPU backend (kernels/philox.h).
 #include "kernels/elementwise.cuh"
 
@@ -66,24 +66,32 @@ struct Add {
     __device__ C operator()(C a, C b) const { return a + b; }
 };
 
-// y[i] = op(a[i], b[i]) (b may be null: op's second argument is then 0). With `vec`, the first
-// count / kVec<T> vectors go through 16-byte accesses; the rest (or everything) element by element.
-// Each element is computed as by the scalar form, so the path changes no result.
+// y[i] = op(a[i], b[i]) (b may be null: op's second argument is then 0). With `vec`, thread i of the
+// grid computes 16-byte vector i (one per thread: the grid covers them all) and the first
+// count mod kVec<T> threads the elements after the last vector; otherwise a grid-stride loop over the
+// elements. Each element is computed as by the scalar form, so the path changes no result.
 template <typename T, typename Op>
 __global__ void map_kernel(const T *a, const T *b, T *y, int64_t count, bool vec, Op op) {
     using C = compute_t<T>;
     constexpr int V = kVec<T>;
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x, tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    const int64_t nvec = vec ? count / V : 0;
-    for (int64_t i = tid; i < nvec; i += stride) {
-        const Vec<T> va = reinterpret_cast<const Vec<T> *>(a)[i];
-        Vec<T> vb{}, out;
-        if (b) vb = reinterpret_cast<const Vec<T> *>(b)[i];
+    const int64_t tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (vec) {
+        const int64_t nvec = count / V;
+        if (tid < nvec) {
+            const Vec<T> va = reinterpret_cast<const Vec<T> *>(a)[tid];
+            Vec<T> vb{}, out;
+            if (b) vb = reinterpret_cast<const Vec<T> *>(b)[tid];
 #pragma unroll
-        for (int k = 0; k < V; ++k) out.v[k] = to_storage<T>(op(to_compute(va.v[k]), b ? to_compute(vb.v[k]) : C(0)));
-        reinterpret_cast<Vec<T> *>(y)[i] = out;
+            for (int k = 0; k < V; ++k)
+                out.v[k] = to_storage<T>(op(to_compute(va.v[k]), b ? to_compute(vb.v[k]) : C(0)));
+            reinterpret_cast<Vec<T> *>(y)[tid] = out;
+        }
+        const int64_t e = nvec * V + tid;
+        if (e < count) y[e] = to_storage<T>(op(to_compute(a[e]), b ? to_compute(b[e]) : C(0)));
+        return;
     }
-    for (int64_t i = nvec * V + tid; i < count; i += stride)
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    for (int64_t i = tid; i < count; i += stride)
         y[i] = to_storage<T>(op(to_compute(a[i]), b ? to_compute(b[i]) : C(0)));
 }
 
@@ -165,6 +173,47 @@ __global__ void dropout_rows_kernel(const T *a, const T *residual, T *y, int64_t
     }
 }
 
+// Dropout (+ residual) over 16-byte vectors (fp32, fp16, bf16; every pointer 16-byte aligned): thread
+// i of the grid takes vector i, elements e = i·V … i·V + V − 1 of the buffer, which are elements
+// pe … of the site (pe = e, or with a row map rows[e / L]·L + e mod L, L a multiple of V), i.e. its
+// V/4 Philox groups pe/4 …; the first count mod V threads after the vectors take one element each.
+// The keep decisions and the arithmetic are those of dropout_kernel: the same results.
+template <typename T>
+__global__ void dropout_vec_kernel(const T *a, const T *residual, T *y, int64_t count, const int32_t *rows,
+                                   int64_t L, uint64_t seed, uint64_t offset, uint32_t threshold,
+                                   compute_t<T> scale) {
+    using C = compute_t<T>;
+    constexpr int V = kVec<T>, G = V / 4;
+    static_assert(V % 4 == 0, "whole Philox groups per vector");
+    const int64_t tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, nvec = count / V;
+    if (tid < nvec) {
+        const int64_t e = tid * V;
+        const uint64_t pe = rows ? uint64_t(rows[e / L]) * uint64_t(L) + uint64_t(e % L) : uint64_t(e);
+        const Vec<T> va = reinterpret_cast<const Vec<T> *>(a)[tid];
+        Vec<T> vr{}, out;
+        if (residual) vr = reinterpret_cast<const Vec<T> *>(residual)[tid];
+        Philox4 r[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+            r[g] = threshold != 0u ? philox_dropout_block(seed, offset, (pe >> 2) + uint64_t(g)) : Philox4{{0u, 0u, 0u, 0u}};
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            C v = to_compute(va.v[k]);
+            if (threshold != 0u) v = r[k / 4].v[k % 4] >= threshold ? v * scale : C(0);
+            if (residual) v = to_compute(vr.v[k]) + v;
+            out.v[k] = to_storage<T>(v);
+        }
+        reinterpret_cast<Vec<T> *>(y)[tid] = out;
+    }
+    const int64_t e = nvec * V + tid;  // the tail (only without a row map: count is then rows·L)
+    if (e < count) {
+        C v = to_compute(a[e]);
+        if (threshold != 0u) v = philox_dropout_keep(seed, offset, uint64_t(e), threshold) ? v * scale : C(0);
+        if (residual) v = to_compute(residual[e]) + v;
+        y[e] = to_storage<T>(v);
+    }
+}
+
 // Every thread that sees a zero writes 1 (the same value: the result does not depend on order).
 template <typename T>
 __global__ void any_zero_kernel(const T *x, int64_t count, int *any_zero) {
@@ -185,8 +234,10 @@ cudaError_t launch_map(cudaStream_t stream, dst_dtype dt, const void *a, const v
     const bool vec = aligned16(a) && aligned16(y) && (!b || aligned16(b));
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
-        const int64_t work = vec ? count / kVec<T> + count % kVec<T> : count;
-        map_kernel<T, Op><<<grid_blocks(work, kThreads), kThreads, 0, stream>>>(
+        // The vector path has a thread per vector (at least one per tail element); the scalar path loops.
+        const int64_t nvec = count / kVec<T>, work = nvec > count % kVec<T> ? nvec : count % kVec<T>;
+        const unsigned blocks = vec ? static_cast<unsigned>((work + kThreads - 1) / kThreads) : grid_blocks(count, kThreads);
+        map_kernel<T, Op><<<blocks, kThreads, 0, stream>>>(
             static_cast<const T *>(a), static_cast<const T *>(b), static_cast<T *>(y), count, vec, op);
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
@@ -224,7 +275,22 @@ cudaError_t launch_dropout(cudaStream_t stream, dst_dtype dt, const void *a, con
         const bool quad = sizeof(T) <= 4 && reinterpret_cast<uintptr_t>(a) % q == 0 &&
                           reinterpret_cast<uintptr_t>(y) % q == 0 &&
                           (!residual || reinterpret_cast<uintptr_t>(residual) % q == 0);
-        if (site.rows && site.active()) {
+        const bool rows = site.rows && site.active();
+        const bool vec = sizeof(T) <= 4 && aligned16(a) && aligned16(y) && (!residual || aligned16(residual)) &&
+                         (!rows || site.row_len % kVec<T> == 0);
+        if constexpr (sizeof(T) <= 4) {
+            if (vec) {  // 16-byte accesses (the other kernels: 4 elements, or 1, per access)
+                const int64_t nvec = count / kVec<T>, work = nvec > count % kVec<T> ? nvec : count % kVec<T>;
+                dropout_vec_kernel<T><<<static_cast<unsigned>((work + kThreads - 1) / kThreads), kThreads, 0,
+                                        stream>>>(static_cast<const T *>(a), static_cast<const T *>(residual),
+                                                  static_cast<T *>(y), count, rows ? site.rows : nullptr,
+                                                  rows ? site.row_len : 1, site.seed, site.offset, site.threshold,
+                                                  static_cast<C>(site.scale));
+                DST_KERNEL_CHECK(cudaGetLastError());
+                return cudaSuccess;
+            }
+        }
+        if (rows) {
             const int64_t nrows = count / site.row_len;
             dropout_rows_kernel<T><<<static_cast<unsigned>(nrows < 65536 ? nrows : 65536), kThreads, 0, stream>>>(
                 static_cast<const T *>(a), static_cast<const T *>(residual), static_cast<T *>(y), nrows, site.rows,

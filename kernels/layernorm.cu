@@ -4,7 +4,8 @@
 //   layernorm_bwd_dx_kernel: one block per row; Σg and Σg·x̂ in one pass, dx in a second (each
 //     thread reads its elements before writing them, so dx may alias dy or dresid).
 //   layernorm_param_partial_kernel + layernorm_param_finalize_kernel: dγ and dβ as column sums of
-//     dy·x̂ and dy, in the same two-pass, fixed-order scheme as kernels/bias.cu.
+//     dy·x̂ and dy, in the same two-pass, fixed-order scheme as kernels/bias.cu (the partials with
+//     16-byte accesses where rows and buffers allow: layernorm_param_partial_vec_kernel, same sums).
 //   The *_warp_kernel forms: one warp per row when h = 32·VPL·kVec<T> (VPL = 1, 2, 4, 8: h = 256 …
 //     2048 in 16-bit types, 128 … 1024 in fp32, 64 … 512 in fp64) and the tensors are 16-byte
 //     aligned: the row stays in registers between the passes (one read of x, one write of y; dy, x
@@ -231,6 +232,64 @@ __global__ void layernorm_param_partial_kernel(const T *__restrict__ dy, const T
     }
 }
 
+// The same partial sums with 16-byte accesses (h a multiple of kVec<T>, dy and xy — and γ, β when
+// invertible — 16-byte aligned): lane x of a block takes the kVec<T> columns of vector
+// blockIdx.x·32 + x, row lane y the rows r0 + y, r0 + y + 8, … of the chunk, and the row lanes are
+// added in order: per column the summation order of layernorm_param_partial_kernel.
+template <typename T>
+__global__ void layernorm_param_partial_vec_kernel(const T *__restrict__ dy, const T *__restrict__ xy,
+                                                   bool invertible, const T *__restrict__ gamma,
+                                                   const T *__restrict__ beta,
+                                                   const compute_t<T> *__restrict__ mean,
+                                                   const compute_t<T> *__restrict__ rstd,
+                                                   compute_t<T> *__restrict__ partial, int64_t n, int64_t h,
+                                                   int64_t chunks, int64_t rows_per_chunk) {
+    using C = compute_t<T>;
+    constexpr int V = kVec<T>;
+    __shared__ C red[2][V][kRowLanes][kTileCols + 1];
+    const int64_t vi = blockIdx.x * int64_t(kTileCols) + threadIdx.x, c0 = vi * V;
+    const int64_t r0 = blockIdx.y * rows_per_chunk;
+    const int64_t r1 = r0 + rows_per_chunk < n ? r0 + rows_per_chunk : n;
+    C sg[V] = {}, sb[V] = {};
+    if (c0 < h) {
+        C gm[V] = {}, bt[V] = {};
+        if (invertible) {
+            const Vec<T> g = reinterpret_cast<const Vec<T> *>(gamma)[vi], b = reinterpret_cast<const Vec<T> *>(beta)[vi];
+#pragma unroll
+            for (int k = 0; k < V; ++k) gm[k] = to_compute(g.v[k]), bt[k] = to_compute(b.v[k]);
+        }
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+            const Vec<T> d = reinterpret_cast<const Vec<T> *>(dy + r * h)[vi];
+            const Vec<T> xv = reinterpret_cast<const Vec<T> *>(xy + r * h)[vi];
+            const C mu = invertible ? C(0) : mean[r], rs = rstd[r];
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const C dk = to_compute(d.v[k]), v = to_compute(xv.v[k]);
+                sg[k] += dk * (invertible ? (v - bt[k]) / gm[k] : (v - mu) * rs);
+                sb[k] += dk;
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        red[0][k][threadIdx.y][threadIdx.x] = sg[k];
+        red[1][k][threadIdx.y][threadIdx.x] = sb[k];
+    }
+    __syncthreads();
+    if (threadIdx.y == 0 && c0 < h) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            C tg = red[0][k][0][threadIdx.x], tb = red[1][k][0][threadIdx.x];
+            for (int j = 1; j < kRowLanes; ++j) {
+                tg += red[0][k][j][threadIdx.x];
+                tb += red[1][k][j][threadIdx.x];
+            }
+            partial[blockIdx.y * h + c0 + k] = tg;
+            partial[(chunks + blockIdx.y) * h + c0 + k] = tb;
+        }
+    }
+}
+
 // Block (32 columns × 8 chunk lanes): lane k adds chunks k, k + 8, … in order, then the lanes in order.
 template <typename T>
 __global__ void layernorm_param_finalize_kernel(const compute_t<T> *__restrict__ partial, T *dgamma,
@@ -321,7 +380,15 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
         // γ/β gradients first: dx may alias dy or dresid (stream order makes the reads come first).
         if (dgamma || dbeta) {
             C *partial = static_cast<C *>(workspace);
-            if (chunks > 0) {
+            const bool vec = h % kVec<T> == 0 && aligned16(dy) && aligned16(xy) &&
+                             (!invertible || (aligned16(gamma) && aligned16(beta)));
+            if (chunks > 0 && vec) {
+                const int64_t cols = int64_t(kTileCols) * kVec<T>;
+                const dim3 grid(static_cast<unsigned>((h + cols - 1) / cols), static_cast<unsigned>(chunks));
+                layernorm_param_partial_vec_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(
+                    dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, partial, n, h, chunks, rows_per_chunk);
+                DST_KERNEL_CHECK(cudaGetLastError());
+            } else if (chunks > 0) {
                 const dim3 grid(static_cast<unsigned>((h + kTileCols - 1) / kTileCols),
                                 static_cast<unsigned>(chunks));
                 layernorm_param_partial_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(
