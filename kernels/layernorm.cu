@@ -5,7 +5,7 @@
 //     thread reads its elements before writing them, so dx may alias dy or dresid).
 //   layernorm_param_partial_kernel + layernorm_param_finalize_kernel: dγ and dβ as column sums of
 //     dy·x̂ and dy, in the same two-pass, fixed-order scheme as kernels/bias.cu (the partials with
-//     16-byte accesses where rows and buffers allow: layernorm_param_partial_vec_kernel, same sums).
+//     16-byte accesses where rows and buffers allow, in the same order).
 //   The *_warp_kernel forms: one warp per row when h = 32·VPL·kVec<T> (VPL = 1, 2, 4, 8: h = 256 …
 //     2048 in 16-bit types, 128 … 1024 in fp32, 64 … 512 in fp64) and the tensors are 16-byte
 //     aligned: the row stays in registers between the passes (one read of x, one write of y; dy, x
@@ -195,8 +195,27 @@ __global__ void layernorm_bwd_dx_warp_kernel(const T *dy, const T *__restrict__ 
     }
 }
 
-// partial[0][chunk][c] = Σ_{rows of chunk} dy·x̂, partial[1][chunk][c] = Σ dy.
-template <typename T>
+// partial[0][chunk][c] = Σ_{rows of chunk} dy·x̂, partial[1][chunk][c] = Σ dy. Block: 32 lanes × 8 row
+// lanes; lane x takes the V columns x·V … of the block's 32·V (V = 1, or kVec<T> with 16-byte accesses
+// when h is a multiple of it and dy, xy — and γ, β when invertible — are 16-byte aligned), row lane y
+// the rows r0 + y, r0 + y + 8, … of the chunk; the row lanes are then added in order. The summation
+// order of a column is the same for both V.
+template <typename T, int V>
+struct Cols {  // V consecutive elements at p[i·V …]: one 16-byte access, or one element
+    compute_t<T> v[V];
+    __device__ __forceinline__ explicit Cols(const T *p, int64_t i) {
+        if constexpr (V == 1) {
+            v[0] = to_compute(p[i]);
+        } else {
+            static_assert(V == kVec<T>, "a whole vector");
+            const Vec<T> x = reinterpret_cast<const Vec<T> *>(p)[i];
+#pragma unroll
+            for (int k = 0; k < V; ++k) v[k] = to_compute(x.v[k]);
+        }
+    }
+};
+
+template <typename T, int V>
 __global__ void layernorm_param_partial_kernel(const T *__restrict__ dy, const T *__restrict__ xy,
                                                bool invertible, const T *__restrict__ gamma,
                                                const T *__restrict__ beta,
@@ -205,47 +224,6 @@ __global__ void layernorm_param_partial_kernel(const T *__restrict__ dy, const T
                                                compute_t<T> *__restrict__ partial, int64_t n, int64_t h,
                                                int64_t chunks, int64_t rows_per_chunk) {
     using C = compute_t<T>;
-    __shared__ C red[2][kRowLanes][kTileCols + 1];
-    const int64_t c = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
-    const int64_t r0 = blockIdx.y * rows_per_chunk;
-    const int64_t r1 = r0 + rows_per_chunk < n ? r0 + rows_per_chunk : n;
-    C sg = 0, sb = 0;
-    if (c < h) {
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
-            const C d = to_compute(dy[r * h + c]);
-            const C mu = invertible ? C(0) : mean[r];
-            sg += d * xhat(xy, gamma, beta, invertible, mu, rstd[r], r * h + c, c);
-            sb += d;
-        }
-    }
-    red[0][threadIdx.y][threadIdx.x] = sg;
-    red[1][threadIdx.y][threadIdx.x] = sb;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < h) {
-        C tg = red[0][0][threadIdx.x], tb = red[1][0][threadIdx.x];
-        for (int k = 1; k < kRowLanes; ++k) {
-            tg += red[0][k][threadIdx.x];
-            tb += red[1][k][threadIdx.x];
-        }
-        partial[blockIdx.y * h + c] = tg;
-        partial[(chunks + blockIdx.y) * h + c] = tb;
-    }
-}
-
-// The same partial sums with 16-byte accesses (h a multiple of kVec<T>, dy and xy — and γ, β when
-// invertible — 16-byte aligned): lane x of a block takes the kVec<T> columns of vector
-// blockIdx.x·32 + x, row lane y the rows r0 + y, r0 + y + 8, … of the chunk, and the row lanes are
-// added in order: per column the summation order of layernorm_param_partial_kernel.
-template <typename T>
-__global__ void layernorm_param_partial_vec_kernel(const T *__restrict__ dy, const T *__restrict__ xy,
-                                                   bool invertible, const T *__restrict__ gamma,
-                                                   const T *__restrict__ beta,
-                                                   const compute_t<T> *__restrict__ mean,
-                                                   const compute_t<T> *__restrict__ rstd,
-                                                   compute_t<T> *__restrict__ partial, int64_t n, int64_t h,
-                                                   int64_t chunks, int64_t rows_per_chunk) {
-    using C = compute_t<T>;
-    constexpr int V = kVec<T>;
     __shared__ C red[2][V][kRowLanes][kTileCols + 1];
     const int64_t vi = blockIdx.x * int64_t(kTileCols) + threadIdx.x, c0 = vi * V;
     const int64_t r0 = blockIdx.y * rows_per_chunk;
@@ -254,19 +232,17 @@ __global__ void layernorm_param_partial_vec_kernel(const T *__restrict__ dy, con
     if (c0 < h) {
         C gm[V] = {}, bt[V] = {};
         if (invertible) {
-            const Vec<T> g = reinterpret_cast<const Vec<T> *>(gamma)[vi], b = reinterpret_cast<const Vec<T> *>(beta)[vi];
+            const Cols<T, V> g(gamma, vi), b(beta, vi);
 #pragma unroll
-            for (int k = 0; k < V; ++k) gm[k] = to_compute(g.v[k]), bt[k] = to_compute(b.v[k]);
+            for (int k = 0; k < V; ++k) gm[k] = g.v[k], bt[k] = b.v[k];
         }
         for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
-            const Vec<T> d = reinterpret_cast<const Vec<T> *>(dy + r * h)[vi];
-            const Vec<T> xv = reinterpret_cast<const Vec<T> *>(xy + r * h)[vi];
+            const Cols<T, V> d(dy + r * h, vi), x(xy + r * h, vi);
             const C mu = invertible ? C(0) : mean[r], rs = rstd[r];
 #pragma unroll
             for (int k = 0; k < V; ++k) {
-                const C dk = to_compute(d.v[k]), v = to_compute(xv.v[k]);
-                sg[k] += dk * (invertible ? (v - bt[k]) / gm[k] : (v - mu) * rs);
-                sb[k] += dk;
+                sg[k] += d.v[k] * (invertible ? (x.v[k] - bt[k]) / gm[k] : (x.v[k] - mu) * rs);
+                sb[k] += d.v[k];
             }
         }
     }
@@ -382,17 +358,12 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
             C *partial = static_cast<C *>(workspace);
             const bool vec = h % kVec<T> == 0 && aligned16(dy) && aligned16(xy) &&
                              (!invertible || (aligned16(gamma) && aligned16(beta)));
-            if (chunks > 0 && vec) {
-                const int64_t cols = int64_t(kTileCols) * kVec<T>;
+            if (chunks > 0) {
+                const int64_t cols = int64_t(kTileCols) * (vec ? kVec<T> : 1);
                 const dim3 grid(static_cast<unsigned>((h + cols - 1) / cols), static_cast<unsigned>(chunks));
-                layernorm_param_partial_vec_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(
-                    dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, partial, n, h, chunks, rows_per_chunk);
-                DST_KERNEL_CHECK(cudaGetLastError());
-            } else if (chunks > 0) {
-                const dim3 grid(static_cast<unsigned>((h + kTileCols - 1) / kTileCols),
-                                static_cast<unsigned>(chunks));
-                layernorm_param_partial_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(
-                    dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, partial, n, h, chunks, rows_per_chunk);
+                auto k = vec ? layernorm_param_partial_kernel<T, kVec<T>> : layernorm_param_partial_kernel<T, 1>;
+                k<<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c,
+                                                                    partial, n, h, chunks, rows_per_chunk);
                 DST_KERNEL_CHECK(cudaGetLastError());
             }
             layernorm_param_finalize_kernel<T><<<static_cast<unsigned>((h + kTileCols - 1) / kTileCols),
