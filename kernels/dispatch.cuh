@@ -94,6 +94,10 @@ DST_DEV float dtanh(float x) { return tanhf(x); }
 DST_DEV double dtanh(double x) { return tanh(x); }
 DST_DEV float dfma(float a, float b, float c) { return fmaf(a, b, c); }
 DST_DEV double dfma(double a, double b, double c) { return fma(a, b, c); }
+// A product rounded on its own (never contracted into an FMA with a following add): the dropout
+// scale, so that every kernel that drops and adds gives the same bits.
+DST_DEV float dmul_rn(float a, float b) { return __fmul_rn(a, b); }
+DST_DEV double dmul_rn(double a, double b) { return __dmul_rn(a, b); }
 DST_DEV float dmax(float a, float b) { return fmaxf(a, b); }
 DST_DEV double dmax(double a, double b) { return fmax(a, b); }
 

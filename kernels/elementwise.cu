@@ -114,7 +114,7 @@ __device__ __forceinline__ void dropout_quad(const T *a, const T *residual, T *y
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         C v = to_compute(va.v[k]);
-        if (threshold != 0u) v = r.v[k] >= threshold ? v * scale : C(0);
+        if (threshold != 0u) v = r.v[k] >= threshold ? dmul_rn(v, scale) : C(0);
         if (residual) v = to_compute(vr.v[k]) + v;
         out.v[k] = to_storage<T>(v);
     }
@@ -140,7 +140,7 @@ __global__ void dropout_kernel(const T *a, const T *residual, T *y,
             const int64_t e = grp * 4 + k;
             if (e >= count) break;
             C v = to_compute(a[e]);
-            if (threshold != 0u) v = r.v[k] >= threshold ? v * scale : C(0);
+            if (threshold != 0u) v = r.v[k] >= threshold ? dmul_rn(v, scale) : C(0);
             if (residual) v = to_compute(residual[e]) + v;
             y[e] = to_storage<T>(v);
         }
@@ -166,7 +166,7 @@ __global__ void dropout_rows_kernel(const T *a, const T *residual, T *y, int64_t
         }
         for (int64_t c = threadIdx.x; c < L; c += blockDim.x) {
             const int64_t e = base + c;
-            C v = philox_dropout_keep(seed, offset, pbase + uint64_t(c), threshold) ? to_compute(a[e]) * scale : C(0);
+            C v = philox_dropout_keep(seed, offset, pbase + uint64_t(c), threshold) ? dmul_rn(to_compute(a[e]), scale) : C(0);
             if (residual) v = to_compute(residual[e]) + v;
             y[e] = to_storage<T>(v);
         }
@@ -199,7 +199,7 @@ __global__ void dropout_vec_kernel(const T *a, const T *residual, T *y, int64_t 
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             C v = to_compute(va.v[k]);
-            if (threshold != 0u) v = r[k / 4].v[k % 4] >= threshold ? v * scale : C(0);
+            if (threshold != 0u) v = r[k / 4].v[k % 4] >= threshold ? dmul_rn(v, scale) : C(0);
             if (residual) v = to_compute(vr.v[k]) + v;
             out.v[k] = to_storage<T>(v);
         }
@@ -208,7 +208,7 @@ __global__ void dropout_vec_kernel(const T *a, const T *residual, T *y, int64_t 
     const int64_t e = nvec * V + tid;  // the tail (only without a row map: count is then rows·L)
     if (e < count) {
         C v = to_compute(a[e]);
-        if (threshold != 0u) v = philox_dropout_keep(seed, offset, uint64_t(e), threshold) ? v * scale : C(0);
+        if (threshold != 0u) v = philox_dropout_keep(seed, offset, uint64_t(e), threshold) ? dmul_rn(v, scale) : C(0);
         if (residual) v = to_compute(residual[e]) + v;
         y[e] = to_storage<T>(v);
     }

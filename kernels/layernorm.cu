@@ -15,6 +15,10 @@
 #include "kernels/layernorm.cuh"
 
 #include "kernels/dispatch.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/philox.h"
+
+#include <type_traits>
 
 namespace dst {
 namespace cuda {
@@ -60,25 +64,74 @@ __global__ void layernorm_fwd_kernel(const T *x, const T *__restrict__ gamma,
     }
 }
 
-template <typename T, int VPL>
+// The keep words of the V/4 Philox groups of vector vi of row `row` at a dropout site whose rows are
+// the LayerNorm's rows (element c of row r is site element (rows ? rows[r] : r)·h + c).
+template <typename T>
+struct RowDropout {
+    static constexpr int G = kVec<T> / 4;
+    Philox4 r[G > 0 ? G : 1];
+    __device__ __forceinline__ RowDropout(const DropoutSite &site, int64_t row, int64_t h, int64_t vi) {
+        const uint64_t pe = (site.rows ? uint64_t(site.rows[row]) : uint64_t(row)) * uint64_t(h) + uint64_t(vi) * kVec<T>;
+#pragma unroll
+        for (int g = 0; g < G; ++g) r[g] = philox_dropout_block(site.seed, site.offset, (pe >> 2) + uint64_t(g));
+    }
+    __device__ __forceinline__ bool keep(int k, uint32_t threshold) const { return r[k / 4].v[k % 4] >= threshold; }
+};
+
+// x = residual + dropout(a) (`drop`: a, residual and the site; z receives x in the storage dtype) or
+// x read from memory, then the LayerNorm of x as stored. With `drop` the results are those of
+// dropout_residual_fwd followed by layernorm_fwd (the same roundings in the same order).
+template <typename T>
+struct LnFwdDrop {
+    const T *a, *residual;
+    T *z;
+    DropoutSite site;
+};
+
+template <typename T, int VPL, bool kDrop>
 __global__ void layernorm_fwd_warp_kernel(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
                                           compute_t<T> *__restrict__ mean, compute_t<T> *__restrict__ rstd, int64_t n,
-                                          int64_t h, compute_t<T> eps) {
+                                          int64_t h, compute_t<T> eps, LnFwdDrop<T> drop) {
     using C = compute_t<T>;
     constexpr int V = kVec<T>;
     const int lane = threadIdx.x & 31;
     const int64_t row = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= n) return;  // the whole warp
-    const Vec<T> *xr = reinterpret_cast<const Vec<T> *>(x + row * h);
     C v[VPL][V];
     C s = 0;
 #pragma unroll
     for (int j = 0; j < VPL; ++j) {
-        const Vec<T> t = xr[lane + 32 * j];
+        const int64_t vi = lane + 32 * j;
+        if constexpr (kDrop) {
+            const Vec<T> av = reinterpret_cast<const Vec<T> *>(drop.a + row * h)[vi];
+            const Vec<T> rv = reinterpret_cast<const Vec<T> *>(drop.residual + row * h)[vi];
+            const uint32_t thr = drop.site.threshold;
+            const C scale = C(drop.site.scale);
+            Vec<T> zv;
+            if (thr != 0u) {
+                const RowDropout<T> rd(drop.site, row, h, vi);
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-            v[j][k] = to_compute(t.v[k]);
-            s += v[j][k];
+                for (int k = 0; k < V; ++k) {  // as dropout_vec_kernel: a·scale rounded, then + residual
+                    const C v = rd.keep(k, thr) ? dmul_rn(to_compute(av.v[k]), scale) : C(0);
+                    zv.v[k] = to_storage<T>(to_compute(rv.v[k]) + v);
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < V; ++k) zv.v[k] = to_storage<T>(to_compute(rv.v[k]) + to_compute(av.v[k]));
+            }
+            reinterpret_cast<Vec<T> *>(drop.z + row * h)[vi] = zv;
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                v[j][k] = to_compute(zv.v[k]);
+                s += v[j][k];
+            }
+        } else {
+            const Vec<T> t = reinterpret_cast<const Vec<T> *>(x + row * h)[vi];
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                v[j][k] = to_compute(t.v[k]);
+                s += v[j][k];
+            }
         }
     }
     const C mu = warp_sum(s) / C(h);
@@ -117,12 +170,20 @@ __device__ __forceinline__ compute_t<T> xhat(const T *xy, const T *gamma, const 
     return (v - mu) * rs;
 }
 
+// The branch gradient of layernorm_bwd with a dropout site: branch = dropout'(dx) from dx before its
+// rounding (out == nullptr: none).
+template <typename T>
+struct LnBwdBranch {
+    T *out;
+    DropoutSite site;
+};
+
 template <typename T>
 __global__ void layernorm_bwd_dx_kernel(const T *dy, const T *__restrict__ xy,
                                         bool invertible, const T *__restrict__ gamma,
                                         const T *__restrict__ beta, const compute_t<T> *__restrict__ mean,
                                         const compute_t<T> *__restrict__ rstd, const T *dresid, T *dx,
-                                        int64_t h) {
+                                        int64_t h, LnBwdBranch<T> branch) {
     using C = compute_t<T>;
     __shared__ C scratch[33];
     const int64_t row = blockIdx.x, base = row * h;
@@ -140,16 +201,22 @@ __global__ void layernorm_bwd_dx_kernel(const T *dy, const T *__restrict__ xy,
         const C g = to_compute(gamma[c]) * to_compute(dy[base + c]);
         C v = rs * (g - mg - xhat(xy, gamma, beta, invertible, mu, rs, base + c, c) * mgx);
         if (dresid) v += to_compute(dresid[base + c]);
+        if (branch.out) {
+            const DropoutSite &st = branch.site;
+            const uint64_t pe = (st.rows ? uint64_t(st.rows[row]) : uint64_t(row)) * uint64_t(h) + uint64_t(c);
+            const bool keep = st.threshold == 0u || philox_dropout_keep(st.seed, st.offset, pe, st.threshold);
+            branch.out[base + c] = to_storage<T>(st.threshold == 0u ? v : keep ? v * C(st.scale) : C(0));
+        }
         dx[base + c] = to_storage<T>(v);
     }
 }
 
-template <typename T, int VPL>
+template <typename T, int VPL, bool kBranch>
 __global__ void layernorm_bwd_dx_warp_kernel(const T *dy, const T *__restrict__ xy, bool invertible,
                                              const T *__restrict__ gamma, const T *__restrict__ beta,
                                              const compute_t<T> *__restrict__ mean,
                                              const compute_t<T> *__restrict__ rstd, const T *dresid, T *dx,
-                                             int64_t n, int64_t h) {
+                                             int64_t n, int64_t h, LnBwdBranch<T> branch) {
     using C = compute_t<T>;
     constexpr int V = kVec<T>;
     const int lane = threadIdx.x & 31;
@@ -183,13 +250,26 @@ __global__ void layernorm_bwd_dx_warp_kernel(const T *dy, const T *__restrict__ 
 #pragma unroll
     for (int j = 0; j < VPL; ++j) {
         const int64_t vi = lane + 32 * j;
-        Vec<T> r{}, o;
+        Vec<T> r{}, o, ob;
         if (dresid) r = reinterpret_cast<const Vec<T> *>(dresid + base)[vi];
+        C val[V];
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-            C val = rs * (g[j][k] - mg - xh[j][k] * mgx);
-            if (dresid) val += to_compute(r.v[k]);
-            o.v[k] = to_storage<T>(val);
+            val[k] = rs * (g[j][k] - mg - xh[j][k] * mgx);
+            if (dresid) val[k] += to_compute(r.v[k]);
+            o.v[k] = to_storage<T>(val[k]);
+        }
+        if constexpr (kBranch) {
+            const uint32_t thr = branch.site.threshold;
+            const C scale = C(branch.site.scale);
+            if (thr != 0u) {
+                const RowDropout<T> rd(branch.site, row, h, vi);
+#pragma unroll
+                for (int k = 0; k < V; ++k) ob.v[k] = to_storage<T>(rd.keep(k, thr) ? val[k] * scale : C(0));
+            } else {
+                ob = o;
+            }
+            reinterpret_cast<Vec<T> *>(branch.out + base)[vi] = ob;
         }
         reinterpret_cast<Vec<T> *>(dx + base)[vi] = o;
     }
@@ -309,6 +389,22 @@ constexpr int kWarpRows = 4;  // rows (warps) per block of the warp forms
 
 // ================================ launchers ======================================================
 
+namespace {
+// The warp forms of the forward, with or without the dropout + residual prologue.
+template <typename T, bool kDrop>
+cudaError_t launch_fwd_warp(cudaStream_t stream, int vpl, const T *x, const T *gamma, const T *beta, T *y,
+                            compute_t<T> *mean, compute_t<T> *rstd, int64_t n, int64_t h, double eps,
+                            const LnFwdDrop<T> &drop) {
+    const unsigned grid = static_cast<unsigned>((n + kWarpRows - 1) / kWarpRows);
+    auto k = vpl == 1   ? layernorm_fwd_warp_kernel<T, 1, kDrop>
+             : vpl == 2 ? layernorm_fwd_warp_kernel<T, 2, kDrop>
+             : vpl == 4 ? layernorm_fwd_warp_kernel<T, 4, kDrop>
+                        : layernorm_fwd_warp_kernel<T, 8, kDrop>;
+    k<<<grid, 32 * kWarpRows, 0, stream>>>(x, gamma, beta, y, mean, rstd, n, h, static_cast<compute_t<T>>(eps), drop);
+    return cudaGetLastError();
+}
+}  // namespace
+
 cudaError_t layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *x, const void *gamma,
                          const void *beta, void *y, void *mean, void *rstd, int64_t n, int64_t h,
                          double eps) {
@@ -317,22 +413,40 @@ cudaError_t layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *x, cons
         using T = decltype(tag);
         using C = compute_t<T>;
         const int vpl = aligned16(x) && aligned16(gamma) && aligned16(beta) && aligned16(y) ? warp_vpl<T>(h) : 0;
-        if (vpl) {
-            const unsigned grid = static_cast<unsigned>((n + kWarpRows - 1) / kWarpRows);
-            auto k = vpl == 1 ? layernorm_fwd_warp_kernel<T, 1> : vpl == 2 ? layernorm_fwd_warp_kernel<T, 2>
-                   : vpl == 4 ? layernorm_fwd_warp_kernel<T, 4> : layernorm_fwd_warp_kernel<T, 8>;
-            k<<<grid, 32 * kWarpRows, 0, stream>>>(static_cast<const T *>(x), static_cast<const T *>(gamma),
-                                                   static_cast<const T *>(beta), static_cast<T *>(y),
-                                                   static_cast<C *>(mean), static_cast<C *>(rstd), n, h,
-                                                   static_cast<C>(eps));
-            DST_KERNEL_CHECK(cudaGetLastError());
-            return cudaSuccess;
-        }
+        if (vpl)
+            return launch_fwd_warp<T, false>(stream, vpl, static_cast<const T *>(x), static_cast<const T *>(gamma),
+                                             static_cast<const T *>(beta), static_cast<T *>(y), static_cast<C *>(mean),
+                                             static_cast<C *>(rstd), n, h, eps, LnFwdDrop<T>{});
         layernorm_fwd_kernel<T><<<static_cast<unsigned>(n), row_threads(h), 0, stream>>>(
             static_cast<const T *>(x), static_cast<const T *>(gamma), static_cast<const T *>(beta),
             static_cast<T *>(y), static_cast<C *>(mean), static_cast<C *>(rstd), h, static_cast<C>(eps));
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
+    });
+}
+
+cudaError_t dropout_residual_layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *a, const void *residual,
+                                           void *z, const void *gamma, const void *beta, void *y, void *mean,
+                                           void *rstd, int64_t n, int64_t h, double eps, const DropoutSite &site) {
+    if (n <= 0 || h <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
+        using T = decltype(tag);
+        using C = compute_t<T>;
+        if constexpr (sizeof(T) <= 4) {  // whole Philox groups per 16-byte vector
+            const bool map_ok = !site.rows || site.row_len == h;
+            const int vpl = map_ok && aligned16(a) && aligned16(residual) && aligned16(z) && aligned16(gamma) &&
+                                    aligned16(beta) && aligned16(y)
+                                ? warp_vpl<T>(h)
+                                : 0;
+            if (vpl)
+                return launch_fwd_warp<T, true>(stream, vpl, nullptr, static_cast<const T *>(gamma),
+                                                static_cast<const T *>(beta), static_cast<T *>(y),
+                                                static_cast<C *>(mean), static_cast<C *>(rstd), n, h, eps,
+                                                LnFwdDrop<T>{static_cast<const T *>(a), static_cast<const T *>(residual),
+                                                             static_cast<T *>(z), site});
+        }
+        DST_KERNEL_CHECK(dropout_residual_fwd(stream, dt, a, residual, z, n * h, site));
+        return layernorm_fwd(stream, dt, z, gamma, beta, y, mean, rstd, n, h, eps);
     });
 }
 
@@ -343,7 +457,8 @@ size_t layernorm_bwd_workspace(dst_dtype dt, int64_t n, int64_t h) {
 cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *xy,
                          bool invertible, const void *gamma, const void *beta, const void *mean,
                          const void *rstd, const void *dresid, void *dx, void *dgamma, void *dbeta,
-                         int64_t n, int64_t h, bool accumulate, void *workspace) {
+                         int64_t n, int64_t h, bool accumulate, void *workspace, const DropoutSite *branch_site,
+                         void *branch_out) {
     if (h <= 0) return cudaSuccess;
     const int64_t chunks = chunk_count(n);
     const int64_t rows_per_chunk = chunks > 0 ? (n + chunks - 1) / chunks : 0;
@@ -371,21 +486,31 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
                 partial, static_cast<T *>(dgamma), static_cast<T *>(dbeta), h, chunks, accumulate);
             DST_KERNEL_CHECK(cudaGetLastError());
         }
+        const bool branch = branch_out != nullptr;
+        const LnBwdBranch<T> br{static_cast<T *>(branch_out), branch ? *branch_site : DropoutSite{}};
         const int vpl = aligned16(dy) && aligned16(xy) && aligned16(gamma) && (!invertible || aligned16(beta)) &&
-                                aligned16(dx) && (!dresid || aligned16(dresid))
+                                aligned16(dx) && (!dresid || aligned16(dresid)) &&
+                                (!branch || (sizeof(T) <= 4 && aligned16(branch_out) &&
+                                             (!br.site.rows || br.site.row_len == h)))
                             ? warp_vpl<T>(h)
                             : 0;
         if (n > 0 && dx && vpl) {
             const unsigned grid = static_cast<unsigned>((n + kWarpRows - 1) / kWarpRows);
-            auto k = vpl == 1 ? layernorm_bwd_dx_warp_kernel<T, 1> : vpl == 2 ? layernorm_bwd_dx_warp_kernel<T, 2>
-                   : vpl == 4 ? layernorm_bwd_dx_warp_kernel<T, 4> : layernorm_bwd_dx_warp_kernel<T, 8>;
+            auto pick = [&](auto flag) {
+                constexpr bool kB = decltype(flag)::value;
+                return vpl == 1   ? layernorm_bwd_dx_warp_kernel<T, 1, kB>
+                       : vpl == 2 ? layernorm_bwd_dx_warp_kernel<T, 2, kB>
+                       : vpl == 4 ? layernorm_bwd_dx_warp_kernel<T, 4, kB>
+                                  : layernorm_bwd_dx_warp_kernel<T, 8, kB>;
+            };
+            auto k = branch ? pick(std::true_type{}) : pick(std::false_type{});
             k<<<grid, 32 * kWarpRows, 0, stream>>>(dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c,
-                                                   static_cast<const T *>(dresid), static_cast<T *>(dx), n, h);
+                                                   static_cast<const T *>(dresid), static_cast<T *>(dx), n, h, br);
             DST_KERNEL_CHECK(cudaGetLastError());
         } else if (n > 0 && dx) {
             layernorm_bwd_dx_kernel<T><<<static_cast<unsigned>(n), row_threads(h), 0, stream>>>(
                 dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, static_cast<const T *>(dresid),
-                static_cast<T *>(dx), h);
+                static_cast<T *>(dx), h, br);
             DST_KERNEL_CHECK(cudaGetLastError());
         }
         return cudaSuccess;

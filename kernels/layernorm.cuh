@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "dstransformer/dstransformer.h"  // defines: dst_dtype
+#include "kernels/philox.h"                // defines: DropoutSite
 
 namespace dst {
 namespace cuda {
@@ -20,6 +21,13 @@ cudaError_t layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *x, cons
                          const void *beta, void *y, void *mean, void *rstd, int64_t n, int64_t h,
                          double eps);
 
+// z = residual + dropout(a) (stored), then y = LayerNorm(z) with its statistics: the results of
+// dropout_residual_fwd followed by layernorm_fwd, in one pass over the rows where the warp form applies
+// (fp32/fp16/bf16, 16-byte aligned, a row map of row length h), as those two launches otherwise.
+cudaError_t dropout_residual_layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *a, const void *residual,
+                                           void *z, const void *gamma, const void *beta, void *y, void *mean,
+                                           void *rstd, int64_t n, int64_t h, double eps, const DropoutSite &site);
+
 // Workspace bytes layernorm_bwd needs for the γ/β partial sums.
 size_t layernorm_bwd_workspace(dst_dtype dt, int64_t n, int64_t h);
 
@@ -28,10 +36,14 @@ size_t layernorm_bwd_workspace(dst_dtype dt, int64_t n, int64_t h);
 // (accumulate: +=); dgamma/dbeta/dresid may be nullptr; dx may alias dy or dresid (dγ/dβ are
 // computed first). Deterministic: per-chunk partial sums in
 // `workspace`, then a fixed-order pass; no atomics.
+// With branch_out (and branch_site): also branch_out = dropout'(dx) with that site, from dx before its
+// rounding (the site's element c of row r is (rows ? rows[r] : r)·h + c; its row_len is h); branch_out
+// may not overlap the inputs.
 cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *xy,
                          bool invertible, const void *gamma, const void *beta, const void *mean,
                          const void *rstd, const void *dresid, void *dx, void *dgamma, void *dbeta,
-                         int64_t n, int64_t h, bool accumulate, void *workspace);
+                         int64_t n, int64_t h, bool accumulate, void *workspace,
+                         const DropoutSite *branch_site = nullptr, void *branch_out = nullptr);
 
 }  // namespace cuda
 }  // namespace dst

@@ -35,6 +35,14 @@ dst_status Backend::check_nonzero_deferred(dst_dtype dt, const void *x, int64_t 
     return DST_OK;
 }
 
+dst_status Backend::dropout_residual_layernorm_fwd(dst_dtype dt, const void *a, const void *residual, void *z,
+                                                   const void *gamma, const void *beta, void *y, void *mean,
+                                                   void *rstd, int64_t n, int64_t h, double eps,
+                                                   const DropoutSite &site) {
+    DST_TRY(dropout_residual_fwd(dt, a, residual, z, n * h, site));
+    return layernorm_fwd(dt, z, gamma, beta, y, mean, rstd, n, h, eps);
+}
+
 #if !defined(DST_WITH_CUDA)
 dst_status cuda_device_count(int *count) {
     *count = 0;

@@ -192,6 +192,22 @@ public:
                                      const void *gamma, const void *beta, const void *mean,
                                      const void *rstd, const void *dresid, void *dx, void *dgamma,
                                      void *dbeta, int64_t n, int64_t h, bool accumulate) = 0;
+    // layernorm_bwd, and the gradient of the dropout whose output fed the normalised sum: branch =
+    // dropout'(dx) with `site` (element c of row r is r·h + c, or rows[r]·h + c with a row map of
+    // row length h), from dx before its rounding, so the gradient stays in the compute type between
+    // the two (one rounding each). branch may not overlap the inputs.
+    virtual dst_status layernorm_dropout_bwd(dst_dtype dt, const void *dy, const void *xy, bool invertible,
+                                             const void *gamma, const void *beta, const void *mean,
+                                             const void *rstd, const void *dresid, void *dx, void *dgamma,
+                                             void *dbeta, int64_t n, int64_t h, bool accumulate,
+                                             const DropoutSite &site, void *branch) = 0;
+    // z = residual + dropout(a) over n rows of h (stored), then y = LayerNorm(z as stored) with its
+    // statistics: the results of dropout_residual_fwd followed by layernorm_fwd, which this default
+    // runs and a backend may compute in one pass. A row map of the site has row length h.
+    virtual dst_status dropout_residual_layernorm_fwd(dst_dtype dt, const void *a, const void *residual, void *z,
+                                                      const void *gamma, const void *beta, void *y, void *mean,
+                                                      void *rstd, int64_t n, int64_t h, double eps,
+                                                      const DropoutSite &site);
     // Sets *all_nonzero to whether every element of x[count] is non-zero (γ check for invertible LN).
     virtual dst_status all_nonzero(dst_dtype dt, const void *x, int64_t count, bool *all_nonzero) = 0;
 

@@ -373,9 +373,9 @@ dst_status Layer::forward_pre_ln(const Plan &p, char *sv, char *ws, const void *
     DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, at(p, sv, ws, kSlotLse)));
     DST_TRY(be.linear_fwd(dt, ctx, param(DST_PARAM_ATTN_OW), param(DST_PARAM_ATTN_OB), t, N, H, H, nullptr,
                           nullptr));
-    DST_TRY(be.dropout_residual_fwd(dt, t, x, r, N * H, d1));
-    DST_TRY(be.layernorm_fwd(dt, r, param(DST_PARAM_ATTN_NW), param(DST_PARAM_ATTN_NB), h2,
-                             at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), N, H, eps));
+    DST_TRY(be.dropout_residual_layernorm_fwd(dt, t, x, r, param(DST_PARAM_ATTN_NW), param(DST_PARAM_ATTN_NB), h2,
+                                              at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), N, H, eps,
+                                              d1));
     DST_TRY(be.linear_fwd(dt, h2, param(DST_PARAM_INTER_W), param(DST_PARAM_INTER_B), g, N, H, I, &act, u));
     DST_TRY(be.linear_fwd(dt, g, param(DST_PARAM_OUTPUT_W), param(DST_PARAM_OUTPUT_B), t, N, I, H, nullptr,
                           nullptr));
@@ -401,15 +401,15 @@ dst_status Layer::forward_post_ln(const Plan &p, char *sv, char *ws, const void 
     DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, at(p, sv, ws, kSlotLse)));
     DST_TRY(be.linear_fwd(dt, ctx, param(DST_PARAM_ATTN_OW), param(DST_PARAM_ATTN_OB), t, N, H, H, nullptr,
                           nullptr));
-    DST_TRY(be.dropout_residual_fwd(dt, t, x, r, N * H, d1));
-    DST_TRY(be.layernorm_fwd(dt, r, param(DST_PARAM_ATTN_NW), param(DST_PARAM_ATTN_NB), h2,
-                             at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), N, H, eps));
+    DST_TRY(be.dropout_residual_layernorm_fwd(dt, t, x, r, param(DST_PARAM_ATTN_NW), param(DST_PARAM_ATTN_NB), h2,
+                                              at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), N, H, eps,
+                                              d1));
     DST_TRY(be.linear_fwd(dt, h2, param(DST_PARAM_INTER_W), param(DST_PARAM_INTER_B), g, N, H, I, &act, u));
     DST_TRY(be.linear_fwd(dt, g, param(DST_PARAM_OUTPUT_W), param(DST_PARAM_OUTPUT_B), t, N, I, H, nullptr,
                           nullptr));
-    DST_TRY(be.dropout_residual_fwd(dt, t, h2, z, N * H, d2));
-    DST_TRY(be.layernorm_fwd(dt, z, param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B), y,
-                             at(p, sv, ws, kSlotLn3Mean), at(p, sv, ws, kSlotLn3Rstd), N, H, eps));
+    DST_TRY(be.dropout_residual_layernorm_fwd(dt, t, h2, z, param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B), y,
+                                              at(p, sv, ws, kSlotLn3Mean), at(p, sv, ws, kSlotLn3Rstd), N, H, eps,
+                                              d2));
     if (p.slot[kSlotOut].used)
         DST_TRY(be.copy(at(p, sv, ws, kSlotOut), y, static_cast<size_t>(N * H) * dtype_size(dt),
                         CopyKind::DeviceToDevice));
@@ -467,15 +467,14 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
     return backward_post_ln(p, sv, ws, ap, d1, d2, dy, dx, accumulate);
 }
 
-// FFN: d_o = dropout'(dout); dWout, dbout; dg = d_o·Wout; du = dg·GELU'(u) (left in kTmpI2); dWi, dbi.
-dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, const DropoutSite &d2, const void *dout,
-                               int64_t N, bool acc) {
+// FFN, from d_o = dropout'(dout) (the caller's, in kTmp1): dWout, dbout; dg = d_o·Wout; du = dg·GELU'(u)
+// (left in kTmpI2); dWi, dbi.
+dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, int64_t N, bool acc) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
     const int64_t H = dims_.H, I = dims_.I;
     void *t1 = tmp(p, ws, kTmp1), *dg = tmp(p, ws, kTmpI1), *du = tmp(p, ws, kTmpI2);
     void *u = at(p, sv, ws, kSlotPreGelu);
-    DST_TRY(be.dropout_bwd(dt, dout, t1, N * H, d2));
     void *g = at(p, sv, ws, kSlotGelu);
     if (!p.slot[kSlotGelu].kept) {  // gelu_checkpoint: recompute g into the buffer du takes next
         DST_TRY(be.gelu_fwd(dt, cfg_.gelu, u, du, N * I));
@@ -488,15 +487,14 @@ dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, const DropoutS
                                 grad(DST_PARAM_INTER_B), N, H, I, acc);
 }
 
-// Attention: da = dropout'(dr); dWo, dbo; dctx = da·Wo; dqkv (left in kTmpQkv); dWqkv, dbqkv from the
-// QKV GEMM's input `qkv_in`.
+// Attention, from da = dropout'(dr) (the caller's, in kTmp1): dWo, dbo; dctx = da·Wo; dqkv (left in
+// kTmpQkv); dWqkv, dbqkv from the QKV GEMM's input `qkv_in`.
 dst_status Layer::backward_attention(const Plan &p, char *sv, char *ws, const AttentionParams &ap,
-                                     const DropoutSite &d1, const void *dr, const void *qkv_in, bool acc) {
+                                     const void *qkv_in, bool acc) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
     const int64_t N = ap.tokens(), H = dims_.H;
     void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dqkv = tmp(p, ws, kTmpQkv);
-    DST_TRY(be.dropout_bwd(dt, dr, t1, N * H, d1));
     DST_TRY(be.linear_bwd_weight(dt, t1, at(p, sv, ws, kSlotCtx), grad(DST_PARAM_ATTN_OW), grad(DST_PARAM_ATTN_OB),
                                  N, H, H, acc));
     DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_ATTN_OW), t2, N, H, H, nullptr));
@@ -516,15 +514,17 @@ dst_status Layer::backward_pre_ln(const Plan &p, char *sv, char *ws, const Atten
     void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3);
     void *h2 = at(p, sv, ws, kSlotLn2Out), *h = at(p, sv, ws, kSlotLn1Out);
 
-    // FFN, then dh2 = du·Wi.
-    DST_TRY(backward_ffn(p, sv, ws, d2, dy, N, acc));
+    // FFN from dropout'(dy), then dh2 = du·Wi.
+    DST_TRY(be.dropout_bwd(dt, dy, t1, N * H, d2));
+    DST_TRY(backward_ffn(p, sv, ws, N, acc));
     DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, nullptr));
-    // Attention LN: dr = LN2'(dh2) + dy (residual stream).
-    DST_TRY(be.layernorm_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
-                             param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd),
-                             dy, dr, grad(DST_PARAM_ATTN_NW), grad(DST_PARAM_ATTN_NB), N, H, acc));
+    // Attention LN: dr = LN2'(dh2) + dy (residual stream), and dropout'(dr) into t1.
+    DST_TRY(be.layernorm_dropout_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
+                                     param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean),
+                                     at(p, sv, ws, kSlotLn2Rstd), dy, dr, grad(DST_PARAM_ATTN_NW),
+                                     grad(DST_PARAM_ATTN_NB), N, H, acc, d1, t1));
     // Attention, whose QKV GEMM read h = LN1(x); dh = dqkv·Wqkv.
-    DST_TRY(backward_attention(p, sv, ws, ap, d1, dr, h, acc));
+    DST_TRY(backward_attention(p, sv, ws, ap, h, acc));
     DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpQkv), param(DST_PARAM_ATTN_QKVW), t1, N, H, 3 * H, nullptr));
     // Input LN: dx = LN1'(dh) + dr.
     return be.layernorm_bwd(dt, t1, inv ? h : at(p, sv, ws, kSlotX), inv, param(DST_PARAM_NORM_W),
@@ -539,23 +539,24 @@ dst_status Layer::backward_post_ln(const Plan &p, char *sv, char *ws, const Atte
     const dst_dtype dt = cfg_.dtype;
     const int64_t N = ap.tokens(), H = dims_.H, I = dims_.I;
     const bool inv = cfg_.normalize_invertible;
-    void *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3), *dz = tmp(p, ws, kTmp5);
+    void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3), *dz = tmp(p, ws, kTmp5);
     void *h2 = at(p, sv, ws, kSlotLn2Out);
 
-    // Final LN: dz = LN'(dy).
-    DST_TRY(be.layernorm_bwd(dt, dy, inv ? at(p, sv, ws, kSlotOut) : at(p, sv, ws, kSlotSum), inv,
-                             param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B), at(p, sv, ws, kSlotLn3Mean),
-                             at(p, sv, ws, kSlotLn3Rstd), nullptr, dz, grad(DST_PARAM_NORM_W),
-                             grad(DST_PARAM_NORM_B), N, H, acc));
+    // Final LN: dz = LN'(dy), and dropout'(dz) into t1 for the FFN.
+    DST_TRY(be.layernorm_dropout_bwd(dt, dy, inv ? at(p, sv, ws, kSlotOut) : at(p, sv, ws, kSlotSum), inv,
+                                     param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B), at(p, sv, ws, kSlotLn3Mean),
+                                     at(p, sv, ws, kSlotLn3Rstd), nullptr, dz, grad(DST_PARAM_NORM_W),
+                                     grad(DST_PARAM_NORM_B), N, H, acc, d2, t1));
     // FFN, then dh2 = du·Wi + dz (the residual around the FFN).
-    DST_TRY(backward_ffn(p, sv, ws, d2, dz, N, acc));
+    DST_TRY(backward_ffn(p, sv, ws, N, acc));
     DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, dz));
-    // Attention LN: dr = LN2'(dh2).
-    DST_TRY(be.layernorm_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
-                             param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd),
-                             nullptr, dr, grad(DST_PARAM_ATTN_NW), grad(DST_PARAM_ATTN_NB), N, H, acc));
+    // Attention LN: dr = LN2'(dh2), and dropout'(dr) into t1.
+    DST_TRY(be.layernorm_dropout_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
+                                     param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean),
+                                     at(p, sv, ws, kSlotLn2Rstd), nullptr, dr, grad(DST_PARAM_ATTN_NW),
+                                     grad(DST_PARAM_ATTN_NB), N, H, acc, d1, t1));
     // Attention, whose QKV GEMM read x directly; dx = dqkv·Wqkv + dr.
-    DST_TRY(backward_attention(p, sv, ws, ap, d1, dr, at(p, sv, ws, kSlotX), acc));
+    DST_TRY(backward_attention(p, sv, ws, ap, at(p, sv, ws, kSlotX), acc));
     return be.linear_bwd_data(dt, tmp(p, ws, kTmpQkv), param(DST_PARAM_ATTN_QKVW), dx, N, H, 3 * H, dr);
 }
 

@@ -274,6 +274,73 @@ void add_layernorm_cases(std::vector<OpCase> &out) {
                 };
                 out.push_back(b);
             }
+
+            // The fused forms of the layer: dropout + residual + LayerNorm, and LayerNorm backward with
+            // the branch gradient of the dropout before it. p 0 and 0.1; with a row map (packed calls:
+            // rows r + r/3, row length h) in the second. The dropped set of the branch output is
+            // compared with the CPU's (a dropped element is exactly 0; a kept one almost never is).
+            for (int variant = 0; variant < 3; ++variant) {
+                const double prob = variant == 0 ? 0.0 : 0.1;
+                const bool mapped = variant == 2, dresid = variant == 1;
+                const DropoutSite site = make_site(prob, 0xfeed0000ull + s.h, 13 + s.n);
+                const std::string vn = nm.str() + (prob > 0 ? "_p0.1" : "_p0") + (mapped ? "_mapped" : "") +
+                                       (dresid ? "_dresid" : "");
+                Arg places{"rows", DST_DTYPE_INT32, s.n, Role::In};
+                places.fill = [](HostBuf &h) {
+                    for (int64_t r = 0; r < h.count; ++r) h.set(r, double(r + r / 3));
+                };
+                OpCase ff;
+                ff.name = tag("dropout_residual_layernorm_fwd", dt, vn);
+                ff.dt = dt;
+                // 0 a, 1 residual, 2 z, 3 gamma, 4 beta, 5 y, 6 mean, 7 rstd, 8 rows
+                ff.args = {{"a", dt, s.n * s.h, Role::In, -2.0, 2.0}, {"residual", dt, s.n * s.h, Role::In},
+                           {"z", dt, s.n * s.h, Role::Out},           {"gamma", dt, s.h, Role::In, 0.5, 1.5},
+                           {"beta", dt, s.h, Role::In},               {"y", dt, s.n * s.h, Role::Out},
+                           {"mean", st, s.n, Role::Out},              {"rstd", st, s.n, Role::Out},
+                           places};
+                ff.call = [=](Backend &be, const Ptrs &p) {
+                    DropoutSite m = site;
+                    if (mapped) m.rows = static_cast<const int32_t *>(p[8]), m.row_len = s.h;
+                    return be.dropout_residual_layernorm_fwd(dt, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], s.n,
+                                                             s.h, s.eps, m);
+                };
+                ff.drop_p = prob;
+                ff.dropped = [s](const std::vector<HostBuf> &b) {  // dropped: z == residual exactly
+                    std::vector<bool> m(static_cast<size_t>(s.n * s.h));
+                    for (int64_t i = 0; i < s.n * s.h; ++i) m[i] = b[2].get(i) == b[1].get(i);
+                    return m;
+                };
+                out.push_back(ff);
+
+                OpCase fb;
+                fb.name = tag("layernorm_dropout_bwd", dt, vn);
+                fb.dt = dt;
+                // 0 dy, 1 x, 2 gamma, 3 beta, 4 mean, 5 rstd, 6 dresid, 7 dx, 8 dgamma, 9 dbeta, 10 branch, 11 rows
+                fb.args = {{"dy", dt, s.n * s.h, Role::In},    {"x", dt, s.n * s.h, Role::In, -2.0, 3.0},
+                           {"gamma", dt, s.h, Role::In, 0.5, 1.5}, {"beta", dt, s.h, Role::In},
+                           {"mean", st, s.n, Role::In},        {"rstd", st, s.n, Role::In},
+                           {"dresid", dt, s.n * s.h, Role::In}, {"dx", dt, s.n * s.h, Role::Out},
+                           {"dgamma", dt, s.h, Role::Out},     {"dbeta", dt, s.h, Role::Out},
+                           {"branch", dt, s.n * s.h, Role::Out}, places};
+                fb.prepare = [s, dt](Backend &cpu, const Ptrs &p) {
+                    std::vector<unsigned char> y(static_cast<size_t>(s.n * s.h) * dst_dtype_size(dt));
+                    return cpu.layernorm_fwd(dt, p[1], p[2], p[3], y.data(), p[4], p[5], s.n, s.h, s.eps);
+                };
+                fb.call = [=](Backend &be, const Ptrs &p) {
+                    DropoutSite m = site;
+                    if (mapped) m.rows = static_cast<const int32_t *>(p[11]), m.row_len = s.h;
+                    return be.layernorm_dropout_bwd(dt, p[0], p[1], false, p[2], p[3], p[4], p[5],
+                                                    dresid ? p[6] : nullptr, p[7], p[8], p[9], s.n, s.h, false, m,
+                                                    p[10]);
+                };
+                fb.drop_p = prob;
+                fb.dropped = [s](const std::vector<HostBuf> &b) {
+                    std::vector<bool> m(static_cast<size_t>(s.n * s.h));
+                    for (int64_t i = 0; i < s.n * s.h; ++i) m[i] = b[10].get(i) == 0.0;
+                    return m;
+                };
+                out.push_back(fb);
+            }
         }
 }
 
@@ -909,6 +976,54 @@ TEST(CudaBackend, AttentionBackwardDeterministicUnlessStochastic) {
         std::printf("  %s stochastic vs deterministic: rel L2 %.2e, %lld of %lld elements differ\n",
                     dst_dtype_string(dt), c.rel_l2, static_cast<long long>(differ), static_cast<long long>(g1.count));
     }
+}
+
+// The fused dropout + residual + LayerNorm forward gives the bits of its two ops run one after the
+// other on the same backend (its contract), in the fused warp form (fp16 and fp32, h 1024, with and
+// without a row map) and in the fallback (h 1000).
+TEST(CudaBackend, FusedDropoutLayerNormIsItsTwoOps) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    Backend &gpu = *backends().gpu;
+    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_FP32})
+        for (int64_t h : {int64_t(1024), int64_t(1000)})
+            for (bool mapped : {false, true}) {
+                SCOPED_TRACE(std::string(dst_dtype_string(dt)) + " h" + std::to_string(h) + (mapped ? " mapped" : ""));
+                const int64_t n = 77, count = n * h;
+                const size_t es = dst_dtype_size(dt), bytes = size_t(count) * es;
+                HostBuf a(dt, count), r(dt, count), g(dt, h), b(dt, h);
+                std::mt19937_64 rng(11 + h);
+                std::uniform_real_distribution<double> u(-1.0, 1.0);
+                for (int64_t i = 0; i < count; ++i) a.set(i, 2 * u(rng)), r.set(i, u(rng));
+                for (int64_t i = 0; i < h; ++i) g.set(i, 1.0 + 0.5 * u(rng)), b.set(i, u(rng));
+                std::vector<int32_t> rows(n);
+                for (int64_t i = 0; i < n; ++i) rows[i] = int32_t(i + i / 3);
+                void *da, *dr, *dg, *db, *drows, *z1, *y1, *m1, *s1, *z2, *y2, *m2, *s2;
+                for (void **q : {&da, &dr, &z1, &y1, &z2, &y2}) ASSERT_EQ(gpu.alloc(bytes, q), DST_OK);
+                for (void **q : {&dg, &db}) ASSERT_EQ(gpu.alloc(size_t(h) * es, q), DST_OK);
+                for (void **q : {&m1, &s1, &m2, &s2}) ASSERT_EQ(gpu.alloc(size_t(n) * 4, q), DST_OK);
+                ASSERT_EQ(gpu.alloc(size_t(n) * 4, &drows), DST_OK);
+                ASSERT_EQ(gpu.copy(da, a.data(), bytes, CopyKind::HostToDevice), DST_OK);
+                ASSERT_EQ(gpu.copy(dr, r.data(), bytes, CopyKind::HostToDevice), DST_OK);
+                ASSERT_EQ(gpu.copy(dg, g.data(), size_t(h) * es, CopyKind::HostToDevice), DST_OK);
+                ASSERT_EQ(gpu.copy(db, b.data(), size_t(h) * es, CopyKind::HostToDevice), DST_OK);
+                ASSERT_EQ(gpu.copy(drows, rows.data(), size_t(n) * 4, CopyKind::HostToDevice), DST_OK);
+                DropoutSite site = make_site(0.1, 0xabcdefull, 4096);
+                if (mapped) site.rows = static_cast<const int32_t *>(drows), site.row_len = h;
+                ASSERT_EQ(gpu.dropout_residual_layernorm_fwd(dt, da, dr, z1, dg, db, y1, m1, s1, n, h, 1e-12, site),
+                          DST_OK);
+                ASSERT_EQ(gpu.dropout_residual_fwd(dt, da, dr, z2, count, site), DST_OK);
+                ASSERT_EQ(gpu.layernorm_fwd(dt, z2, dg, db, y2, m2, s2, n, h, 1e-12), DST_OK);
+                auto host = [&](const void *d, size_t nb) {
+                    std::vector<unsigned char> v(nb);
+                    EXPECT_EQ(gpu.copy(v.data(), d, nb, CopyKind::DeviceToHost), DST_OK);
+                    return v;
+                };
+                EXPECT_EQ(host(z1, bytes), host(z2, bytes)) << "z";
+                EXPECT_EQ(host(y1, bytes), host(y2, bytes)) << "y";
+                EXPECT_EQ(host(m1, size_t(n) * 4), host(m2, size_t(n) * 4)) << "mean";
+                EXPECT_EQ(host(s1, size_t(n) * 4), host(s2, size_t(n) * 4)) << "rstd";
+                for (void *q : {da, dr, dg, db, drows, z1, y1, m1, s1, z2, y2, m2, s2}) gpu.free(q);
+            }
 }
 
 // The ways an FP16 bias gradient is made: the weight GEMM's epilogue into db (aligned, writing), the

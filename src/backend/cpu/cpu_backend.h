@@ -37,6 +37,10 @@ public:
                              const void *gamma, const void *beta, const void *mean, const void *rstd,
                              const void *dresid, void *dx, void *dgamma, void *dbeta, int64_t n,
                              int64_t h, bool accumulate) override;
+    dst_status layernorm_dropout_bwd(dst_dtype dt, const void *dy, const void *xy, bool invertible,
+                                     const void *gamma, const void *beta, const void *mean, const void *rstd,
+                                     const void *dresid, void *dx, void *dgamma, void *dbeta, int64_t n,
+                                     int64_t h, bool accumulate, const DropoutSite &site, void *branch) override;
     dst_status all_nonzero(dst_dtype dt, const void *x, int64_t count, bool *all_nonzero) override;
 
     dst_status gelu_fwd(dst_dtype dt, dst_gelu form, const void *u, void *g, int64_t count) override;

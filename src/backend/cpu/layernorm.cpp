@@ -55,7 +55,7 @@ template <typename T>
 dst_status layernorm_bwd_t(const void *dy, const void *xy, bool inv, const void *gamma,
                            const void *beta, const void *mean, const void *rstd, const void *dresid,
                            void *dx, void *dgamma, void *dbeta, int64_t n, int64_t h, bool accumulate,
-                           int nt) {
+                           int nt, const DropoutSite *site, void *branch) {
     using C = compute_t<T>;
     // Column sums first, so that dx may overwrite dy or dresid.
     if (dgamma || dbeta) {
@@ -93,6 +93,16 @@ dst_status layernorm_bwd_t(const void *dy, const void *xy, bool inv, const void 
                 const C g = load<T>(gamma, j) * load<T>(dy, o + j);
                 C d = rs * (g - mg - xhat<T>(xy, inv, gamma, beta, mean, rstd, r, j, h) * mgx);
                 if (dresid) d += load<T>(dresid, o + j);
+                if (branch) {  // dropout'(d) before d is rounded
+                    C b = d;
+                    if (site->active()) {
+                        const uint64_t pe = static_cast<uint64_t>(site->rows ? site->rows[r] : r) *
+                                                static_cast<uint64_t>(h) + static_cast<uint64_t>(j);
+                        b = philox_dropout_keep(site->seed, site->offset, pe, site->threshold) ? d * C(site->scale)
+                                                                                             : C(0);
+                    }
+                    store<T>(branch, o + j, b);
+                }
                 store<T>(dx, o + j, d);
             }
         }
@@ -117,7 +127,19 @@ dst_status CpuBackend::layernorm_bwd(dst_dtype dt, const void *dy, const void *x
     const int nt = num_threads();
     return cpu::dispatch(dt, "layernorm_bwd", [&](auto tag) {
         return layernorm_bwd_t<decltype(tag)>(dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx,
-                                              dgamma, dbeta, n, h, accumulate, nt);
+                                              dgamma, dbeta, n, h, accumulate, nt, nullptr, nullptr);
+    });
+}
+
+dst_status CpuBackend::layernorm_dropout_bwd(dst_dtype dt, const void *dy, const void *xy, bool invertible,
+                                             const void *gamma, const void *beta, const void *mean,
+                                             const void *rstd, const void *dresid, void *dx, void *dgamma,
+                                             void *dbeta, int64_t n, int64_t h, bool accumulate,
+                                             const DropoutSite &site, void *branch) {
+    const int nt = num_threads();
+    return cpu::dispatch(dt, "layernorm_dropout_bwd", [&](auto tag) {
+        return layernorm_bwd_t<decltype(tag)>(dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx,
+                                              dgamma, dbeta, n, h, accumulate, nt, &site, branch);
     });
 }
 

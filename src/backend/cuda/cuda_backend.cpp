@@ -651,6 +651,29 @@ dst_status CudaBackend::layernorm_bwd(dst_dtype dt, const void *dy, const void *
     return DST_OK;
 }
 
+dst_status CudaBackend::layernorm_dropout_bwd(dst_dtype dt, const void *dy, const void *xy, bool invertible,
+                                              const void *gamma, const void *beta, const void *mean,
+                                              const void *rstd, const void *dresid, void *dx, void *dgamma,
+                                              void *dbeta, int64_t n, int64_t h, bool accumulate,
+                                              const DropoutSite &site, void *branch) {
+    DST_TRY(activate());
+    void *ws = nullptr;
+    if (dgamma || dbeta) DST_TRY(workspace(cuda::layernorm_bwd_workspace(dt, n, h), &ws));
+    DST_CUDA_CHECK(cuda::layernorm_bwd(stream_, dt, dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx, dgamma,
+                                       dbeta, n, h, accumulate, ws, &site, branch));
+    return DST_OK;
+}
+
+dst_status CudaBackend::dropout_residual_layernorm_fwd(dst_dtype dt, const void *a, const void *residual, void *z,
+                                                       const void *gamma, const void *beta, void *y, void *mean,
+                                                       void *rstd, int64_t n, int64_t h, double eps,
+                                                       const DropoutSite &site) {
+    DST_TRY(activate());
+    DST_CUDA_CHECK(cuda::dropout_residual_layernorm_fwd(stream_, dt, a, residual, z, gamma, beta, y, mean, rstd, n, h,
+                                                        eps, site));
+    return DST_OK;
+}
+
 dst_status CudaBackend::all_nonzero(dst_dtype dt, const void *x, int64_t count, bool *all_nonzero) {
     DST_TRY(activate());
     DST_CUDA_CHECK(cuda::any_zero(stream_, dt, x, count, flag_));
