@@ -401,11 +401,17 @@ def test_packed_rows_match_the_padded_layer(ctx, rng):
         y = layer.forward_packed(x, cu)  # max_seqlen from the host offsets: 8
         dx = layer.backward_packed(dy)
         g = layer.grads()
+    # Up to GEMM rounding (the BLAS kernel may round the rows at the edge of a block differently), with
+    # the same dropout masks: fp64 within 1e-11 per sequence, where another mask is off by O(1).
+    def rel(a, b):
+        return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
+
+    assert np.isfinite(y).all() and np.isfinite(dx).all()
     for b, n in enumerate(lengths):
-        assert np.array_equal(y[cu[b]:cu[b + 1]], yp[b, :n]), b
-        assert np.array_equal(dx[cu[b]:cu[b + 1]], dxp[b, :n]), b
+        assert rel(y[cu[b]:cu[b + 1]], yp[b, :n]) <= 1e-11, b
+        assert rel(dx[cu[b]:cu[b + 1]], dxp[b, :n]) <= 1e-11, b
     for name in dst.PARAM_NAMES:
-        assert np.array_equal(g[name], gp[name]), name
+        assert rel(g[name], gp[name]) <= 1e-11, name
 
 
 def test_packed_bad_offsets_raise(ctx, rng):

@@ -672,8 +672,9 @@ def test_checkpoint_functions_take_torch_layers(tmp_path):
 
 @pytest.mark.parametrize("device, dtype", cases())
 def test_packed_sequences_match_the_padded_layer(device, dtype):
-    """cu_seqlens: [N, H] tokens of B sequences end to end give each row the padded layer's bits, forward and
-    backward (the twelve parameter gradients too), with dropout on and the same RNG state."""
+    """cu_seqlens: [N, H] tokens of B sequences end to end give each row the padded layer's values up to GEMM
+    rounding (the same dropout masks), forward and backward (the twelve parameter gradients too), with dropout
+    on and the same RNG state."""
     lengths = [7, 1, 11, 4]
     B, S, H = len(lengths), 11, 64
     cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32)
@@ -698,11 +699,18 @@ def test_packed_sequences_match_the_padded_layer(device, dtype):
 
     yp, dxp, gp = run(padded_layer, xp, dyp, attention_mask=torch.tensor(lengths, dtype=torch.int32, device=device))
     ys, dxs, gs = run(packed_layer, xs, dys, cu_seqlens=cu.to(device), max_seqlen=S)
+    # Per sequence within the dtype's bound; a different dropout mask would be off by O(1).
+    bound = {torch.float64: 1e-11, torch.float32: 2e-5}.get(dtype, 3e-2)
+
+    def rel(a, b):
+        return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-300))
+
+    assert torch.isfinite(ys).all() and torch.isfinite(dxs).all()
     for b, n in enumerate(lengths):
-        assert torch.equal(ys[cu[b]:cu[b + 1]], yp[b, :n]), b
-        assert torch.equal(dxs[cu[b]:cu[b + 1]], dxp[b, :n]), b
+        assert rel(ys[cu[b]:cu[b + 1]], yp[b, :n]) <= bound, b
+        assert rel(dxs[cu[b]:cu[b + 1]], dxp[b, :n]) <= bound, b
     for name in gp:
-        assert torch.equal(gs[name], gp[name]), name
+        assert rel(gs[name], gp[name]) <= bound, name
     # max_seqlen read from the offsets; inference; bad arguments
     with torch.no_grad():
         packed_layer.eval()

@@ -268,8 +268,23 @@ fn offsets(lengths: &[usize]) -> Vec<i32> {
     cu
 }
 
+/// ‖a − b‖ / ‖b‖ (0 when both are zero).
+fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        num += (x as f64 - y as f64).powi(2);
+        den += (y as f64).powi(2);
+    }
+    if den > 0.0 { (num / den).sqrt() } else { num.sqrt() }
+}
+
+// Packed rows agree with the padded layer up to GEMM rounding (the BLAS kernel may round the rows at
+// the edge of a block differently), with the same dropout masks: fp32 within 2e-5 per sequence, where a
+// different mask would be off by O(1).
+const PACKED_BOUND: f64 = 2e-5;
+
 #[test]
-fn packed_rows_match_the_padded_layer_bit_for_bit() {
+fn packed_rows_match_the_padded_layer() {
     let lengths = [3usize, 8, 1, 5];
     let (b, s) = (lengths.len(), 8);
     let cu = offsets(&lengths);
@@ -315,38 +330,26 @@ fn packed_rows_match_the_padded_layer_bit_for_bit() {
         .backward_packed_saved(&mut saved, &dy, &mut dx, GradMode::Write)
         .unwrap();
     drop(saved);
+    // Every row written (a NaN left in an unwritten row fails here and in the bounds below).
+    assert!(y.iter().chain(&dx).all(|v| v.is_finite()));
     for (i, &len) in lengths.iter().enumerate() {
         let (row, pad) = (cu[i] as usize * H, i * s * H);
-        // to_bits: bit for bit, and a NaN left in an unwritten row never passes.
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(
-            bits(&y[row..row + len * H]),
-            bits(&yp[pad..pad + len * H]),
-            "output of sequence {i}"
-        );
-        assert_eq!(
-            bits(&dx[row..row + len * H]),
-            bits(&dxp[pad..pad + len * H]),
-            "dX of sequence {i}"
-        );
+        let e = rel_l2(&y[row..row + len * H], &yp[pad..pad + len * H]);
+        assert!(e <= PACKED_BOUND, "output of sequence {i}: {e:e}");
+        let e = rel_l2(&dx[row..row + len * H], &dxp[pad..pad + len * H]);
+        assert!(e <= PACKED_BOUND, "dX of sequence {i}: {e:e}");
     }
-    assert!(y.iter().chain(&dx).all(|v| v.is_finite()));
     for (p, want) in Param::ALL.iter().zip(&gp) {
         let got: Vec<f32> = layer.get_grad(p.name()).unwrap();
-        assert!(
-            got.iter()
-                .zip(want)
-                .all(|(a, c)| a.to_bits() == c.to_bits()),
-            "gradient of {}",
-            p.name()
-        );
+        let e = rel_l2(&got, want);
+        assert!(e <= PACKED_BOUND, "gradient of {}: {e:e}", p.name());
     }
 
-    // Dropout is on: another RNG state gives other bits (so the equality above is not vacuous).
+    // Dropout is on: another RNG state gives other masks, far outside the bound (so it is not vacuous).
     ctx.set_rng_state(12, 0).unwrap();
     let mut other = vec![0f32; n * H];
     layer.forward_packed(&x, &mut other, &cu, s).unwrap();
-    assert_ne!(y, other);
+    assert!(rel_l2(&other, &y) > 100.0 * PACKED_BOUND);
     // The default saved object now holds a packed forward: the padded backward refuses it.
     let err = layer
         .backward(&dyp, &mut dxp, b, s, GradMode::Write)

@@ -264,8 +264,23 @@ class ApiTest {
         return cu;
     }
 
+    /** ‖a − b‖ / ‖b‖ (0 when both are zero). */
+    private static double relL2(float[] a, float[] b) {
+        double num = 0, den = 0;
+        for (int i = 0; i < a.length; i++) {
+            num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
+            den += (double) b[i] * b[i];
+        }
+        return den > 0 ? Math.sqrt(num / den) : Math.sqrt(num);
+    }
+
+    // Packed rows agree with the padded layer up to GEMM rounding (the BLAS kernel may round the rows at
+    // the edge of a block differently), with the same dropout masks: fp32 within 2e-5 per sequence, where
+    // a different mask would be off by O(1).
+    private static final double PACKED_BOUND = 2e-5;
+
     @Test
-    void packedRowsMatchThePaddedLayerBitForBit() {
+    void packedRowsMatchThePaddedLayer() {
         int[] lengths = {3, 8, 1, 5};
         int b = lengths.length;
         int s = 8;
@@ -302,25 +317,28 @@ class ApiTest {
                 layer.forwardPacked(saved, x, y, cu, s);
                 layer.backwardPacked(saved, dy, dx, GradMode.WRITE);
             }
-            for (int i = 0; i < b; i++) {
-                int rows = lengths[i] * H;
-                assertArrayEquals(java.util.Arrays.copyOfRange(yp, i * s * H, i * s * H + rows),
-                        java.util.Arrays.copyOfRange(y, cu[i] * H, cu[i] * H + rows), "output of sequence " + i);
-                assertArrayEquals(java.util.Arrays.copyOfRange(dxp, i * s * H, i * s * H + rows),
-                        java.util.Arrays.copyOfRange(dx, cu[i] * H, cu[i] * H + rows), "dX of sequence " + i);
-            }
             for (int i = 0; i < y.length; i++) {
                 assertTrue(Float.isFinite(y[i]) && Float.isFinite(dx[i]), "row " + i / H);
             }
+            for (int i = 0; i < b; i++) {
+                int rows = lengths[i] * H;
+                double ey = relL2(java.util.Arrays.copyOfRange(y, cu[i] * H, cu[i] * H + rows),
+                        java.util.Arrays.copyOfRange(yp, i * s * H, i * s * H + rows));
+                assertTrue(ey <= PACKED_BOUND, "output of sequence " + i + ": " + ey);
+                double ed = relL2(java.util.Arrays.copyOfRange(dx, cu[i] * H, cu[i] * H + rows),
+                        java.util.Arrays.copyOfRange(dxp, i * s * H, i * s * H + rows));
+                assertTrue(ed <= PACKED_BOUND, "dX of sequence " + i + ": " + ed);
+            }
             for (Param p : Param.values()) {
-                assertArrayEquals(gp[p.ordinal()], layer.getGrad(p.paramName()), p.paramName());
+                double e = relL2(layer.getGrad(p.paramName()), gp[p.ordinal()]);
+                assertTrue(e <= PACKED_BOUND, p.paramName() + ": " + e);
             }
 
-            // Dropout is on: another RNG state gives other bits (so the equality above is not vacuous).
+            // Dropout is on: another RNG state gives other masks, far outside the bound (not vacuous).
             ctx.setRngState(12, 0);
             float[] other = new float[n * H];
             layer.forwardPacked(x, other, cu, s);
-            assertFalse(java.util.Arrays.equals(y, other));
+            assertTrue(relL2(other, y) > 100 * PACKED_BOUND);
             // The default saved object now holds a packed forward: the padded backward refuses it.
             DstException e = assertThrows(DstException.class, () -> layer.backward(dyp, dxp, b, s, GradMode.WRITE));
             assertEquals(Status.STATE, e.status());
