@@ -7,9 +7,10 @@
 // when set_allow_tf32(true)), FP64 in CUBLAS_COMPUTE_64F. The bias of linear_fwd uses the BIAS
 // epilogue; for FP64 (and for a bias pointer under 16-byte alignment) the bias is broadcast into D
 // first and the GEMM runs with beta = 1 — the same single rounding. The bias gradient of
-// linear_bwd_weight (FP16/BF16, writing) comes from the weight GEMM's BGRADB epilogue, which sums dy's
-// columns as the GEMM loads them; accumulating calls, FP32 and FP64 keep the column-sum kernels. GELU (erf or tanh) runs as a
-// separate elementwise kernel, since cuBLASLt's GELU epilogue is the tanh form only.
+// linear_bwd_weight (FP16/BF16, writing) comes from the weight GEMM's BGRADB epilogue, which sums
+// dy's columns as the GEMM loads them; accumulating calls, FP32 and FP64 keep the column-sum
+// kernels. GELU (erf or tanh) runs as a separate elementwise kernel, since cuBLASLt's GELU epilogue
+// is the tanh form only.
 // Determinism: cuBLASLt is bit-reproducible for a fixed problem, algorithm and workspace size; the
 // workspace offered to it is a fixed size (kGemmWorkspace, or the caller's workspace if smaller),
 // so the algorithm of a problem is always the same (chosen once per problem, then cached: choose_algo).
