@@ -504,6 +504,17 @@ dst_status Layer::backward_attention(const Plan &p, char *sv, char *ws, const At
                                 3 * H, acc);
 }
 
+// The attention LayerNorm (LN2) backward, both orders: dr (kTmp3) = LN2'(dh2) + dresid (dresid may be
+// nullptr), and da = dropout'(dr) (kTmp1) for backward_attention.
+dst_status Layer::backward_attention_ln(const Plan &p, char *sv, char *ws, const void *dh2, const void *dresid,
+                                        const DropoutSite &d1, int64_t N, bool acc) {
+    const bool inv = cfg_.normalize_invertible;
+    return backend().layernorm_dropout_bwd(
+        cfg_.dtype, dh2, inv ? at(p, sv, ws, kSlotLn2Out) : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
+        param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), dresid,
+        tmp(p, ws, kTmp3), grad(DST_PARAM_ATTN_NW), grad(DST_PARAM_ATTN_NB), N, dims_.H, acc, d1, tmp(p, ws, kTmp1));
+}
+
 dst_status Layer::backward_pre_ln(const Plan &p, char *sv, char *ws, const AttentionParams &ap,
                                   const DropoutSite &d1, const DropoutSite &d2, const void *dy, void *dx,
                                   bool acc) {
@@ -512,17 +523,14 @@ dst_status Layer::backward_pre_ln(const Plan &p, char *sv, char *ws, const Atten
     const int64_t N = ap.tokens(), H = dims_.H, I = dims_.I;
     const bool inv = cfg_.normalize_invertible;
     void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3);
-    void *h2 = at(p, sv, ws, kSlotLn2Out), *h = at(p, sv, ws, kSlotLn1Out);
+    void *h = at(p, sv, ws, kSlotLn1Out);
 
     // FFN from dropout'(dy), then dh2 = du·Wi.
     DST_TRY(be.dropout_bwd(dt, dy, t1, N * H, d2));
     DST_TRY(backward_ffn(p, sv, ws, N, acc));
     DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, nullptr));
     // Attention LN: dr = LN2'(dh2) + dy (residual stream), and dropout'(dr) into t1.
-    DST_TRY(be.layernorm_dropout_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
-                                     param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean),
-                                     at(p, sv, ws, kSlotLn2Rstd), dy, dr, grad(DST_PARAM_ATTN_NW),
-                                     grad(DST_PARAM_ATTN_NB), N, H, acc, d1, t1));
+    DST_TRY(backward_attention_ln(p, sv, ws, t2, dy, d1, N, acc));
     // Attention, whose QKV GEMM read h = LN1(x); dh = dqkv·Wqkv.
     DST_TRY(backward_attention(p, sv, ws, ap, h, acc));
     DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpQkv), param(DST_PARAM_ATTN_QKVW), t1, N, H, 3 * H, nullptr));
@@ -540,7 +548,6 @@ dst_status Layer::backward_post_ln(const Plan &p, char *sv, char *ws, const Atte
     const int64_t N = ap.tokens(), H = dims_.H, I = dims_.I;
     const bool inv = cfg_.normalize_invertible;
     void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3), *dz = tmp(p, ws, kTmp5);
-    void *h2 = at(p, sv, ws, kSlotLn2Out);
 
     // Final LN: dz = LN'(dy), and dropout'(dz) into t1 for the FFN.
     DST_TRY(be.layernorm_dropout_bwd(dt, dy, inv ? at(p, sv, ws, kSlotOut) : at(p, sv, ws, kSlotSum), inv,
@@ -551,10 +558,7 @@ dst_status Layer::backward_post_ln(const Plan &p, char *sv, char *ws, const Atte
     DST_TRY(backward_ffn(p, sv, ws, N, acc));
     DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, dz));
     // Attention LN: dr = LN2'(dh2), and dropout'(dr) into t1.
-    DST_TRY(be.layernorm_dropout_bwd(dt, t2, inv ? h2 : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
-                                     param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean),
-                                     at(p, sv, ws, kSlotLn2Rstd), nullptr, dr, grad(DST_PARAM_ATTN_NW),
-                                     grad(DST_PARAM_ATTN_NB), N, H, acc, d1, t1));
+    DST_TRY(backward_attention_ln(p, sv, ws, t2, nullptr, d1, N, acc));
     // Attention, whose QKV GEMM read x directly; dx = dqkv·Wqkv + dr.
     DST_TRY(backward_attention(p, sv, ws, ap, at(p, sv, ws, kSlotX), acc));
     return be.linear_bwd_data(dt, tmp(p, ws, kTmpQkv), param(DST_PARAM_ATTN_QKVW), dx, N, H, 3 * H, dr);

@@ -108,6 +108,8 @@ private:
     dst_status forward_post_ln(const Plan &p, char *sv, char *ws, const void *x, const AttentionParams &ap,
                                const DropoutSite &d1, const DropoutSite &d2, void *y);
     dst_status backward_ffn(const Plan &p, char *sv, char *ws, int64_t N, bool acc);
+    dst_status backward_attention_ln(const Plan &p, char *sv, char *ws, const void *dh2, const void *dresid,
+                                     const DropoutSite &d1, int64_t N, bool acc);
     dst_status backward_attention(const Plan &p, char *sv, char *ws, const AttentionParams &ap, const void *qkv_in,
                                   bool acc);
     dst_status backward_pre_ln(const Plan &p, char *sv, char *ws, const AttentionParams &ap,

@@ -644,12 +644,9 @@ dst_status CudaBackend::layernorm_bwd(dst_dtype dt, const void *dy, const void *
                                       const void *gamma, const void *beta, const void *mean,
                                       const void *rstd, const void *dresid, void *dx, void *dgamma,
                                       void *dbeta, int64_t n, int64_t h, bool accumulate) {
-    DST_TRY(activate());
-    void *ws = nullptr;
-    if (dgamma || dbeta) DST_TRY(workspace(cuda::layernorm_bwd_workspace(dt, n, h), &ws));
-    DST_CUDA_CHECK(cuda::layernorm_bwd(stream_, dt, dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx, dgamma,
-                               dbeta, n, h, accumulate, ws));
-    return DST_OK;
+    // The branch-free form of layernorm_dropout_bwd (a null branch writes nothing more).
+    return layernorm_dropout_bwd(dt, dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx, dgamma, dbeta, n, h,
+                                 accumulate, DropoutSite{}, nullptr);
 }
 
 dst_status CudaBackend::layernorm_dropout_bwd(dst_dtype dt, const void *dy, const void *xy, bool invertible,
@@ -661,7 +658,7 @@ dst_status CudaBackend::layernorm_dropout_bwd(dst_dtype dt, const void *dy, cons
     void *ws = nullptr;
     if (dgamma || dbeta) DST_TRY(workspace(cuda::layernorm_bwd_workspace(dt, n, h), &ws));
     DST_CUDA_CHECK(cuda::layernorm_bwd(stream_, dt, dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx, dgamma,
-                                       dbeta, n, h, accumulate, ws, &site, branch));
+                                       dbeta, n, h, accumulate, ws, branch ? &site : nullptr, branch));
     return DST_OK;
 }
 
