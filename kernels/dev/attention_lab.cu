@@ -5,7 +5,7 @@
 //
 // build and run on the GPU machine: bash kernels/dev/lab.sh OUTDIR [check] [time] [fp16|bf16]
 //   (LAB_ROOT=DIR builds an earlier copy of kernels/ beside it, to time before and after in one
-//   call); attention_lab profile runs one production forward and backward (for ncu).
+//   call); attention_lab profile [B S] runs one production forward and backward (for ncu).
 //
 // Versions (fp16, d = 64, dropout 0.1, no mask, 8×2048; timings in bench/RESULTS.md, "attention
 // lab"). Earlier kernels (2026-12-01, separate dK/dV and dQ backward kernels, one Philox block per
@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -666,8 +667,18 @@ int main(int argc, char **argv) {
         if (!std::strcmp(argv[i], "fp16")) fp16_only = true;
         if (!std::strcmp(argv[i], "profile")) profile = true;
     }
-    if (profile) {  // one production forward and backward at 8×2048 (for ncu --launch-count)
-        Bench bn(Case{8, 2048, 16, 64, 0, false, 0.1, true, false});
+    if (profile) {  // one production forward and backward, at 8×2048 or at "profile B S" (for ncu --launch-count)
+        int B = 8, S = 2048;
+        for (int i = 1; i + 2 < argc; ++i)
+            if (!std::strcmp(argv[i], "profile")) {
+                B = std::atoi(argv[i + 1]);
+                S = std::atoi(argv[i + 2]);
+            }
+        if (B < 1 || S < 1) {
+            std::fprintf(stderr, "profile: B and S must be positive integers\n");
+            return 2;
+        }
+        Bench bn(Case{B, S, 16, 64, 0, false, 0.1, true, false});
         CK(flash_attention_fwd(0, false, bn.a, bn.dv.qkv, bn.dv.ctx, bn.dv.lse));
         CK(flash_attention_bwd(0, false, bn.a, bn.dv.qkv, bn.dv.ctx, bn.dv.dctx, bn.dv.lse, bn.dv.dqkv, bn.dv.ws));
         CK(cudaDeviceSynchronize());

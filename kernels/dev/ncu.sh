@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Profiles the library's attention kernels with Nsight Compute on the GPU machine, one kernel at a time:
+#   bash kernels/dev/ncu.sh OUTDIR KERNEL_REGEX "B S" ["B S" …]
+# Builds the lab (kernels/dev/lab.sh, LAB_NORUN=1), runs `attention_lab profile B S` (fp16, 16 heads of
+# 64, dropout 0.1, deterministic backward) under ncu for the first launch whose name matches KERNEL_REGEX,
+# and writes OUTDIR/ncu-B-S.txt: the speed-of-light, occupancy, scheduler, warp-state and memory
+# sections, then the 40 SASS instructions with the most stall samples (with their stall reasons).
+# ncu runs with --clock-control none (the device's own clocks, as the timings elsewhere).
+set -u -o pipefail
+out=${1:?OUTDIR}
+regex=${2:?KERNEL_REGEX}
+shift 2
+mkdir -p "$out"
+LAB_NORUN=1 LAB_TAG=ncu bash kernels/dev/lab.sh "$out" >/dev/null || { echo "lab build failed"; exit 1; }
+lab=/tmp/dst-lab-ncu/attention_lab
+for shape in "$@"; do
+    read -r B S <<<"$shape"
+    rep=/tmp/ncu-$B-$S
+    txt=$out/ncu-$B-$S.txt
+    ncu --clock-control none -k "regex:$regex" --launch-count 1 --set full --import-source no -f -o "$rep" \
+        "$lab" profile "$B" "$S" >"$txt.log" 2>&1 || { cat "$txt.log"; continue; }
+    {
+        ncu -i "$rep.ncu-rep" --page details --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+            --section ComputeWorkloadAnalysis 2>&1
+        echo "== hottest SASS (stall samples) =="
+        ncu -i "$rep.ncu-rep" --page source --csv --print-source sass 2>&1 | python3 -c '
+import csv, sys
+rows = list(csv.reader(sys.stdin))
+head = next((i for i, r in enumerate(rows) if "Source" in r), None)
+if head is None:
+    print("\n".join(",".join(r) for r in rows[:20])); sys.exit()
+h = rows[head]
+col = next((i for i, n in enumerate(h) if n.startswith("Warp Stall Sampling (All")), None)
+src = h.index("Source")
+stall_cols = [i for i, n in enumerate(h) if n.startswith("stall_") or "Stall" in n and i != col]
+def num(x):
+    try: return float(x.replace(",", ""))
+    except ValueError: return 0.0
+body = [r for r in rows[head + 1:] if len(r) == len(h)]
+total = sum(num(r[col]) for r in body) or 1.0
+print("columns:", "; ".join(h))
+for r in sorted(body, key=lambda r: -num(r[col]))[:40]:
+    print("%6.2f%%  %s" % (100 * num(r[col]) / total, r[src]))
+'
+    } >"$txt" 2>&1
+done
