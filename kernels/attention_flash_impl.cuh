@@ -19,10 +19,12 @@
 // The dQ reduction. Several key blocks add into one query tile's dQ. Deterministic mode fixes
 // the order: the key blocks of a tile add in ascending key order, each waiting for a per-tile
 // counter to reach its rank (the first stores, the middle ones add with red.global, the last
-// reads the sum, adds its own and writes dQ in the layer dtype). Blocks take their work items
-// from a ticket counter in that order, so a block only ever waits for blocks that started
-// before it: no deadlock whatever the hardware's block order. Stochastic mode adds in any order
-// (the accumulator zeroed first) and the block that arrives last writes dQ.
+// reads the sum, adds its own and writes dQ in the layer dtype). A block releases the counter
+// after its next barrier, with one thread, while its next products run (DqOwed), not with a fence
+// in every thread. Blocks take their work items from a ticket counter in that order, so a block
+// only ever waits for blocks that started before it: no deadlock whatever the hardware's block
+// order. Stochastic mode adds in any order, with no counter at all (the accumulator zeroed
+// first), and a small kernel (bwd_dq_convert) writes dQ from the accumulator afterwards.
 //
 // Dropout regenerates the Philox words of kernels/philox.h inside the kernels (one 4-word block
 // covers 4 consecutive keys of one query row). The key columns of every 16-key group are
@@ -844,30 +846,41 @@ DST_FDEV void bwd_tile(const Params &p, const BwdKeys &k, int k0, int wrow, int 
     }
 }
 
+// A counter release a block owes after its deterministic dQ add (bwd_dq_add): thread 0 publishes it
+// (dq_publish) after the block's next barrier, so that the red.global adds of every thread come
+// before it (bar.sync, then one gpu-scope release: the pattern of cooperative groups' grid barrier)
+// and have had the next step's products to drain. cnt == nullptr: nothing owed.
+struct DqOwed {
+    int *cnt = nullptr;
+    int value = 0;
+};
+// Thread 0 releases what the block owes. Call it after a __syncthreads that follows the adds.
+DST_FDEV void dq_publish(DqOwed &owed) {
+    if (owed.cnt && threadIdx.x == 0) st_release(owed.cnt, owed.value);
+    owed.cnt = nullptr;
+}
+
 // Adds a block's partial dQ of query tile mb (dqp: this warp's rows 16·wm …, columns wn·DQT·8 … of the
-// BM × D tile) into the tile's accumulator, and the last block of the tile writes dQ (see the header).
-// The key blocks 0 … jmax add into tile mb; this block's (jb, BN keys) rank among them: ascending key
-// blocks, or the order of the steps at which they visit the tile (causal: descending key blocks;
-// otherwise by distance (mb − jb) mod nq). gdq: dQ of this (batch, head), row stride ld; q_rows: the
-// sequence's rows (seq_rows; dQ is written below it); sTicket: a shared int. Every thread of the block
-// calls it.
+// BM × D tile) into the tile's accumulator (see the header).
+//   deterministic: the key blocks 0 … jmax add into tile mb in a fixed order; this block's (jb, BN keys)
+//     rank among them is ascending key blocks, or the order of the steps at which they visit the tile
+//     (causal: descending key blocks; otherwise by distance (mb − jb) mod nq). The block waits for its
+//     turn, adds (the first stores), and the last writes dQ; the others leave the turn's release in
+//     `owed` for dq_publish.
+//   stochastic: every block adds in arrival order (the accumulator starts at zero) and bwd_dq_convert
+//     writes dQ after the kernel.
+// gdq: dQ of this (batch, head), row stride ld; q_rows: the sequence's rows (seq_rows; dQ is written
+// below it). Every thread of the block calls it.
 template <typename T, int D, int DQT>
 DST_FDEV void bwd_dq_add(const Params &p, const float (&dqp)[1][DQT][4], int bh, int jb, int BN, int mb, int BM,
-                         int nk, int wm, int wn, T *gdq, int64_t ld, int q_rows, int *sTicket) {
+                         int nk, int wm, int wn, T *gdq, int64_t ld, int q_rows, DqOwed &owed) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, S = p.seq, d = p.head_dim, nq = p.q_tiles;
     const int i0 = mb * BM;
     const uint64_t row_base = uint64_t(bh) * uint64_t(S);
-    const int jmax = p.causal ? min(nk - 1, ((mb + 1) * BM - 1) / BN) : nk - 1;
-    const int rank = !p.dq_order ? jb
-                     : p.causal  ? jmax - jb
-                     : jb <= mb  ? max(0, min(mb, nk - 1) - jb)
-                                 : min(mb + 1, nk) + (nk - 1 - jb);
-    const bool first = rank == 0, last = rank == jmax;
-    int *cnt = p.counters + int64_t(bh) * nq + mb;
     float *acc = p.dq_accum + (row_base + uint64_t(i0 + wm * 16)) * uint64_t(D) + wn * DQT * 8;
-    T *gout = gdq + int64_t(i0 + wm * 16) * ld + wn * DQT * 8;
     const int rows_left = q_rows - (i0 + wm * 16), dlim = d - wn * DQT * 8;  // rows of the sequence only
-    // f(accumulator pair, output row, column, the pair's two values) over this lane's pairs.
+    // f(r, dt, accumulator pair, output row, column, the pair's two values) over this lane's pairs.
+    T *gout = gdq + int64_t(i0 + wm * 16) * ld + wn * DQT * 8;
     auto each = [&](auto &&f) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -875,44 +888,69 @@ DST_FDEV void bwd_dq_add(const Params &p, const float (&dqp)[1][DQT][4], int bh,
             if (il >= rows_left) continue;
 #pragma unroll
             for (int dt = 0; dt < DQT; ++dt)
-                f(acc + int64_t(il) * D + dt * 8 + 2 * t, gout + int64_t(il) * ld, dt * 8 + 2 * t, dqp[0][dt][2 * r],
-                  dqp[0][dt][2 * r + 1]);
+                f(r, dt, acc + int64_t(il) * D + dt * 8 + 2 * t, gout + int64_t(il) * ld, dt * 8 + 2 * t,
+                  dqp[0][dt][2 * r], dqp[0][dt][2 * r + 1]);
         }
     };
-    auto write_sum = [&](float *pa, T *row, int c, float v0, float v1) {  // the last: previous sum + own
-        const float2 prev = __ldcg(reinterpret_cast<const float2 *>(pa));
-        store2(row, c, dlim, (prev.x + v0) * p.scale, (prev.y + v1) * p.scale);
-    };
-    if (p.deterministic) {
-        if (!first) {
-            if (threadIdx.x == 0) wait_turn(cnt, rank);
-            __syncthreads();
-        }
-        if (first && last) {
-            each([&](float *, T *row, int c, float v0, float v1) { store2(row, c, dlim, v0 * p.scale, v1 * p.scale); });
-        } else if (last) {
-            each(write_sum);
-        } else if (first) {
-            each([](float *pa, T *, int, float v0, float v1) { __stcg(reinterpret_cast<float2 *>(pa), make_float2(v0, v1)); });
-        } else {
-            each([](float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
-        }
-        if (!last) {
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) st_release(cnt, rank + 1);
-        }
-    } else {  // stochastic: the accumulator starts at zero, adds in any order, the last writes
-        each([](float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) *sTicket = atomicAdd(cnt, 1) == jmax;
-        __syncthreads();
-        if (*sTicket) {
-            __threadfence();
-            each([&](float *pa, T *row, int c, float, float) { write_sum(pa, row, c, 0.0f, 0.0f); });
-        }
+    if (!p.deterministic) {
+        each([](int, int, float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
+        return;
     }
+    const int jmax = p.causal ? min(nk - 1, ((mb + 1) * BM - 1) / BN) : nk - 1;
+    const int rank = !p.dq_order ? jb
+                     : p.causal  ? jmax - jb
+                     : jb <= mb  ? max(0, min(mb, nk - 1) - jb)
+                                 : min(mb + 1, nk) + (nk - 1 - jb);
+    const bool first = rank == 0, last = rank == jmax;
+    int *cnt = p.counters + int64_t(bh) * nq + mb;
+    if (!first) {
+        if (threadIdx.x == 0) wait_turn(cnt, rank);
+        __syncthreads();
+    }
+    if (first && last) {
+        each([&](int, int, float *, T *row, int c, float v0, float v1) { store2(row, c, dlim, v0 * p.scale, v1 * p.scale); });
+    } else if (last) {  // the previous sum + own: every load first, then the stores (one L2 round trip)
+        float2 prev[2][DQT];
+        each([&](int r, int dt, float *pa, T *, int, float, float) { prev[r][dt] = __ldcg(reinterpret_cast<const float2 *>(pa)); });
+        each([&](int r, int dt, float *, T *row, int c, float v0, float v1) {
+            store2(row, c, dlim, (prev[r][dt].x + v0) * p.scale, (prev[r][dt].y + v1) * p.scale);
+        });
+    } else if (first) {
+        each([](int, int, float *pa, T *, int, float v0, float v1) { __stcg(reinterpret_cast<float2 *>(pa), make_float2(v0, v1)); });
+    } else {
+        each([](int, int, float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
+    }
+    if (!last) owed = DqOwed{cnt, rank + 1};
+}
+
+// Stochastic mode's dQ after the backward kernel: dQ = scale · accumulator, rows of the sequences only.
+// One thread per 4 columns of a (batch, head, query) row.
+template <typename T, int D>
+__global__ void flash_dq_convert_kernel(const Params p) {
+    constexpr int C4 = D / 4;
+    const int64_t total = int64_t(p.batch) * p.heads * p.seq * C4;
+    const int64_t ld = 3 * int64_t(p.hidden);
+    for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < total; x += int64_t(gridDim.x) * blockDim.x) {
+        const int c = int(x % C4) * 4;
+        const int64_t row = x / C4;  // (b·heads + h)·S + i
+        const int i = int(row % p.seq), bh = int(row / p.seq), b = bh / p.heads, h = bh % p.heads;
+        if (i >= seq_rows(p, b) || c >= p.head_dim) continue;
+        const float4 v = __ldcg(reinterpret_cast<const float4 *>(p.dq_accum + row * D + c));
+        T *out = static_cast<T *>(p.dqkv) + (seq_row0(p, b) + i) * ld + int64_t(h) * p.head_dim;
+        store2(out, c, p.head_dim, v.x * p.scale, v.y * p.scale);
+        store2(out, c + 2, p.head_dim, v.z * p.scale, v.w * p.scale);
+    }
+}
+
+// After a stochastic backward kernel (nothing to do in deterministic mode).
+template <typename T, int D>
+cudaError_t bwd_dq_convert(const Params &p, cudaStream_t stream) {
+    if (p.deterministic) return cudaSuccess;
+    const int64_t total = int64_t(p.batch) * p.heads * p.seq * (D / 4);
+    const int64_t blocks = (total + 255) / 256;
+    const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
+    flash_dq_convert_kernel<T, D><<<grid, 256, 0, stream>>>(p);
+    return cudaGetLastError();
 }
 
 // The backward's end: dK = scale·Σ dSᵀ·Q and dV = σ·Σ (P̃ᵀ/σ)·dctx of the lane's keys kj0 (elements 0, 1)
@@ -1029,10 +1067,12 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
     uint32_t kf[kCacheKV ? KD : 1][4], vf[kCacheKV ? KD : 1][4];
     const int wm = warp % Tr::kWM, wn = warp / Tr::kWM;  // this warp's [16][DQT·8] block of the dQ tile
 
+    DqOwed owed;
     for (int step = 0; step < n_steps; ++step) {
         const int mb = tile_at(step), st = step & 1, i0 = mb * BM;
         cp_async_wait<0>();
-        __syncthreads();  // this stage visible; the other stage and sS are free
+        __syncthreads();  // this stage visible; the other stage and sS are free; the last step's dQ adds done
+        dq_publish(owed);
         if (kCacheKV && step == 0) {
 #pragma unroll
             for (int kk = 0; kk < (kCacheKV ? KD : 1); ++kk) {
@@ -1101,7 +1141,11 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
             mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sK, kk * 16, wn * DQT * 8);
         }
 
-        bwd_dq_add<T, D, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, sTicket);
+        bwd_dq_add<T, D, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
+    }
+    if (owed.cnt) {  // uniform: every thread holds the same
+        __syncthreads();
+        dq_publish(owed);
     }
 
     bwd_store_kv(p, keys, gdq, ld, dk[0], dv[0]);
@@ -1160,7 +1204,7 @@ cudaError_t resolve_dq_order(K kernel, int threads, size_t smem, Params &p, int 
 }
 
 // The backward's per-tile counters and ticket (p.counters) must be zero, and in stochastic mode
-// the dQ accumulator too (bwd_prologue does both). order: the deterministic dQ order, 1 the step
+// the dQ accumulator too (bwd_prologue does both); in stochastic mode bwd_dq_convert runs after it. order: the deterministic dQ order, 1 the step
 // order, 0 ascending key blocks, −1 (production) the step order when every block of a (batch,
 // head) can be resident at once.
 template <typename T, int D, int BM, int NW, int MB>
@@ -1173,7 +1217,8 @@ cudaError_t launch_bwd(Params p, cudaStream_t stream, int order = -1) {
     if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;
     kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
-    return cudaGetLastError();
+    e = cudaGetLastError();
+    return e != cudaSuccess ? e : bwd_dq_convert<T, D>(p, stream);
 }
 
 // The backward's scratch, in order: D and lse2 ([B, heads, S] floats each), the dQ accumulator

@@ -274,11 +274,13 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
     const int wm = warp % Dq::kWM, wn = warp / Dq::kWM;  // this warp's [16][DQT·8] block of the dQ tile
     const int g = lane >> 2, t = lane & 3;
 
+    DqOwed owed;
     for (int step = 0; step < n_steps; ++step) {
         const int mb = tile_at(step), st = step & 1, i0 = mb * BM;
         cp_async_wait<0>();
         wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
-        __syncthreads();          // everyone's; every MMA of the other stage has completed; sS is free
+        __syncthreads();          // everyone's; every MMA of the other stage has completed; sS is free; the
+                                  // last step's dQ adds are done (released below, while the MMAs run)
         if (step + 1 < n_steps) stage(tile_at(step + 1), st ^ 1);
         cp_async_commit();
         const uint32_t sq = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), sdo = sq + uint32_t(Tr::kQ);
@@ -295,6 +297,7 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(dp, dv_desc + 2 * kk, do_desc + 2 * kk, kk > 0);
         wg::wgmma_commit();
+        dq_publish(owed);
         wg::wgmma_wait<0>();
         wg::fence_regs(s);
         wg::fence_regs(dp);
@@ -335,7 +338,7 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
                                           ((lane >> 3) & 1) * 8));
             mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
         }
-        bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, sTicket);
+        bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
         wg::wgmma_wait<0>();
         wg::fence_regs(dv);
         wg::fence_regs(dk);
@@ -343,6 +346,10 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
         wg::fence_a(as);
     }
     cp_async_wait<0>();
+    if (owed.cnt) {  // uniform: every thread holds the same
+        __syncthreads();
+        dq_publish(owed);
+    }
 
     bwd_store_kv(p, keys, gdq, ld, dk, dv);
 #else
@@ -364,7 +371,8 @@ cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
     if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;
     kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
-    return cudaGetLastError();
+    e = cudaGetLastError();
+    return e != cudaSuccess ? e : bwd_dq_convert<T, 64>(p, stream);
 }
 
 }  // namespace flash
