@@ -3,9 +3,10 @@
 // version against the reference, and times them at BERT-Large heads (16 × 64) next to the GPU's
 // dense fp16 GEMM rate measured in the same run.
 //
-// build and run on the GPU machine: bash kernels/dev/lab.sh OUTDIR [check] [time] [fp16|bf16]
+// build and run on the GPU machine: bash kernels/dev/lab.sh OUTDIR [check] [time] [philox] [fp16|bf16]
 //   (LAB_ROOT=DIR builds an earlier copy of kernels/ beside it, to time before and after in one
-//   call); attention_lab profile [B S] runs one production forward and backward (for ncu).
+//   call); attention_lab profile [B S] runs one production forward and backward (for ncu); philox
+//   measures the Philox rate of the kernels' generator alone (the floor of dropout regeneration).
 //
 // Versions (fp16, d = 64, dropout 0.1, no mask, 8×2048; timings in bench/RESULTS.md, "attention
 // lab"). Earlier kernels (2026-12-01, separate dK/dV and dQ backward kernels, one Philox block per
@@ -15,6 +16,8 @@
 //        f7 (BN 64, 2 warps, 8)
 //        w1 (wgmma, BN 64, 1 warpgroup, 3/SM)  w2 (wgmma, BN 128, 2/SM)  w3 (wgmma, BN 128, 1/SM): built
 //        only for sm_90a (lab.sh defines DST_LAB_SM90A); kernels/attention_flash_wgmma.cuh
+//        w4 = w1 with the tile's dropout keep bits drawn while S = Q·Kᵀ runs (PIPE 1)
+//        w5 = w4 with P̃·V left running into the next tile, three K|V stages (PIPE 2)  w6 = w5 at BN 128, 2/SM
 //        all: 16 query rows per warp, Q fragments held in registers, perm16 key columns so that a
 //        lane's four columns of a row are one Philox block (no shuffles), the scale folded into
 //        the exponent's FFMA, the first Philox round's uniform products folded on the host.
@@ -24,6 +27,7 @@
 //        than fit on the GPU at once)
 //        b6 (wgmma: Sᵀ, dP̃ᵀ, dV and dK on warpgroup MMAs, dQ on mma.sync; BM 64, 1 warpgroup = 64
 //        keys, 2/SM; sm_90a only)
+//        b7 = b6 with the step's dropout keep bits drawn while its Sᵀ and dP̃ᵀ MMAs run
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -440,6 +444,45 @@ double gemm_peak_tflops(bool bf16) {
     return 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12;
 }
 
+// The Philox ceiling of dropout regeneration: each thread draws 8 independent groups per iteration
+// with the kernels' philox_group (8 chains in flight, as a forward tile's lane has) and counts the
+// kept words, so nothing is dead code. Groups per second on the whole GPU; a direction of attention
+// at B×S with h heads draws B·h·S²/4 groups.
+__global__ void philox_rate_kernel(const flash::Params p, int iters, uint32_t *out) {
+    uint32_t kept = 0;
+    const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    for (int it = 0; it < iters; ++it) {
+        const uint64_t g0 = (uint64_t(it) * gridDim.x * blockDim.x + tid) * 8;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const uint4 r = flash::philox_group(p, g0 + uint64_t(c));
+            kept += (r.x >= p.threshold) + (r.y >= p.threshold) + (r.z >= p.threshold) + (r.w >= p.threshold);
+        }
+    }
+    out[tid] = kept;
+}
+
+void philox_rate() {
+    AttentionArgs a{};
+    a.batch = 1, a.seq = 128, a.heads = 1, a.head_dim = 64, a.hidden = 64;
+    a.seed = 1234, a.offset = 77, a.threshold = dropout_threshold(0.1), a.drop_scale = 1.0 / 0.9;
+    const flash::Params p = flash::make_params(a);
+    int sms = 0, clock_khz = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    const int threads = 256, blocks = sms * 8, iters = 256;
+    uint32_t *out = nullptr;
+    CK(cudaMalloc(&out, size_t(blocks) * threads * sizeof(uint32_t)));
+    const float ms = time_ms([&] { philox_rate_kernel<<<blocks, threads>>>(p, iters, out); }, 10);
+    CK(cudaGetLastError());
+    CK(cudaFree(out));
+    const double groups = double(blocks) * threads * iters * 8, rate = groups / (ms * 1e-3);
+    const double per_dir = 8.0 * 16 * 2048.0 * 2048.0 / 4;  // 8×2048, 16 heads
+    std::printf("philox: %.3f ms for %.3g groups: %.3g groups/s, %.2f groups per SM per cycle at %.0f MHz; "
+                "8x2048x16 heads (%.3g groups per direction): %.3f ms per direction\n",
+                ms, groups, rate, rate / sms / (clock_khz * 1e3), clock_khz / 1e3, per_dir, per_dir / rate * 1e3);
+}
+
 // Params of a call with every pointer and the backward scratch bound.
 flash::Params bound_params(const AttentionArgs &a, Dev &dv) {
     flash::Params p = flash::make_params(a);
@@ -520,13 +563,13 @@ BwdVersion bwd_version(const char *name) {
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma forward (kernels/attention_flash_wgmma.cuh): one warpgroup, BM 64, BN keys, MB blocks/SM.
-template <typename T, int BN, int MB>
+template <typename T, int BN, int MB, int PIPE>
 FwdVersion fwd_wgmma_version(const char *name) {
-    using Tr = flash::WgTraits<BN>;
-    return {name, BN, 4, MB, [](const flash::Params &p) { return flash::launch_fwd_wgmma<T, BN, MB>(p, 0); },
+    using Tr = flash::WgTraits<BN, PIPE>;
+    return {name, BN, 4, MB, [](const flash::Params &p) { return flash::launch_fwd_wgmma<T, BN, MB, PIPE>(p, 0); },
             [] {
-                CK(flash::allow_smem(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kSmem));
-                return occupancy(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kThreads, Tr::kSmem);
+                CK(flash::allow_smem(flash::flash_fwd_wgmma_kernel<T, BN, MB, PIPE>, Tr::kSmem));
+                return occupancy(flash::flash_fwd_wgmma_kernel<T, BN, MB, PIPE>, Tr::kThreads, Tr::kSmem);
             }};
 }
 #endif
@@ -537,25 +580,28 @@ std::vector<FwdVersion> fwd_versions() {
                                  fwd_version<T, 32, 4, 4>("f5"), fwd_version<T, 32, 4, 5>("f6"),
                                  fwd_version<T, 64, 2, 8>("f7")};
 #if defined(DST_LAB_SM90A)
-    v.push_back(fwd_wgmma_version<T, 64, 3>("w1"));
-    v.push_back(fwd_wgmma_version<T, 128, 2>("w2"));
-    v.push_back(fwd_wgmma_version<T, 128, 1>("w3"));
+    v.push_back(fwd_wgmma_version<T, 64, 3, 0>("w1"));
+    v.push_back(fwd_wgmma_version<T, 128, 2, 0>("w2"));
+    v.push_back(fwd_wgmma_version<T, 128, 1, 0>("w3"));
+    v.push_back(fwd_wgmma_version<T, 64, 3, 1>("w4"));
+    v.push_back(fwd_wgmma_version<T, 64, 3, 2>("w5"));
+    v.push_back(fwd_wgmma_version<T, 128, 2, 2>("w6"));
 #endif
     return v;
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma backward (kernels/attention_flash_wgmma.cuh): one warpgroup, 64 keys, BM queries, MB blocks/SM.
-template <typename T, int BM, int MB>
+template <typename T, int BM, int MB, bool EARLY>
 BwdVersion bwd_wgmma_version(const char *name) {
     using Tr = flash::WgBwdTraits<BM>;
     return {name, BM, 4, MB,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB>(p, 0);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, EARLY>(p, 0);
             },
             [] {
-                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB>, Tr::kSmem));
-                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB>, Tr::kThreads, Tr::kSmem);
+                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, EARLY>, Tr::kSmem));
+                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, EARLY>, Tr::kThreads, Tr::kSmem);
             }};
 }
 #endif
@@ -566,7 +612,8 @@ std::vector<BwdVersion> bwd_versions() {
                                  bwd_version<T, 16, 4, 3>("b5"),
                                  bwd_version<T, 64, 8, 1, 0>("b4a")};  // b4a: b4 with the ascending dQ order
 #if defined(DST_LAB_SM90A)
-    v.push_back(bwd_wgmma_version<T, 64, 2>("b6"));
+    v.push_back(bwd_wgmma_version<T, 64, 2, false>("b6"));
+    v.push_back(bwd_wgmma_version<T, 64, 2, true>("b7"));
 #endif
     return v;
 }
@@ -659,13 +706,14 @@ void time_production(Bench &bn, const char *label) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    bool do_check = false, do_time = false, bf16_only = false, fp16_only = false, profile = false;
+    bool do_check = false, do_time = false, bf16_only = false, fp16_only = false, profile = false, philox = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "check")) do_check = true;
         if (!std::strcmp(argv[i], "time")) do_time = true;
         if (!std::strcmp(argv[i], "bf16")) bf16_only = true;
         if (!std::strcmp(argv[i], "fp16")) fp16_only = true;
         if (!std::strcmp(argv[i], "profile")) profile = true;
+        if (!std::strcmp(argv[i], "philox")) philox = true;
     }
     if (profile) {  // one production forward and backward, at 8×2048 or at "profile B S" (for ncu --launch-count)
         int B = 8, S = 2048;
@@ -684,10 +732,11 @@ int main(int argc, char **argv) {
         CK(cudaDeviceSynchronize());
         return 0;
     }
-    if (!do_check && !do_time) do_check = do_time = true;
+    if (!do_check && !do_time && !philox) do_check = do_time = true;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     std::printf("attention lab on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+    if (philox) philox_rate();
 
     if (do_check) {
         std::vector<Case> cases;

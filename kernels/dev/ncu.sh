@@ -6,13 +6,17 @@
 # and writes OUTDIR/ncu-B-S.txt: the speed-of-light, occupancy, scheduler, warp-state and memory
 # sections, then the 40 SASS instructions with the most stall samples (with their stall reasons).
 # ncu runs with --clock-control none (the device's own clocks, as the timings elsewhere).
+# LAB_BIN=PATH profiles an attention_lab already built (by lab.sh in the same call) instead of building one.
 set -u -o pipefail
 out=${1:?OUTDIR}
 regex=${2:?KERNEL_REGEX}
 shift 2
 mkdir -p "$out"
-LAB_NORUN=1 LAB_TAG=ncu bash kernels/dev/lab.sh "$out" >/dev/null || { echo "lab build failed"; exit 1; }
-lab=/tmp/dst-lab-ncu/attention_lab
+lab=${LAB_BIN:-}
+if [ -z "$lab" ]; then
+    LAB_NORUN=1 LAB_TAG=ncu bash kernels/dev/lab.sh "$out" >/dev/null || { echo "lab build failed"; exit 1; }
+    lab=/tmp/dst-lab-ncu/attention_lab
+fi
 for shape in "$@"; do
     read -r B S <<<"$shape"
     rep=/tmp/ncu-$B-$S
