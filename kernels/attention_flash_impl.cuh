@@ -394,28 +394,6 @@ DST_FDEV uint32_t philox_word(const Params &p, uint64_t e) {
     return k == 0 ? r.x : k == 1 ? r.y : k == 2 ? r.z : r.w;
 }
 
-// The keep bits of a lane's m16n8 accumulators (NT column blocks of 8): element (nt, e) survives
-// dropout when bit 4·nt + e is set. The kernels draw them while the products of a tile are in
-// flight (the Philox chains need no product), so that the softmax afterwards only selects. All
-// indices are compile-time constants once the loops are unrolled: the words stay in registers.
-template <int NT>
-struct Keep {
-    static constexpr int kWords = (4 * NT + 31) / 32;
-    uint32_t w[kWords];
-    DST_FDEV void fill(uint32_t v) {
-#pragma unroll
-        for (int i = 0; i < kWords; ++i) w[i] = v;
-    }
-    DST_FDEV void set(int nt, int e, bool keep) {
-        const int b = 4 * nt + e;
-        w[b >> 5] |= uint32_t(keep) << (b & 31);
-    }
-    DST_FDEV bool kept(int nt, int e) const {
-        const int b = 4 * nt + e;
-        return (w[b >> 5] >> (b & 31)) & 1u;
-    }
-};
-
 // ================================ small helpers ==================================================
 
 DST_FDEV float quad_max(float v) {
@@ -494,10 +472,10 @@ DST_FDEV FwdRows fwd_rows(const Params &p, int b, int bh, int q0, int wrow, int 
 
 // One key tile k0 … k0 + BN − 1 of the forward on S = Q·Kᵀ in s (columns in perm16 order): the additive
 // mask, the keys past the length and causal, the online softmax (o rescaled, m2 and l updated) and
-// dropout by the tile's keep bits (fwd_keep). On return s holds P̃ (unnormalised, dropped entries
-// zero), ready to become the A operand of O += P̃·V.
+// dropout. On return s holds P̃ (unnormalised, dropped entries zero), ready to become the A operand
+// of O += P̃·V.
 template <int NT, int DT>
-DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], float (&o)[DT][4], const Keep<NT> &km) {
+DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], float (&o)[DT][4]) {
     constexpr int BN = NT * 8, NG = BN / 16;
     const int S = p.seq, t = w.t;
     // Element (nt, e) is row e/2 (i0 or i1) and key k0 + 16·(nt/2) + 4t + 2·(nt%2) + e%2.
@@ -558,48 +536,31 @@ DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], f
             for (int e = 0; e < 4; ++e) o[dt][e] *= alpha[e >> 1];
     }
 
-    if (p.dropout) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                if (!km.kept(nt, e)) s[nt][e] = 0.0f;
-    }
-}
-
-// The keep bits of key tile k0 … k0 + BN − 1 for the lane's rows (fwd_tile's layout; all set without
-// dropout). Word x of this lane's Philox block of row r in group G is key offset x, element
-// (2G + x/2, 2r + x%2). One branch per mode outside the unrolled loops, so that the Philox chains
-// of a tile are one straight block the scheduler can interleave.
-template <int NT>
-DST_FDEV Keep<NT> fwd_keep(const Params &p, const FwdRows &w, int k0) {
-    constexpr int NG = NT / 2;
-    const int S = p.seq, t = w.t;
-    Keep<NT> km;
-    km.fill(p.dropout ? 0u : ~0u);
-    auto put = [&](int G, int r, const uint4 &wd) {
-        km.set(2 * G, 2 * r, wd.x >= p.threshold);
-        km.set(2 * G, 2 * r + 1, wd.y >= p.threshold);
-        km.set(2 * G + 1, 2 * r, wd.z >= p.threshold);
-        km.set(2 * G + 1, 2 * r + 1, wd.w >= p.threshold);
+    // Dropout: word x of this lane's block of row r in group G is key offset x, element
+    // (2G + x/2, 2r + x%2). One branch per mode outside the unrolled loops, so that the
+    // Philox chains of a tile are one straight block the scheduler can interleave.
+    auto drop = [&](int G, int r, const uint4 &wd) {
+        if (wd.x < p.threshold) s[2 * G][2 * r] = 0.0f;
+        if (wd.y < p.threshold) s[2 * G][2 * r + 1] = 0.0f;
+        if (wd.z < p.threshold) s[2 * G + 1][2 * r] = 0.0f;
+        if (wd.w < p.threshold) s[2 * G + 1][2 * r + 1] = 0.0f;
     };
     if (p.dropout && p.aligned4) {
 #pragma unroll
         for (int G = 0; G < NG; ++G)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
-                put(G, r, philox_group(p, w.grp0 + (r ? 2 * uint64_t(S) : 0) + uint64_t(k0 / 4 + 4 * G)));
+                drop(G, r, philox_group(p, w.grp0 + (r ? 2 * uint64_t(S) : 0) + uint64_t(k0 / 4 + 4 * G)));
     } else if (p.dropout) {
 #pragma unroll
         for (int G = 0; G < NG; ++G)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const uint64_t e0 = (w.row_base + uint64_t(w.i0 + 8 * r)) * uint64_t(S) + uint64_t(k0 + 16 * G + 4 * t);
-                put(G, r, make_uint4(philox_word(p, e0), philox_word(p, e0 + 1), philox_word(p, e0 + 2),
-                                     philox_word(p, e0 + 3)));
+                drop(G, r, make_uint4(philox_word(p, e0), philox_word(p, e0 + 1), philox_word(p, e0 + 2),
+                                      philox_word(p, e0 + 3)));
             }
     }
-    return km;
 }
 
 // The forward's end: ctx = o·(1/(1−p))/l for the lane's rows of the sequence (columns below d of the head at
@@ -689,7 +650,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
                 mma<T>(s[2 * G + 1], qf[kk], bf[2], bf[3]);
             }
 
-        fwd_tile(p, w, k0, s, o, fwd_keep<NT>(p, w, k0));
+        fwd_tile(p, w, k0, s, o);
 
         // O += P̃·V (V rows in the same perm16 order as the columns of P̃).
         uint32_t a[NG][4];
@@ -821,51 +782,13 @@ DST_FDEV BwdKeys bwd_keys(const Params &p, int b, int bh, int k0, int wrow, int 
     return k;
 }
 
-// The keep bits of query tile i0 … for the lane's keys (bwd_tile's layout: element (nt, e) is key kj0
-// (e < 2) or kj1, query i0 + 8nt + 2t + e%2; all set without dropout). With S % 4 == 0 the lane draws
-// the Philox block of query 2t + hh (its keys are words 2hh, 2hh + 1) and trades the other two words
-// with lane ^ 4, which holds the block's other keys. Every lane of the warp calls it (shuffles).
-template <int NTQ>
-DST_FDEV Keep<NTQ> bwd_keep(const Params &p, const BwdKeys &k, int i0) {
-    const int t = k.t, S = p.seq;
-    Keep<NTQ> km;
-    km.fill(p.dropout ? 0u : ~0u);
-    auto put = [&](int nt, const uint32_t (&w)[4]) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) km.set(nt, e, w[e] >= p.threshold);
-    };
-    if (p.dropout && p.aligned4) {
-        const int hh = k.hh;
-#pragma unroll
-        for (int nt = 0; nt < NTQ; ++nt) {
-            const uint4 r = philox_group(p, (k.row_base + uint64_t(i0 + nt * 8 + 2 * t + hh)) * uint64_t(S / 4) + k.kgroup);
-            const uint32_t mine0 = hh ? r.z : r.x, mine1 = hh ? r.w : r.y;
-            const uint32_t got0 = __shfl_xor_sync(0xffffffffu, hh ? r.x : r.z, 4);
-            const uint32_t got1 = __shfl_xor_sync(0xffffffffu, hh ? r.y : r.w, 4);
-            // element e = 2x + y is key 2g + x, query 2t + y; the own block is y == hh.
-            const uint32_t w[4] = {hh ? got0 : mine0, hh ? mine0 : got0, hh ? got1 : mine1, hh ? mine1 : got1};
-            put(nt, w);
-        }
-    } else if (p.dropout) {
-#pragma unroll
-        for (int nt = 0; nt < NTQ; ++nt) {
-            const uint64_t e00 = (k.row_base + uint64_t(i0 + nt * 8 + 2 * t)) * uint64_t(S) + uint64_t(k.kj0);
-            const uint32_t w[4] = {philox_word(p, e00), philox_word(p, e00 + uint64_t(S)), philox_word(p, e00 + 1),
-                                   philox_word(p, e00 + uint64_t(S) + 1)};
-            put(nt, w);
-        }
-    }
-    return km;
-}
-
 // One query tile i0 … of the backward on Sᵀ = K·Qᵀ (s) and dP̃ᵀ = V·dctxᵀ (dp), NTQ column blocks of 8
 // queries: the masks, then s ← P̃ᵀ/σ = P·keep and dp ← dSᵀ = P·(dP̃·keep·σ − D), with P = exp2(s·scale·log2 e
-// − lse2) and keep from km (bwd_keep); sL, sD: the tile's lse2 and D (shared memory). k0 + wrow: the
-// warp's first key.
+// − lse2); sL, sD: the tile's lse2 and D (shared memory). k0 + wrow: the warp's first key.
 template <int NTQ>
 DST_FDEV void bwd_tile(const Params &p, const BwdKeys &k, int k0, int wrow, int i0, const float *sL, const float *sD,
-                       float (&s)[NTQ][4], float (&dp)[NTQ][4], const Keep<NTQ> &km) {
-    const int t = k.t;
+                       float (&s)[NTQ][4], float (&dp)[NTQ][4]) {
+    const int t = k.t, S = p.seq;
     // Element (nt, e): key kj0 (e < 2) or kj1, query i0 + 8nt + 2t + e%2. Masks first, on the raw
     // scores (uniform conditions, so the common tile skips them): the additive mask and the keys
     // past the length through kbs, causal per element.
@@ -882,17 +805,44 @@ DST_FDEV void bwd_tile(const Params &p, const BwdKeys &k, int k0, int wrow, int 
             for (int e = 0; e < 4; ++e)
                 if ((e < 2 ? k.kj0 : k.kj1) > i0 + nt * 8 + 2 * t + (e & 1)) s[nt][e] = -INFINITY;
     }
-#pragma unroll
-    for (int nt = 0; nt < NTQ; ++nt) {
+    // w: the keep words of the elements.
+    auto grad = [&](int nt, const uint32_t (&w)[4]) {
         const float2 lq = *reinterpret_cast<const float2 *>(sL + nt * 8 + 2 * t);
         const float2 dd = *reinterpret_cast<const float2 *>(sD + nt * 8 + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float pr = fast_exp2(fmaf(s[nt][e], p.scale_log2, (e & 1) ? -lq.y : -lq.x));
-            const bool kept = km.kept(nt, e);
+            const bool kept = w[e] >= p.threshold;
             dp[nt][e] = pr * fmaf(kept ? dp[nt][e] : 0.0f, p.drop_scale, (e & 1) ? -dd.y : -dd.x);  // dSᵀ
             s[nt][e] = kept ? pr : 0.0f;                                                          // P̃ᵀ/σ
         }
+    };
+    if (p.dropout && p.aligned4) {
+        // This lane draws the block of query 2t + hh (its keys are words 2hh, 2hh + 1) and
+        // trades the other two words with lane ^ 4, which holds the block's other keys.
+        const int hh = k.hh;
+#pragma unroll
+        for (int nt = 0; nt < NTQ; ++nt) {
+            const uint4 r = philox_group(p, (k.row_base + uint64_t(i0 + nt * 8 + 2 * t + hh)) * uint64_t(S / 4) + k.kgroup);
+            const uint32_t mine0 = hh ? r.z : r.x, mine1 = hh ? r.w : r.y;
+            const uint32_t got0 = __shfl_xor_sync(0xffffffffu, hh ? r.x : r.z, 4);
+            const uint32_t got1 = __shfl_xor_sync(0xffffffffu, hh ? r.y : r.w, 4);
+            // element e = 2x + y is key 2g + x, query 2t + y; the own block is y == hh.
+            const uint32_t w[4] = {hh ? got0 : mine0, hh ? mine0 : got0, hh ? got1 : mine1, hh ? mine1 : got1};
+            grad(nt, w);
+        }
+    } else if (p.dropout) {
+#pragma unroll
+        for (int nt = 0; nt < NTQ; ++nt) {
+            const uint64_t e00 = (k.row_base + uint64_t(i0 + nt * 8 + 2 * t)) * uint64_t(S) + uint64_t(k.kj0);
+            const uint32_t w[4] = {philox_word(p, e00), philox_word(p, e00 + uint64_t(S)), philox_word(p, e00 + 1),
+                                   philox_word(p, e00 + uint64_t(S) + 1)};
+            grad(nt, w);
+        }
+    } else {
+        const uint32_t w[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
+#pragma unroll
+        for (int nt = 0; nt < NTQ; ++nt) grad(nt, w);
     }
 }
 
@@ -1162,7 +1112,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
             }
         }
 
-        bwd_tile(p, keys, k0, wrow, i0, sL, sD, s, dp, bwd_keep<NTQ>(p, keys, i0));
+        bwd_tile(p, keys, k0, wrow, i0, sL, sD, s, dp);
 
         // dV·(1/σ) += (P̃ᵀ/σ)·dctx, dK += dSᵀ·Q; dSᵀ to shared memory for the dQ product.
         uint32_t a[1][NTQ / 2][4];

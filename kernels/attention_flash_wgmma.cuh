@@ -30,18 +30,11 @@ namespace dst {
 namespace cuda {
 namespace flash {
 
-// PIPE: how the tile loop overlaps its parts (the lab's versions).
-//   0  S, wait, keep bits, softmax, P̃·V, wait: each step waits for the one before (w1–w3)
-//   1  the keep bits drawn while S = Q·Kᵀ runs (w4)
-//   2  and P̃·V left running into the next tile: it overlaps the barrier, the next copies, the next
-//      S and its keep bits, and is waited for just before the softmax rescales o; three K|V stages,
-//      so that a tile's copy never lands on a stage an MMA in flight still reads (w5)
-template <int BN, int PIPE>
+template <int BN>
 struct WgTraits {
     static constexpr int kBM = 64, kThreads = 128, kRow = 128;  // bytes per tile row (64 × 16 bit)
-    static constexpr int kStages = PIPE >= 2 ? 3 : 2;
     static constexpr size_t kQ = size_t(kBM) * kRow, kTile = size_t(BN) * kRow;
-    static constexpr size_t kSmem = 1024 + kQ + 2 * kStages * kTile;  // alignment slack, Q, stages of K | V
+    static constexpr size_t kSmem = 1024 + kQ + 4 * kTile;  // alignment slack, Q, two stages of K | V
     static_assert(BN % 64 == 0, "key tiles of 64 or 128");
 };
 
@@ -51,11 +44,11 @@ DST_WGA_DEV int perm16_inv(int x) { return 8 * ((x >> 1) & 1) + 2 * (x >> 2) + (
 // Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled tile.
 DST_WGA_DEV uint32_t sw128(int r, int c) { return uint32_t(r) * 128u + (uint32_t(c ^ (r & 7)) << 4); }
 
-template <typename T, int BN, int MB, int PIPE>
+template <typename T, int BN, int MB>
 __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Tr = WgTraits<BN, PIPE>;
-    constexpr int BM = Tr::kBM, NT = BN / 8, NG = BN / 16, DT = 8, NS = Tr::kStages;
+    using Tr = WgTraits<BN>;
+    constexpr int BM = Tr::kBM, NT = BN / 8, NG = BN / 16, DT = 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = base, sKV0 = base + uint32_t(Tr::kQ);  // stage st: K at sKV0 + 2·st·kTile, V after it
@@ -102,14 +95,13 @@ __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p
 
     float o[DT][4];
     zero(o);
-    uint32_t a[NG][4];  // P̃ of a tile: the A operand of its P̃·V MMAs (in flight into the next step when PIPE ≥ 2)
 
     for (int nb = 0; nb < n_blocks; ++nb) {
-        const int k0 = nb * BN, st = nb % NS;
+        const int k0 = nb * BN, st = nb & 1;
         cp_async_wait<0>();
         wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
-        __syncthreads();          // everyone's; every MMA that read the stage the next copy fills has completed
-        if (nb + 1 < n_blocks) stage_kv(nb + 1, (nb + 1) % NS);
+        __syncthreads();          // everyone's; and every MMA of the other stage has completed
+        if (nb + 1 < n_blocks) stage_kv(nb + 1, st ^ 1);
         cp_async_commit();
         const uint32_t sk = sKV0 + uint32_t(2 * st) * uint32_t(Tr::kTile), sv = sk + uint32_t(Tr::kTile);
         const uint64_t dk = wg::desc_sw128(sk), dv = wg::desc_sw128(sv);
@@ -121,35 +113,21 @@ __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BN>(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
         wg::wgmma_commit();
-        Keep<NT> km;
-        if constexpr (PIPE >= 1) km = fwd_keep<NT>(p, w, k0);  // while the MMAs run
-        wg::wgmma_wait<0>();  // S, and with PIPE ≥ 2 the last tile's P̃·V
+        wg::wgmma_wait<0>();
         wg::fence_regs(s);
-        if constexpr (PIPE >= 2) {
-            wg::fence_regs(o);
-            wg::fence_a(a);
-        }
-        if constexpr (PIPE == 0) km = fwd_keep<NT>(p, w, k0);
 
-        fwd_tile(p, w, k0, s, o, km);
+        fwd_tile(p, w, k0, s, o);
 
         // O += P̃·V: k16 step G covers keys (rows of V) 16G … 16G + 15, 2048 bytes apart.
+        uint32_t a[NG][4];
         to_a<T, NT>(a, s);
         wg::fence_regs(o);
         wg::wgmma_fence();
 #pragma unroll
         for (int G = 0; G < NG; ++G) wg::wgmma_rs_tb<T, 64>(o, a[G], dv + uint64_t(G) * (2048 >> 4), 1);
         wg::wgmma_commit();
-        if constexpr (PIPE < 2) {
-            wg::wgmma_wait<0>();
-            wg::fence_regs(o);
-            wg::fence_a(a);
-        }
-    }
-    if constexpr (PIPE >= 2) {
         wg::wgmma_wait<0>();
         wg::fence_regs(o);
-        wg::fence_a(a);
     }
     cp_async_wait<0>();
 
@@ -162,12 +140,12 @@ __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p
 }
 
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue).
-template <typename T, int BN, int MB, int PIPE>
+template <typename T, int BN, int MB>
 cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
-    using Tr = WgTraits<BN, PIPE>;
+    using Tr = WgTraits<BN>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBM));
-    const auto kernel = flash_fwd_wgmma_kernel<T, BN, MB, PIPE>;
+    const auto kernel = flash_fwd_wgmma_kernel<T, BN, MB>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e != cudaSuccess) return e;
     kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
@@ -203,8 +181,7 @@ struct WgBwdTraits {
 // Inverse of rho16: the row (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 
-// EARLY: the keep bits of a step are drawn while its Sᵀ and dP̃ᵀ MMAs run (b7), not after them (b6).
-template <typename T, int BM, int MB, bool EARLY>
+template <typename T, int BM, int MB>
 __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tr = WgBwdTraits<BM>;
@@ -321,14 +298,11 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
         for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(dp, dv_desc + 2 * kk, do_desc + 2 * kk, kk > 0);
         wg::wgmma_commit();
         dq_publish(owed);
-        Keep<NTQ> km;
-        if constexpr (EARLY) km = bwd_keep<NTQ>(p, keys, i0);  // while the MMAs run
         wg::wgmma_wait<0>();
         wg::fence_regs(s);
         wg::fence_regs(dp);
-        if constexpr (!EARLY) km = bwd_keep<NTQ>(p, keys, i0);
 
-        bwd_tile(p, keys, k0, wrow, i0, sL, sD, s, dp, km);
+        bwd_tile(p, keys, k0, wrow, i0, sL, sD, s, dp);
 
         // The A fragments of P̃ᵀ/σ and dSᵀ; dSᵀ to shared memory for the dQ product (rows in key order).
         uint32_t ap[NTQ / 2][4], as[NTQ / 2][4];
@@ -386,13 +360,13 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
 
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue). The prologue (bwd_prologue)
 // must have run; order as in launch_bwd.
-template <typename T, int BM, int MB, bool EARLY>
+template <typename T, int BM, int MB>
 cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
     using Tr = WgBwdTraits<BM>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBN));
     p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
-    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, EARLY>;
+    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;

@@ -16,8 +16,8 @@
 //        f7 (BN 64, 2 warps, 8)
 //        w1 (wgmma, BN 64, 1 warpgroup, 3/SM)  w2 (wgmma, BN 128, 2/SM)  w3 (wgmma, BN 128, 1/SM): built
 //        only for sm_90a (lab.sh defines DST_LAB_SM90A); kernels/attention_flash_wgmma.cuh
-//        w4 = w1 with the tile's dropout keep bits drawn while S = Q·Kᵀ runs (PIPE 1)
-//        w5 = w4 with P̃·V left running into the next tile, three K|V stages (PIPE 2)  w6 = w5 at BN 128, 2/SM
+//        (w4–w6 and b7, which drew the dropout keep bits while the products ran, measured no faster
+//        and were removed: commit 09487bb, bench/RESULTS.md)
 //        all: 16 query rows per warp, Q fragments held in registers, perm16 key columns so that a
 //        lane's four columns of a row are one Philox block (no shuffles), the scale folded into
 //        the exponent's FFMA, the first Philox round's uniform products folded on the host.
@@ -27,7 +27,6 @@
 //        than fit on the GPU at once)
 //        b6 (wgmma: Sᵀ, dP̃ᵀ, dV and dK on warpgroup MMAs, dQ on mma.sync; BM 64, 1 warpgroup = 64
 //        keys, 2/SM; sm_90a only)
-//        b7 = b6 with the step's dropout keep bits drawn while its Sᵀ and dP̃ᵀ MMAs run
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -563,13 +562,13 @@ BwdVersion bwd_version(const char *name) {
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma forward (kernels/attention_flash_wgmma.cuh): one warpgroup, BM 64, BN keys, MB blocks/SM.
-template <typename T, int BN, int MB, int PIPE>
+template <typename T, int BN, int MB>
 FwdVersion fwd_wgmma_version(const char *name) {
-    using Tr = flash::WgTraits<BN, PIPE>;
-    return {name, BN, 4, MB, [](const flash::Params &p) { return flash::launch_fwd_wgmma<T, BN, MB, PIPE>(p, 0); },
+    using Tr = flash::WgTraits<BN>;
+    return {name, BN, 4, MB, [](const flash::Params &p) { return flash::launch_fwd_wgmma<T, BN, MB>(p, 0); },
             [] {
-                CK(flash::allow_smem(flash::flash_fwd_wgmma_kernel<T, BN, MB, PIPE>, Tr::kSmem));
-                return occupancy(flash::flash_fwd_wgmma_kernel<T, BN, MB, PIPE>, Tr::kThreads, Tr::kSmem);
+                CK(flash::allow_smem(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kSmem));
+                return occupancy(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kThreads, Tr::kSmem);
             }};
 }
 #endif
@@ -580,28 +579,25 @@ std::vector<FwdVersion> fwd_versions() {
                                  fwd_version<T, 32, 4, 4>("f5"), fwd_version<T, 32, 4, 5>("f6"),
                                  fwd_version<T, 64, 2, 8>("f7")};
 #if defined(DST_LAB_SM90A)
-    v.push_back(fwd_wgmma_version<T, 64, 3, 0>("w1"));
-    v.push_back(fwd_wgmma_version<T, 128, 2, 0>("w2"));
-    v.push_back(fwd_wgmma_version<T, 128, 1, 0>("w3"));
-    v.push_back(fwd_wgmma_version<T, 64, 3, 1>("w4"));
-    v.push_back(fwd_wgmma_version<T, 64, 3, 2>("w5"));
-    v.push_back(fwd_wgmma_version<T, 128, 2, 2>("w6"));
+    v.push_back(fwd_wgmma_version<T, 64, 3>("w1"));
+    v.push_back(fwd_wgmma_version<T, 128, 2>("w2"));
+    v.push_back(fwd_wgmma_version<T, 128, 1>("w3"));
 #endif
     return v;
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma backward (kernels/attention_flash_wgmma.cuh): one warpgroup, 64 keys, BM queries, MB blocks/SM.
-template <typename T, int BM, int MB, bool EARLY>
+template <typename T, int BM, int MB>
 BwdVersion bwd_wgmma_version(const char *name) {
     using Tr = flash::WgBwdTraits<BM>;
     return {name, BM, 4, MB,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, EARLY>(p, 0);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB>(p, 0);
             },
             [] {
-                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, EARLY>, Tr::kSmem));
-                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, EARLY>, Tr::kThreads, Tr::kSmem);
+                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB>, Tr::kSmem));
+                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB>, Tr::kThreads, Tr::kSmem);
             }};
 }
 #endif
@@ -612,8 +608,7 @@ std::vector<BwdVersion> bwd_versions() {
                                  bwd_version<T, 16, 4, 3>("b5"),
                                  bwd_version<T, 64, 8, 1, 0>("b4a")};  // b4a: b4 with the ascending dQ order
 #if defined(DST_LAB_SM90A)
-    v.push_back(bwd_wgmma_version<T, 64, 2, false>("b6"));
-    v.push_back(bwd_wgmma_version<T, 64, 2, true>("b7"));
+    v.push_back(bwd_wgmma_version<T, 64, 2>("b6"));
 #endif
     return v;
 }

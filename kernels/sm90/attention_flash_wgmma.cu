@@ -8,17 +8,14 @@ namespace dst {
 namespace cuda {
 namespace flash {
 
-// The lab's w5: key tiles of 64, 3 blocks per SM, keep bits drawn during S = Q·Kᵀ, P̃·V in flight into
-// the next tile.
+// The lab's w1: key tiles of 64, 3 blocks per SM.
 cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
-    return bf16 ? launch_fwd_wgmma<__nv_bfloat16, 64, 3, 2>(p, stream) : launch_fwd_wgmma<__half, 64, 3, 2>(p, stream);
+    return bf16 ? launch_fwd_wgmma<__nv_bfloat16, 64, 3>(p, stream) : launch_fwd_wgmma<__half, 64, 3>(p, stream);
 }
 
-// The lab's b7: 64 keys per block, query tiles of 64, 2 blocks per SM, keep bits drawn during the Sᵀ and
-// dP̃ᵀ MMAs.
+// The lab's b6: 64 keys per block, query tiles of 64, 2 blocks per SM.
 cudaError_t bwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
-    return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 2, true>(p, stream)
-                : launch_bwd_wgmma<__half, 64, 2, true>(p, stream);
+    return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 2>(p, stream) : launch_bwd_wgmma<__half, 64, 2>(p, stream);
 }
 
 }  // namespace flash
