@@ -72,8 +72,10 @@ cudaError_t flash_attention_bwd(cudaStream_t stream, bool bf16, const AttentionA
     p.dqkv = dqkv;
     ws.bind(p, workspace);
     p.vec16 = p.vec16 && aligned16(qkv) && aligned16(dctx);
+    const int D = flash::padded_head_dim(a.head_dim);
+    if (a.seq <= flash::bwd_key_block(p, D)) p.deterministic = true;  // one key block: no reduction to order
     DST_KERNEL_CHECK(bf16 ? flash::bwd_prologue<__nv_bfloat16>(p, ws, stream) : flash::bwd_prologue<__half>(p, ws, stream));
-    return flash::bwd(p, bf16, flash::padded_head_dim(a.head_dim), stream);
+    return flash::bwd(p, bf16, D, stream);
 }
 
 }  // namespace cuda

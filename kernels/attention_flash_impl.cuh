@@ -1281,6 +1281,20 @@ inline bool wgmma_runs(const Params &p) {
     return major == 9 && minor == 0;
 }
 #endif
+// Warpgroups per block of the wgmma backward (64 keys each; kernels/sm90/attention_flash_wgmma.cu).
+constexpr int kWgBwdWarpgroups = 2;
+
+// Keys per block of the backward kernel that runs this call (p with its final vec16). When S fits in
+// one, every (batch, head) is one block: the deterministic dQ order waits for nobody and stores dQ
+// directly, which stochastic mode then takes too (no zeroed accumulator, no conversion pass).
+inline int bwd_key_block(const Params &p, int D) {
+#ifdef DST_WITH_SM90A
+    if (D == 64 && wgmma_runs(p)) return 64 * kWgBwdWarpgroups;
+#else
+    (void)p;
+#endif
+    return D <= 64 ? 16 * Tiles<64>::kBwdNW : 16 * Tiles<128>::kBwdNW;
+}
 
 // Calls f(T{}, std::integral_constant<int, D>{}) for the storage type and padded head dim.
 template <typename F>

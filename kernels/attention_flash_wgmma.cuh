@@ -3,7 +3,7 @@
 // with its results: the same softmax, dropout and store code on the same accumulator layout. The
 // library runs it on compute capability 9.0 devices for head_dim 64 with 16-byte rows
 // (kernels/sm90/attention_flash_wgmma.cu, built only when CMAKE_CUDA_ARCHITECTURES lists 90), and the
-// backward below likewise; the lab (kernels/dev) times them as w1–w3 and b6 next to the mma.sync
+// backward below likewise; the lab (kernels/dev) times them as w1–w3, b6 and b8 next to the mma.sync
 // versions.
 //
 // One warpgroup (4 warps, 128 threads) per block of 64 query rows; warp w owns rows 16w … 16w + 15,
@@ -155,20 +155,25 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // ================================ backward =======================================================
 //
 // The backward of flash_bwd_kernel (kernels/attention_flash_impl.cuh) with its four key-row products
-// on warpgroup MMAs: one warpgroup owns 64 keys (warp w keys 16w …) and walks the query tiles of BM
-// rows; per tile
+// on warpgroup MMAs: a block of WGS warpgroups owns 64·WGS keys (warpgroup g keys 64g …, its warp w
+// keys 64g + 16w …) and walks the query tiles of BM rows, the Q and dctx tiles shared by its
+// warpgroups; per tile
 //   Sᵀ = K·Qᵀ and dP̃ᵀ = V·dctxᵀ   wgmma m64nBMk16 × 4 each, A = K / V and B = Q / dctx from shared
 //                                 memory (K-major)
 //   P̃ᵀ, dSᵀ (bwd_tile)           the mma.sync kernel's code on the same accumulator layout
 //   dV += P̃ᵀ·dctx, dK += dSᵀ·Q   wgmma m64n64k16 × BM/16 each, A from registers, B = dctx / Q
 //                                 MN-major (imm-trans-b), issued together and left running while
-//   dQ partial = dS·K             mma.sync, as in flash_bwd_kernel (dSᵀ and a [key][D + 8] copy of K in
-//                                 shared memory), then bwd_dq_add.
+//   dQ partial = dS·K             mma.sync over the block's 64·WGS keys, as in flash_bwd_kernel (dSᵀ
+//                                 and a [key][D + 8] copy of K in shared memory), split over all its
+//                                 warps, then bwd_dq_add.
+// Two warpgroups (b8) halve what the dQ reduction moves and waits for per key (one partial per 128
+// keys, and at S ≤ 128 a (batch, head) is one block that stores dQ directly), at the same 8 warps
+// per SM as two blocks of one (b6).
 // K and V rows are stored in rho16 order within each 16 keys (row r holds key rho16(r)), so that the
 // accumulator rows of lane g are keys 2g and 2g + 1, the layout bwd_tile and the Philox pairing assume.
-template <int BM>
+template <int BM, int WGS>
 struct WgBwdTraits {
-    static constexpr int kBN = 64, kThreads = 128, kRow = 128, kLds = 64 + 8, kLdsS = BM + 8;
+    static constexpr int kBN = 64 * WGS, kThreads = 128 * WGS, kRow = 128, kLds = 64 + 8, kLdsS = BM + 8;
     static constexpr size_t kKV = size_t(kBN) * kRow, kQ = size_t(BM) * kRow;
     // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx]; then K padded, the row
     // statistics (two stages of [lse2 | D]), dSᵀ and the ticket.
@@ -176,16 +181,17 @@ struct WgBwdTraits {
     static constexpr size_t kSmem = 1024 + kSw + size_t(kBN) * kLds * 2 + size_t(4 * BM) * sizeof(float) +
                                     size_t(kBN) * kLdsS * 2 + 16;
     static_assert(BM == 64, "query tiles of 64 rows (the generated m64nBMk16 shapes)");
+    static_assert(WGS == 1 || WGS == 2, "one or two warpgroups");
 };
 
 // Inverse of rho16: the row (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 
-template <typename T, int BM, int MB>
-__global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p) {
+template <typename T, int BM, int MB, int WGS>
+__global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Tr = WgBwdTraits<BM>;
-    using Dq = BwdTraits<T, 64, BM, 4>;  // the dQ product's split over the warps
+    using Tr = WgBwdTraits<BM, WGS>;
+    using Dq = BwdTraits<T, 64, BM, 4 * WGS>;  // the dQ product's split over the warps
     constexpr int BN = Tr::kBN, NTQ = BM / 8, DT = 8, LDS = Tr::kLds, LDSS = Tr::kLdsS, DQT = Dq::kDqT;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -209,7 +215,8 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
     const T *gdo = static_cast<const T *>(p.dctx) + row0 * p.hidden + int64_t(h) * 64;
     T *gdq = static_cast<T *>(p.dqkv) + row0 * ld + int64_t(h) * 64;
     const int kv_len = key_limit(p, b);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wrow = warp * 16;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wgi = warp >> 2, wrow = (warp & 3) * 16;
+    const int k0w = k0 + 64 * wgi;  // this warpgroup's first key
     const uint64_t row_base = uint64_t(bh) * uint64_t(S);
 
     if (k0 >= kv_len) {  // keys past the length: zero dK and dV (and, with no key at all, dQ)
@@ -227,13 +234,15 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
     auto tile_at = [&](int step) { return p.causal || !p.dq_order ? m_first + step : (jb + step) % nq; };
     const float *lse2 = p.lse2 + row_base, *dsum = p.dsum + row_base;
 
-    // Copies: thread x owns 16-byte chunk x & 7 of rows (x >> 3) + 16k.
-    const int cchunk = threadIdx.x & 7, crow = threadIdx.x >> 3;  // crow 0…15
+    // Copies: thread x owns 16-byte chunk x & 7 of rows (x >> 3) + CR·k, CR = threads / 8 (a multiple
+    // of 16, so a thread's row inside each 16-row group is fixed).
+    constexpr int CR = Tr::kThreads / 8;
+    const int cchunk = threadIdx.x & 7, crow = threadIdx.x >> 3;  // crow 0 … CR − 1
     auto stage = [&](int mb, int st) {  // Q, dctx and the row statistics of query tile mb
         const uint32_t q = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), o = q + uint32_t(Tr::kQ);
 #pragma unroll
-        for (int k = 0; k < BM / 16; ++k) {
-            const int r = 16 * k + crow, i = mb * BM + r;
+        for (int k = 0; k < BM / CR; ++k) {
+            const int r = CR * k + crow, i = mb * BM + r;
             const bool ok = i < q_rows;
             cp_async16(q + sw128(r, cchunk), gq + (ok ? int64_t(i) * ld + cchunk * 8 : 0), ok ? 16 : 0);
             cp_async16(o + sw128(r, cchunk), gdo + (ok ? int64_t(i) * p.hidden + cchunk * 8 : 0), ok ? 16 : 0);
@@ -251,13 +260,13 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
         }
     };
     {  // K (swizzled, rho16 rows, and padded in key order) and V (swizzled, rho16 rows)
-        const int srow = rho16_inv(crow);
+        const int srow = (crow & ~15) + rho16_inv(crow & 15);
 #pragma unroll
-        for (int k = 0; k < BN / 16; ++k) {
-            const int jl = 16 * k + crow, j = k0 + jl;
+        for (int k = 0; k < BN / CR; ++k) {
+            const int jl = CR * k + crow, j = k0 + jl;
             const bool ok = j < q_rows;
             const int64_t off = ok ? int64_t(j) * ld + cchunk * 8 : 0;
-            const uint32_t o = sw128(16 * k + srow, cchunk);
+            const uint32_t o = sw128(CR * k + srow, cchunk);
             cp_async16(sK + o, gk + off, ok ? 16 : 0);
             cp_async16(sV + o, gv + off, ok ? 16 : 0);
             cp_async16(smem_addr(sKp + jl * LDS + cchunk * 8), gk + off, ok ? 16 : 0);
@@ -266,8 +275,9 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
     stage(tile_at(0), 0);
     cp_async_commit();
 
-    const BwdKeys keys = bwd_keys(p, b, bh, k0, wrow, kv_len);
-    const uint64_t dk_desc = wg::desc_sw128(sK), dv_desc = wg::desc_sw128(sV);
+    const BwdKeys keys = bwd_keys(p, b, bh, k0w, wrow, kv_len);
+    // This warpgroup's 64 rows of K and V (8 KB apart, 1024-byte aligned).
+    const uint64_t dk_desc = wg::desc_sw128(sK + uint32_t(wgi) * 8192u), dv_desc = wg::desc_sw128(sV + uint32_t(wgi) * 8192u);
     float dk[DT][4], dv[DT][4];
     zero(dk);
     zero(dv);
@@ -302,7 +312,7 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
         wg::fence_regs(s);
         wg::fence_regs(dp);
 
-        bwd_tile(p, keys, k0, wrow, i0, sL, sD, s, dp);
+        bwd_tile(p, keys, k0w, wrow, i0, sL, sD, s, dp);
 
         // The A fragments of P̃ᵀ/σ and dSᵀ; dSᵀ to shared memory for the dQ product (rows in key order).
         uint32_t ap[NTQ / 2][4], as[NTQ / 2][4];
@@ -310,7 +320,7 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
         to_a<T, NTQ>(as, dp);
 #pragma unroll
         for (int kk = 0; kk < NTQ / 2; ++kk) {
-            T *r0 = sS + (wrow + 2 * g) * LDSS + kk * 16 + 2 * t, *r1 = r0 + LDSS;
+            T *r0 = sS + (64 * wgi + wrow + 2 * g) * LDSS + kk * 16 + 2 * t, *r1 = r0 + LDSS;
             *reinterpret_cast<uint32_t *>(r0) = as[kk][0];
             *reinterpret_cast<uint32_t *>(r1) = as[kk][1];
             *reinterpret_cast<uint32_t *>(r0 + 8) = as[kk][2];
@@ -360,13 +370,13 @@ __global__ void __launch_bounds__(128, MB) flash_bwd_wgmma_kernel(const Params p
 
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue). The prologue (bwd_prologue)
 // must have run; order as in launch_bwd.
-template <typename T, int BM, int MB>
+template <typename T, int BM, int MB, int WGS>
 cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
-    using Tr = WgBwdTraits<BM>;
+    using Tr = WgBwdTraits<BM, WGS>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBN));
     p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
-    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB>;
+    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;

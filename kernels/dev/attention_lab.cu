@@ -26,7 +26,8 @@
 //        b4a = b4 with the ascending dQ order (the fallback when a (batch, head) has more key blocks
 //        than fit on the GPU at once)
 //        b6 (wgmma: Sᵀ, dP̃ᵀ, dV and dK on warpgroup MMAs, dQ on mma.sync; BM 64, 1 warpgroup = 64
-//        keys, 2/SM; sm_90a only)
+//        keys, 2/SM; sm_90a only)  b8 = b6 with two warpgroups per block (128 keys, 1/SM): one dQ
+//        partial per 128 keys
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -586,18 +587,18 @@ std::vector<FwdVersion> fwd_versions() {
     return v;
 }
 #if defined(DST_LAB_SM90A)
-// The wgmma backward (kernels/attention_flash_wgmma.cuh): one warpgroup, 64 keys, BM queries, MB blocks/SM.
-template <typename T, int BM, int MB>
+// The wgmma backward (kernels/attention_flash_wgmma.cuh): WGS warpgroups, 64·WGS keys, BM queries, MB blocks/SM.
+template <typename T, int BM, int MB, int WGS>
 BwdVersion bwd_wgmma_version(const char *name) {
-    using Tr = flash::WgBwdTraits<BM>;
-    return {name, BM, 4, MB,
+    using Tr = flash::WgBwdTraits<BM, WGS>;
+    return {name, BM, 4 * WGS, MB,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB>(p, 0);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS>(p, 0);
             },
             [] {
-                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB>, Tr::kSmem));
-                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB>, Tr::kThreads, Tr::kSmem);
+                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS>, Tr::kSmem));
+                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS>, Tr::kThreads, Tr::kSmem);
             }};
 }
 #endif
@@ -608,7 +609,8 @@ std::vector<BwdVersion> bwd_versions() {
                                  bwd_version<T, 16, 4, 3>("b5"),
                                  bwd_version<T, 64, 8, 1, 0>("b4a")};  // b4a: b4 with the ascending dQ order
 #if defined(DST_LAB_SM90A)
-    v.push_back(bwd_wgmma_version<T, 64, 2>("b6"));
+    v.push_back(bwd_wgmma_version<T, 64, 2, 1>("b6"));
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2>("b8"));
 #endif
     return v;
 }

@@ -4,7 +4,8 @@
 # Builds the lab (kernels/dev/lab.sh, LAB_NORUN=1), runs `attention_lab profile B S` (fp16, 16 heads of
 # 64, dropout 0.1, deterministic backward) under ncu for the first launch whose name matches KERNEL_REGEX,
 # and writes OUTDIR/ncu-B-S.txt: the speed-of-light, occupancy, scheduler, warp-state and memory
-# sections, then the 40 SASS instructions with the most stall samples (with their stall reasons).
+# sections, the stall samples of the whole kernel by reason, then the 40 SASS instructions with the most
+# stall samples.
 # ncu runs with --clock-control none (the device's own clocks, as the timings elsewhere).
 # LAB_BIN=PATH profiles an attention_lab already built (by lab.sh in the same call) instead of building one.
 set -u -o pipefail
@@ -43,7 +44,11 @@ def num(x):
     except ValueError: return 0.0
 body = [r for r in rows[head + 1:] if len(r) == len(h)]
 total = sum(num(r[col]) for r in body) or 1.0
-print("columns:", "; ".join(h))
+sums = {h[i]: sum(num(r[i]) for r in body) for i in stall_cols if "Not Issued" in h[i]}
+tot = sum(sums.values()) or 1.0
+print("stall samples by reason (not issued, whole kernel):",
+      ", ".join("%s %.1f%%" % (k.replace(" (Not Issued)", ""), 100 * v / tot)
+                for k, v in sorted(sums.items(), key=lambda kv: -kv[1]) if v > 0))
 for r in sorted(body, key=lambda r: -num(r[col]))[:40]:
     print("%6.2f%%  %s" % (100 * num(r[col]) / total, r[src]))
 '

@@ -935,38 +935,54 @@ TEST(CudaBackend, AttentionDroppedSetIsExact) {
         }
 }
 
-// Default backward: bit-identical run to run. stochastic_mode: dQ through float atomics, whose
-// order varies: close to the deterministic result (same tolerance as against the CPU twin), and
-// allowed to differ in the last bits (the count is printed, not asserted: equal runs are possible).
-TEST(CudaBackend, AttentionBackwardDeterministicUnlessStochastic) {
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-    Backend &gpu = *backends().gpu;
-    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16}) {
-        SCOPED_TRACE(dst_dtype_string(dt));
-        const AttnShape a{4, 1000, 4, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false};
+// One attention call on the GPU with random inputs (key lengths as mask_arg gives them): the forward
+// once, then the backward in either mode, its dqkv returned.
+struct AttnBwdRuns {
+    Backend &gpu;
+    dst_dtype dt;
+    AttnShape a;
+    int64_t count;
+    AttnDev dev;
+    AttentionParams p{};
+    void *dq = nullptr, *dc = nullptr, *dd = nullptr, *dl = nullptr, *dg = nullptr;
+    AttnBwdRuns(Backend &be, dst_dtype t, const AttnShape &shape, uint64_t seed)
+        : gpu(be), dt(t), a(shape), count(shape.b * shape.s * 3 * shape.heads * shape.d), dev(be) {
         const int64_t H = a.heads * a.d, tokens = a.b * a.s;
-        std::mt19937_64 rng(5);
+        std::mt19937_64 rng(seed);
         std::uniform_real_distribution<double> u(-2.0, 2.0);
         HostBuf qkv(dt, tokens * 3 * H), dctx(dt, tokens * H), lens(DST_DTYPE_INT32, a.b);
         for (int64_t i = 0; i < qkv.count; ++i) qkv.set(i, u(rng));
         for (int64_t i = 0; i < dctx.count; ++i) dctx.set(i, u(rng));
         mask_arg(a, dt).fill(lens);
-        AttnDev dev(gpu);
-        HostBuf ctx(dt, tokens * H), lse(DST_DTYPE_FP32, a.b * a.heads * a.s);
-        void *dq = dev.put(qkv), *dm = dev.put(lens), *dd = dev.put(dctx), *dc = dev.put(ctx), *dl = dev.put(lse);
-        HostBuf g1(dt, tokens * 3 * H), g2 = g1, g3 = g1;
-        void *dg = dev.put(g1);
-        const AttentionParams p = attn_params(a, dm, dt);
-        ASSERT_EQ(gpu.attention_fwd(dt, p, dq, dc, dl), DST_OK) << dst::last_error();
-        auto run = [&](bool stochastic, HostBuf &out) {
-            gpu.set_stochastic(stochastic);
-            ASSERT_EQ(gpu.attention_bwd(dt, p, dq, dc, dd, dl, dg), DST_OK) << dst::last_error();
-            dev.get(out, dg);
-        };
-        run(false, g1);
-        run(false, g2);
-        run(true, g3);
+        const HostBuf ctx(dt, tokens * H), lse(DST_DTYPE_FP32, a.b * a.heads * a.s), g(dt, count);
+        dq = dev.put(qkv);
+        void *dm = dev.put(lens);
+        dd = dev.put(dctx);
+        dc = dev.put(ctx);
+        dl = dev.put(lse);
+        dg = dev.put(g);
+        p = attn_params(a, dm, dt);
+        EXPECT_EQ(gpu.attention_fwd(dt, p, dq, dc, dl), DST_OK) << dst::last_error();
+    }
+    HostBuf backward(bool stochastic) {
+        HostBuf out(dt, count);
+        gpu.set_stochastic(stochastic);
+        EXPECT_EQ(gpu.attention_bwd(dt, p, dq, dc, dd, dl, dg), DST_OK) << dst::last_error();
         gpu.set_stochastic(false);
+        dev.get(out, dg);
+        return out;
+    }
+};
+
+// Default backward: bit-identical run to run. stochastic_mode: dQ through float atomics, whose
+// order varies: close to the deterministic result (same tolerance as against the CPU twin), and
+// allowed to differ in the last bits (the count is printed, not asserted: equal runs are possible).
+TEST(CudaBackend, AttentionBackwardDeterministicUnlessStochastic) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16}) {
+        SCOPED_TRACE(dst_dtype_string(dt));
+        AttnBwdRuns runs(*backends().gpu, dt, AttnShape{4, 1000, 4, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false}, 5);
+        const HostBuf g1 = runs.backward(false), g2 = runs.backward(false), g3 = runs.backward(true);
         EXPECT_EQ(g1.bytes, g2.bytes) << "deterministic backward differs between two runs";
         const Compare c = compare(g3, g1);
         EXPECT_EQ(c.bad, 0);
@@ -975,6 +991,22 @@ TEST(CudaBackend, AttentionBackwardDeterministicUnlessStochastic) {
         for (int64_t i = 0; i < g1.count; ++i) differ += g1.get(i) != g3.get(i);
         std::printf("  %s stochastic vs deterministic: rel L2 %.2e, %lld of %lld elements differ\n",
                     dst_dtype_string(dt), c.rel_l2, static_cast<long long>(differ), static_cast<long long>(g1.count));
+    }
+}
+
+// When S fits in one key block of the backward (128 keys at head_dim 64), each (batch, head) is one
+// block whose dQ needs no reduction: stochastic_mode takes the deterministic direct store, so both
+// modes give the same bits (and both agree with the CPU twin, checked by the op table).
+TEST(CudaBackend, AttentionBackwardOneKeyBlockSameBitsInBothModes) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16}) {
+        SCOPED_TRACE(dst_dtype_string(dt));
+        AttnBwdRuns runs(*backends().gpu, dt, AttnShape{3, 100, 4, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false}, 6);
+        const HostBuf g1 = runs.backward(false), g2 = runs.backward(true);
+        EXPECT_EQ(g1.bytes, g2.bytes) << "one key block: stochastic and deterministic differ";
+        int64_t nonzero = 0;
+        for (int64_t i = 0; i < g1.count; ++i) nonzero += g1.get(i) != 0.0;
+        EXPECT_GT(nonzero, g1.count / 2) << "the gradient is mostly zero: nothing was computed";
     }
 }
 
