@@ -314,6 +314,9 @@ impl Layer {
         check_len("forward: input", input.len(), n)?;
         check_len("forward: output", output.len(), n)?;
         let saved = self.saved_ptr(saved, "forward")?;
+        // The masks' shapes live here: temporaries in the match arms would not outlive it on older
+        // compilers (Debian 12's rustc 1.63 refuses them).
+        let (shape_bs, shape_b) = ([b, s], [b]);
         let (mask_kind, mask_data, mask_dtype, mask_shape): (_, _, _, &[i64]) = match *mask {
             Mask::None => (sys::dst_mask_kind::DST_MASK_NONE, None, DType::F32, &[]),
             Mask::Additive(m) => {
@@ -322,7 +325,7 @@ impl Layer {
                     sys::dst_mask_kind::DST_MASK_ADDITIVE,
                     Some(bytes_of(m)),
                     DType::F32,
-                    &[b, s],
+                    &shape_bs,
                 )
             }
             Mask::AdditiveF64(m) => {
@@ -331,7 +334,7 @@ impl Layer {
                     sys::dst_mask_kind::DST_MASK_ADDITIVE,
                     Some(bytes_of(m)),
                     DType::F64,
-                    &[b, s],
+                    &shape_bs,
                 )
             }
             Mask::AdditiveHalf(m) => {
@@ -341,7 +344,7 @@ impl Layer {
                     sys::dst_mask_kind::DST_MASK_ADDITIVE,
                     Some(bytes_of(m)),
                     dt,
-                    &[b, s],
+                    &shape_bs,
                 )
             }
             Mask::KeyLengths(m) => {
@@ -350,7 +353,7 @@ impl Layer {
                     sys::dst_mask_kind::DST_MASK_KEY_LENGTHS,
                     Some(bytes_of(m)),
                     DType::I32,
-                    &[b],
+                    &shape_b,
                 )
             }
         };
