@@ -11,7 +11,7 @@ namespace flash {
 
 cudaError_t fwd(const Params &p, bool bf16, int D, cudaStream_t stream) {
 #ifdef DST_WITH_SM90A
-    if (D == 64 && wgmma_runs(p)) return fwd_wgmma(p, bf16, stream);
+    if (wgmma_path(p, D)) return fwd_wgmma(p, bf16, stream);
 #endif
     return dispatch(bf16, D, [&](auto tag, auto dim) {
         using T = decltype(tag);

@@ -1284,15 +1284,22 @@ inline bool wgmma_runs(const Params &p) {
 // Warpgroups per block of the wgmma backward (64 keys each; kernels/sm90/attention_flash_wgmma.cu).
 constexpr int kWgBwdWarpgroups = 2;
 
+// Whether the forward and backward of this call (padded head dim D) run on the wgmma kernels: the one
+// test flash::fwd, flash::bwd and bwd_key_block share.
+inline bool wgmma_path(const Params &p, int D) {
+#ifdef DST_WITH_SM90A
+    return D == 64 && wgmma_runs(p);
+#else
+    (void)p, (void)D;
+    return false;
+#endif
+}
+
 // Keys per block of the backward kernel that runs this call (p with its final vec16). When S fits in
 // one, every (batch, head) is one block: the deterministic dQ order waits for nobody and stores dQ
 // directly, which stochastic mode then takes too (no zeroed accumulator, no conversion pass).
 inline int bwd_key_block(const Params &p, int D) {
-#ifdef DST_WITH_SM90A
-    if (D == 64 && wgmma_runs(p)) return 64 * kWgBwdWarpgroups;
-#else
-    (void)p;
-#endif
+    if (wgmma_path(p, D)) return 64 * kWgBwdWarpgroups;
     return D <= 64 ? 16 * Tiles<64>::kBwdNW : 16 * Tiles<128>::kBwdNW;
 }
 

@@ -277,7 +277,8 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
 
     const BwdKeys keys = bwd_keys(p, b, bh, k0w, wrow, kv_len);
     // This warpgroup's 64 rows of K and V (8 KB apart, 1024-byte aligned).
-    const uint64_t dk_desc = wg::desc_sw128(sK + uint32_t(wgi) * 8192u), dv_desc = wg::desc_sw128(sV + uint32_t(wgi) * 8192u);
+    const uint32_t wg_rows = uint32_t(wgi * 64 * Tr::kRow);
+    const uint64_t dk_desc = wg::desc_sw128(sK + wg_rows), dv_desc = wg::desc_sw128(sV + wg_rows);
     float dk[DT][4], dv[DT][4];
     zero(dk);
     zero(dv);
