@@ -16,7 +16,9 @@ of the GEMM kernels (cuBLAS/cuBLASLt) against the rest; --json FILE writes the s
 packed call's time differs from the padded one's.
 
 Needs a CUDA GPU, torch and a CUDA build of the library (DST_LIB, as for compare_torch.py).
-Kernel times under the profiler are the kernels' own; launch gaps are not in them.
+Kernel times under the profiler are the kernels' own; launch gaps are not in them. The GPU's busy time
+(the union of the kernels' intervals) against the span of the profiled steps shows the time between
+kernels (the profiler's own cost per launch included).
 """
 import argparse
 import collections
@@ -55,15 +57,28 @@ def profile_case(lib, dname, B, S, steps, inference, padding="alternate", packed
     finally:
         ours.close()
     per = collections.defaultdict(lambda: [0, 0.0])
+    spans = []
     for ev in prof.events():
         if ev.device_type != torch.autograd.DeviceType.CUDA:
             continue
         k = short(ev.name)
         per[k][0] += 1
         per[k][1] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+        spans.append((ev.time_range.start, ev.time_range.end))
     scale = 1.0 / (steps * ct.LAYERS)
     rows = sorted(((k, c * scale, us * scale) for k, (c, us) in per.items()), key=lambda r: -r[2])
-    return rows
+    # The GPU's busy time (the union of the kernels' intervals) and the span from the first kernel's
+    # start to the last one's end: span − busy is the time the GPU sat between kernels.
+    busy, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            busy += b - a
+            end = b
+        elif b > end:
+            busy += b - end
+            end = b
+    span = (max(b for _, b in spans) - min(a for a, _ in spans)) if spans else 0.0
+    return rows, busy * scale, span * scale
 
 
 def main(argv=None):
@@ -87,17 +102,19 @@ def main(argv=None):
         for dname in a.dtypes.split(","):
             for shape in a.shapes.split(","):
                 B, S = (int(v) for v in shape.split("x"))
-                rows = profile_case(lib, dname, B, S, a.steps, a.inference, a.padding, a.packed)
+                rows, busy, span = profile_case(lib, dname, B, S, a.steps, a.inference, a.padding, a.packed)
                 total = sum(r[2] for r in rows)
                 gemm = sum(r[2] for r in rows if GEMM_RE.search(r[0]))
                 what = ("inference forward" if a.inference else "fwd+bwd") + (", packed" if a.packed else "") + \
                     f", {a.padding} lengths"
                 print(f"\n{dname} {B}x{S}, {what}: kernel time {total:.1f} µs per layer "
-                      f"(GEMM kernels {gemm:.1f}, others {total - gemm:.1f})")
+                      f"(GEMM kernels {gemm:.1f}, others {total - gemm:.1f}); GPU busy {busy:.1f} of a "
+                      f"{span:.1f} µs span per layer (idle between kernels {span - busy:.1f})")
                 print(f"  {'µs/layer':>9} {'share':>6} {'calls':>6}  kernel")
                 for k, c, us in rows:
                     print(f"  {us:9.1f} {100 * us / total:5.1f}% {c:6.2f}  {k}")
-                out.append(dict(dtype=dname, B=B, S=S, mode=what, total_us=total, gemm_us=gemm,
+                out.append(dict(dtype=dname, B=B, S=S, mode=what, total_us=total, gemm_us=gemm, busy_us=busy,
+                                span_us=span,
                                 kernels=[dict(name=k, calls=c, us=us) for k, c, us in rows]))
     if a.json:
         with open(a.json, "w") as f:

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/bias.cu"  // the column sums that gelu_bwd_bias_grad ends with
 #include "kernels/elementwise.cu"
 
 namespace lab {

@@ -1,0 +1,240 @@
+// GEMM lab: the layer's linear GEMMs through cuBLASLt as the CUDA backend issues them, with and
+// without their epilogues, against the other algorithms cuBLASLt offers for the same problem and
+// against the library's column-sum kernel. It answers one question per row: what an epilogue costs
+// on top of the plain GEMM, and whether the heuristic's first choice is the fastest it offers.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 -I. -Icapi/include kernels/dev/gemm_lab.cu -lcublasLt -o /tmp/gemm_lab
+//   /tmp/gemm_lab [rows=8192] [hidden=1024] [inter=4096] [dtype=fp16|bf16]
+//
+// Rows (BERT-Large layer, `rows` tokens), each timed over 30 launches after 5 warm-up ones:
+//   fwd      y[n,m] = x[n,k]·W[m,k]ᵀ       plain | BIAS epilogue
+//   dX       dx[n,k] = dy[n,m]·W[m,k]      plain
+//   dW       dW[m,k] = dy[n,m]ᵀ·x[n,k]     plain | BGRADB epilogue (db = Σ_n dy) | plain + column_sum
+// For each, "h0" is the heuristic's first algorithm (what the backend runs) and "best/N" the fastest of
+// the N algorithms the heuristic returns (up to 16), with its index.
+// The BGRADB bias gradient is checked against column_sum (fp32 sums of the same data; relative
+// difference printed), so a fast algorithm that computes something else would show.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/bias.cu"
+
+namespace {
+
+#define LAB_CHECK(x)                                                                                   \
+    do {                                                                                               \
+        const cudaError_t e_ = (x);                                                                    \
+        if (e_ != cudaSuccess) {                                                                       \
+            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));           \
+            std::exit(1);                                                                              \
+        }                                                                                              \
+    } while (0)
+#define LT_CHECK(x)                                                                                    \
+    do {                                                                                               \
+        const cublasStatus_t s_ = (x);                                                                 \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
+            std::fprintf(stderr, "%s:%d: cuBLASLt status %d\n", __FILE__, __LINE__, int(s_));          \
+            std::exit(1);                                                                              \
+        }                                                                                              \
+    } while (0)
+
+constexpr size_t kWs = size_t(32) << 20;  // the backend's GEMM workspace size class
+cublasLtHandle_t lt;
+void *ws;
+cudaStream_t stream;
+cudaEvent_t ev0, ev1;
+
+struct Problem {
+    cublasOperation_t ta, tb;
+    int64_t M, N, K, lda, ldb, ldd;
+    const void *A, *B;
+    void *D;
+    cublasLtEpilogue_t epi;
+    const void *vec;  // bias (BIAS) or bias gradient (BGRADB)
+};
+
+template <typename F>
+float time_ms(F &&f) {
+    for (int i = 0; i < 5; ++i) f();
+    LAB_CHECK(cudaEventRecord(ev0, stream));
+    for (int i = 0; i < 30; ++i) f();
+    LAB_CHECK(cudaEventRecord(ev1, stream));
+    LAB_CHECK(cudaEventSynchronize(ev1));
+    float ms = 0;
+    LAB_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
+    return ms / 30;
+}
+
+struct Timed {
+    float h0 = -1, best = -1;
+    int best_i = -1, n = 0;
+};
+
+// Times the heuristic's algorithms for the problem (up to 16); h0 is the first.
+Timed run(cudaDataType_t type, const Problem &p) {
+    cublasLtMatmulDesc_t op;
+    LT_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t ta = p.ta, tb = p.tb;
+    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (p.epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        const int32_t bt = type;
+        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epi, sizeof p.epi));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.vec, sizeof p.vec));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    const bool an = p.ta == CUBLAS_OP_N, bn = p.tb == CUBLAS_OP_N;
+    cublasLtMatrixLayout_t la, lb, ld;
+    LT_CHECK(cublasLtMatrixLayoutCreate(&la, type, an ? p.M : p.K, an ? p.K : p.M, p.lda));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&lb, type, bn ? p.K : p.N, bn ? p.N : p.K, p.ldb));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&ld, type, p.M, p.N, p.ldd));
+    cublasLtMatmulPreference_t pref;
+    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t wsb = kWs;
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    cublasLtMatmulHeuristicResult_t heur[16];
+    int found = 0;
+    Timed t;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 16, heur, &found);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        const float one = 1.0f, zero = 0.0f;
+        for (int i = 0; i < found; ++i) {
+            if (heur[i].state != CUBLAS_STATUS_SUCCESS) continue;
+            bool ok = true;
+            const float ms = time_ms([&] {
+                if (cublasLtMatmul(lt, op, &one, p.A, la, p.B, lb, &zero, p.D, ld, p.D, ld, &heur[i].algo, ws,
+                                   heur[i].workspaceSize, stream) != CUBLAS_STATUS_SUCCESS)
+                    ok = false;
+            });
+            if (!ok) continue;
+            if (i == 0) t.h0 = ms;
+            if (t.best < 0 || ms < t.best) {
+                t.best = ms;
+                t.best_i = i;
+            }
+        }
+        t.n = found;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(op);
+    return t;
+}
+
+std::string cell(const Timed &t) {
+    char buf[96];
+    if (t.n == 0) return "      none";
+    std::snprintf(buf, sizeof buf, "h0 %7.1f  best/%-2d %7.1f (#%d)", t.h0 * 1e3, t.n, t.best * 1e3, t.best_i);
+    return buf;
+}
+
+template <typename T>
+void fill(T *d, int64_t count, unsigned seed) {
+    std::vector<T> h(count);
+    unsigned s = seed;
+    for (auto &v : h) {
+        s = s * 1664525u + 1013904223u;
+        v = T(float(int(s >> 9) % 2001 - 1000) / 1000.0f);
+    }
+    LAB_CHECK(cudaMemcpy(d, h.data(), count * sizeof(T), cudaMemcpyHostToDevice));
+}
+
+template <typename T>
+float to_f(T v) {
+    return float(v);
+}
+
+template <typename T>
+void lab(dst_dtype dt, cudaDataType_t type, int64_t n, int64_t H, int64_t I) {
+    struct Lin {
+        const char *name;
+        int64_t k, m;
+    } lins[] = {{"qkv", H, 3 * H}, {"out", H, H}, {"inter", H, I}, {"output", I, H}};
+    const int64_t maxw = std::max(3 * H, I);
+    T *x, *dy, *w, *y, *dw, *b, *db1, *db2;
+    LAB_CHECK(cudaMalloc(&x, n * maxw * sizeof(T)));
+    LAB_CHECK(cudaMalloc(&dy, n * maxw * sizeof(T)));
+    LAB_CHECK(cudaMalloc(&y, n * maxw * sizeof(T)));
+    LAB_CHECK(cudaMalloc(&w, maxw * maxw * sizeof(T)));
+    LAB_CHECK(cudaMalloc(&dw, maxw * maxw * sizeof(T)));
+    LAB_CHECK(cudaMalloc(&b, maxw * sizeof(T)));
+    LAB_CHECK(cudaMalloc(&db1, maxw * sizeof(T)));
+    LAB_CHECK(cudaMalloc(&db2, maxw * sizeof(T)));
+    fill(x, n * maxw, 1);
+    fill(dy, n * maxw, 2);
+    fill(w, maxw * maxw, 3);
+    fill(b, maxw, 4);
+    void *csws;
+    LAB_CHECK(cudaMalloc(&csws, std::max<size_t>(dst::cuda::column_sum_workspace(dt, n, maxw), 16)));
+    std::printf("%s, %lld rows (µs per GEMM)\n", dt == DST_DTYPE_FP16 ? "fp16" : "bf16", (long long)n);
+    for (const Lin &L : lins) {
+        const int64_t k = L.k, m = L.m;
+        // fwd: D[m,n] = (W as k×m)ᵀ·(x as k×n)
+        Problem f{CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, k, k, m, w, x, y, CUBLASLT_EPILOGUE_DEFAULT, nullptr};
+        const Timed fp = run(type, f);
+        f.epi = CUBLASLT_EPILOGUE_BIAS;
+        f.vec = b;
+        const Timed fb = run(type, f);
+        // dX: D[k,n] = (W as k×m)·(dy as m×n)
+        Problem dx{CUBLAS_OP_N, CUBLAS_OP_N, k, n, m, k, m, k, w, dy, y, CUBLASLT_EPILOGUE_DEFAULT, nullptr};
+        const Timed dxp = run(type, dx);
+        // dW: D[k,m] = (x as k×n)·(dy as m×n)ᵀ
+        Problem wg{CUBLAS_OP_N, CUBLAS_OP_T, k, m, n, k, m, k, x, dy, dw, CUBLASLT_EPILOGUE_DEFAULT, nullptr};
+        const Timed wp = run(type, wg);
+        wg.epi = CUBLASLT_EPILOGUE_BGRADB;
+        wg.vec = db1;
+        const Timed wb = run(type, wg);
+        const float cs = time_ms([&] {
+            LAB_CHECK(dst::cuda::column_sum(stream, dt, dy, db2, n, m, false, csws));
+        });
+        // The BGRADB sums against column_sum's (both from the last launches above).
+        std::vector<T> h1(m), h2(m);
+        LAB_CHECK(cudaMemcpy(h1.data(), db1, m * sizeof(T), cudaMemcpyDeviceToHost));
+        LAB_CHECK(cudaMemcpy(h2.data(), db2, m * sizeof(T), cudaMemcpyDeviceToHost));
+        double num = 0, den = 0;
+        for (int64_t j = 0; j < m; ++j) {
+            const double d = double(to_f(h1[j])) - double(to_f(h2[j]));
+            num += d * d;
+            den += double(to_f(h2[j])) * double(to_f(h2[j]));
+        }
+        std::printf("  %-6s k %5lld m %5lld | fwd plain %s | fwd BIAS %s\n", L.name, (long long)k, (long long)m,
+                    cell(fp).c_str(), cell(fb).c_str());
+        std::printf("  %-6s                  | dX  plain %s\n", "", cell(dxp).c_str());
+        std::printf("  %-6s                  | dW  plain %s | dW BGRADB %s | column_sum %6.1f | db rel %.1e\n",
+                    "", cell(wp).c_str(), cell(wb).c_str(), cs * 1e3, den > 0 ? std::sqrt(num / den) : 0.0);
+    }
+    for (void *p : {(void *)x, (void *)dy, (void *)y, (void *)w, (void *)dw, (void *)b, (void *)db1, (void *)db2,
+                    csws})
+        LAB_CHECK(cudaFree(p));
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    const int64_t n = argc > 1 ? std::atoll(argv[1]) : 8192;
+    const int64_t H = argc > 2 ? std::atoll(argv[2]) : 1024;
+    const int64_t I = argc > 3 ? std::atoll(argv[3]) : 4096;
+    const std::string d = argc > 4 ? argv[4] : "fp16";
+    LT_CHECK(cublasLtCreate(&lt));
+    LAB_CHECK(cudaMalloc(&ws, kWs));
+    LAB_CHECK(cudaStreamCreate(&stream));
+    LAB_CHECK(cudaEventCreate(&ev0));
+    LAB_CHECK(cudaEventCreate(&ev1));
+    cudaDeviceProp prop{};
+    LAB_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("GEMM lab on %s, cuBLASLt %zu\n", prop.name, cublasLtGetVersion());
+    if (d == "bf16") lab<__nv_bfloat16>(DST_DTYPE_BF16, CUDA_R_16BF, n, H, I);
+    else lab<__half>(DST_DTYPE_FP16, CUDA_R_16F, n, H, I);
+    return 0;
+}
