@@ -1,7 +1,10 @@
 // Column sums and bias broadcast. The column sum runs in two kernels:
-//   1. column_partial_kernel: block (32 columns × 8 row lanes) per (column tile, row chunk); each
-//      thread sums its rows of the chunk in order, the 8 lanes are then added in order and one
-//      partial per (chunk, column) goes to the workspace (compute type).
+//   1. a partial kernel: one block (kernels/column_partial.cuh: 32 column threads × 8 row lanes) per
+//      (column tile, row chunk); each lane sums its rows of the chunk in order, the 8 lanes are then
+//      added in order and one partial per (chunk, column) goes to the workspace (compute type). The
+//      vector form reads 16-byte vectors (a thread takes kVec<T> columns; m a multiple of it, dy
+//      16-byte aligned), the scalar form one element per thread (2 bytes per thread in FP16/BF16:
+//      2.0 TB/s on the H200, against ~3.5 for the vectors); both sum each column in the same order.
 //   2. column_finalize_kernel: block (32 columns × 8 chunk lanes); lane k adds the partials of
 //      chunks k, k + 8, … in order, the 8 lanes are then added in order (plus the old value when
 //      accumulating) and rounded once to the storage type. (One thread per column before: four
@@ -9,20 +12,27 @@
 // The chunking depends only on n, so the summation order, and the result, is fixed for a shape.
 #include "kernels/bias.cuh"
 
+#include "kernels/column_partial.cuh"
 #include "kernels/dispatch.cuh"
 
 namespace dst {
 namespace cuda {
 namespace {
 
-constexpr int kTileCols = 32, kRowLanes = 8, kMaxChunks = 128;
-
-int64_t chunk_count(int64_t n) {
-    const int64_t c = (n + 31) / 32;
-    return c < kMaxChunks ? c : kMaxChunks;
-}
+using colsum::chunk_count;
+using colsum::kRowLanes;
+constexpr int kTileCols = colsum::kTileThreads;
 
 // ================================ kernels ========================================================
+
+template <typename T>
+__global__ void __launch_bounds__(kTileCols * kRowLanes) column_partial_vec_kernel(const T *__restrict__ dy,
+                                                                                  compute_t<T> *__restrict__ partial,
+                                                                                  int64_t n, int64_t m, int64_t R) {
+    __shared__ compute_t<T> red[colsum::partial_smem<T>() / sizeof(compute_t<T>)];
+    colsum::partial_vec<T>(n, m, R, partial, red,
+                           [&](int64_t r, int64_t c) { return *reinterpret_cast<const Vec<T> *>(dy + r * m + c); });
+}
 
 template <typename T>
 __global__ void column_partial_kernel(const T *__restrict__ dy, compute_t<T> *__restrict__ partial,
@@ -82,21 +92,38 @@ size_t column_sum_workspace(dst_dtype dt, int64_t n, int64_t m) {
 cudaError_t column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *db, int64_t n, int64_t m,
                       bool accumulate, void *workspace) {
     if (m <= 0) return cudaSuccess;
+    const int64_t chunks = chunk_count(n), R = colsum::rows_per_chunk(n);
+    const cudaError_t e = dispatch_dtype(dt, [&](auto tag) {
+        using T = decltype(tag);
+        using C = compute_t<T>;
+        if (chunks == 0) return cudaSuccess;
+        C *partial = static_cast<C *>(workspace);
+        const bool vec = aligned16(dy) && m % kVec<T> == 0;
+        const int tc = colsum::tile_columns<T>(vec);
+        const dim3 grid(static_cast<unsigned>((m + tc - 1) / tc), static_cast<unsigned>(chunks));
+        if (vec)
+            column_partial_vec_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(static_cast<const T *>(dy),
+                                                                                        partial, n, m, R);
+        else
+            column_partial_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(static_cast<const T *>(dy),
+                                                                                    partial, n, m, R);
+        DST_KERNEL_CHECK(cudaGetLastError());
+        return cudaSuccess;
+    });
+    if (e != cudaSuccess) return e;
+    return column_sum_finalize(stream, dt, workspace, db, n, m, accumulate);
+}
+
+cudaError_t column_sum_finalize(cudaStream_t stream, dst_dtype dt, const void *partial, void *db, int64_t n,
+                               int64_t m, bool accumulate) {
+    if (m <= 0) return cudaSuccess;
     const int64_t chunks = chunk_count(n);
-    const int64_t rows_per_chunk = chunks > 0 ? (n + chunks - 1) / chunks : 0;
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
-        C *partial = static_cast<C *>(workspace);
-        if (chunks > 0) {
-            const dim3 grid(static_cast<unsigned>((m + kTileCols - 1) / kTileCols),
-                            static_cast<unsigned>(chunks));
-            column_partial_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(
-                static_cast<const T *>(dy), partial, n, m, rows_per_chunk);
-            DST_KERNEL_CHECK(cudaGetLastError());
-        }
         column_finalize_kernel<T><<<static_cast<unsigned>((m + kTileCols - 1) / kTileCols), dim3(kTileCols, kRowLanes),
-                                    0, stream>>>(partial, static_cast<T *>(db), m, chunks, accumulate);
+                                    0, stream>>>(static_cast<const C *>(partial), static_cast<T *>(db), m, chunks,
+                                                 accumulate);
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });

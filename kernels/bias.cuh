@@ -21,6 +21,10 @@ size_t column_sum_workspace(dst_dtype dt, int64_t n, int64_t m);
 // result is bit-identical from run to run. n == 0 writes zeros (or leaves db when accumulating).
 cudaError_t column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *db, int64_t n, int64_t m,
                       bool accumulate, void *workspace);
+// column_sum's second pass alone, for a kernel that wrote its partial sums itself
+// (kernels/column_partial.cuh) into `partial` (column_sum_workspace bytes).
+cudaError_t column_sum_finalize(cudaStream_t stream, dst_dtype dt, const void *partial, void *db, int64_t n,
+                               int64_t m, bool accumulate);
 // y[i, j] = b[j] for i < n, j < m.
 cudaError_t bias_broadcast(cudaStream_t stream, dst_dtype dt, const void *b, void *y, int64_t n,
                           int64_t m);

@@ -7,6 +7,8 @@
 // gives the keep decisions of all four, bit-identical with the CPU backend (kernels/philox.h).
 #include "kernels/elementwise.cuh"
 
+#include "kernels/bias.cuh"
+#include "kernels/column_partial.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/philox.h"
 
@@ -93,6 +95,26 @@ __global__ void map_kernel(const T *a, const T *b, T *y, int64_t count, bool vec
     const int64_t stride = int64_t(gridDim.x) * blockDim.x;
     for (int64_t i = tid; i < count; i += stride)
         y[i] = to_storage<T>(op(to_compute(a[i]), b ? to_compute(b[i]) : C(0)));
+}
+
+// du = dg·GELU'(u) over [n, m] (m a multiple of kVec<T>, every pointer 16-byte aligned), the values of
+// map_kernel's GeluBwd, written, and column_sum's partial sums of du as stored (column_partial.cuh):
+// block (column tile, row chunk). du may alias dg (each vector is read before it is written).
+template <typename T>
+__global__ void __launch_bounds__(colsum::kTileThreads *colsum::kRowLanes)
+    gelu_bwd_partial_kernel(const T *dg, const T *u, T *du, int64_t n, int64_t m, int64_t R,
+                            compute_t<T> *__restrict__ partial, dst_gelu form) {
+    __shared__ compute_t<T> red[colsum::partial_smem<T>() / sizeof(compute_t<T>)];
+    const GeluBwd op{form};
+    colsum::partial_vec<T>(n, m, R, partial, red, [&](int64_t r, int64_t c) {
+        const int64_t i = r * m + c;
+        const Vec<T> a = *reinterpret_cast<const Vec<T> *>(dg + i), b = *reinterpret_cast<const Vec<T> *>(u + i);
+        Vec<T> out;
+#pragma unroll
+        for (int k = 0; k < kVec<T>; ++k) out.v[k] = to_storage<T>(op(to_compute(a.v[k]), to_compute(b.v[k])));
+        *reinterpret_cast<Vec<T> *>(du + i) = out;
+        return out;
+    });
 }
 
 // mode 0: y = residual + keep·scale·a; mode 1 (residual == nullptr): y = keep·scale·a.
@@ -253,6 +275,30 @@ cudaError_t gelu_fwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const voi
 cudaError_t gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
                     void *du, int64_t count) {
     return launch_map(stream, dt, dg, u, du, count, GeluBwd{form});
+}
+
+cudaError_t gelu_bwd_bias_grad(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
+                              void *du, int64_t n, int64_t m, void *db, bool accumulate, void *workspace) {
+    if (m <= 0) return cudaSuccess;
+    const int64_t chunks = colsum::chunk_count(n);
+    const cudaError_t e = dispatch_dtype(dt, [&](auto tag) {
+        using T = decltype(tag);
+        const bool vec = aligned16(dg) && aligned16(u) && aligned16(du) && m % kVec<T> == 0;
+        if (!vec) {  // the two passes it fuses: the same results
+            const cudaError_t e2 = launch_map(stream, dt, dg, u, du, n * m, GeluBwd{form});
+            return e2 != cudaSuccess ? e2 : column_sum(stream, dt, du, db, n, m, accumulate, workspace);
+        }
+        if (chunks > 0) {
+            const int tc = colsum::tile_columns<T>(true);
+            const dim3 grid(static_cast<unsigned>((m + tc - 1) / tc), static_cast<unsigned>(chunks));
+            gelu_bwd_partial_kernel<T><<<grid, dim3(colsum::kTileThreads, colsum::kRowLanes), 0, stream>>>(
+                static_cast<const T *>(dg), static_cast<const T *>(u), static_cast<T *>(du), n, m,
+                colsum::rows_per_chunk(n), static_cast<compute_t<T> *>(workspace), form);
+            DST_KERNEL_CHECK(cudaGetLastError());
+        }
+        return column_sum_finalize(stream, dt, workspace, db, n, m, accumulate);
+    });
+    return e;
 }
 
 cudaError_t tanh_fwd(cudaStream_t stream, dst_dtype dt, const void *u, void *y, int64_t count) {

@@ -20,6 +20,11 @@ cudaError_t gelu_fwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const voi
 // du = dg · GELU'(u) (du may alias dg).
 cudaError_t gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
                     void *du, int64_t count);
+// gelu_bwd over [n, m] and db[j] = Σ_i du[i, j] (accumulate: db +=), in one pass where the rows are
+// 16-byte vectors: the results of gelu_bwd followed by column_sum (kernels/bias.cuh) over du, whose
+// workspace (column_sum_workspace bytes) it takes. du may alias dg.
+cudaError_t gelu_bwd_bias_grad(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
+                              void *du, int64_t n, int64_t m, void *db, bool accumulate, void *workspace);
 // y = tanh(u) (y may alias u).
 cudaError_t tanh_fwd(cudaStream_t stream, dst_dtype dt, const void *u, void *y, int64_t count);
 // du = dy·(1 − tanh(u)²) (du may alias dy).

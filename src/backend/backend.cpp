@@ -43,6 +43,12 @@ dst_status Backend::dropout_residual_layernorm_fwd(dst_dtype dt, const void *a, 
     return layernorm_fwd(dt, z, gamma, beta, y, mean, rstd, n, h, eps);
 }
 
+dst_status Backend::gelu_bwd_bias_grad(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du,
+                                       int64_t n, int64_t m, void *db, bool accumulate) {
+    DST_TRY(gelu_bwd(dt, form, dg, u, du, n * m));
+    return linear_bwd_weight(dt, du, nullptr, nullptr, db, n, 0, m, accumulate);
+}
+
 #if !defined(DST_WITH_CUDA)
 dst_status cuda_device_count(int *count) {
     *count = 0;

@@ -217,6 +217,11 @@ public:
     // du = dg · GELU'(u).
     virtual dst_status gelu_bwd(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du,
                                 int64_t count) = 0;
+    // gelu_bwd over [n, m], then db[j] = Σ_i du[i, j] over du as stored (accumulate: db +=): the bias
+    // gradient of the GEMM whose output was u, which this default takes from linear_bwd_weight and a
+    // backend may compute in the same pass (same results). du may alias dg.
+    virtual dst_status gelu_bwd_bias_grad(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du,
+                                          int64_t n, int64_t m, void *db, bool accumulate);
     // y = residual + dropout(a) over count elements (element index = position in the buffer).
     virtual dst_status dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
                                             int64_t count, const DropoutSite &site) = 0;

@@ -468,7 +468,7 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
 }
 
 // FFN, from d_o = dropout'(dout) (the caller's, in kTmp1): dWout, dbout; dg = d_o·Wout; du = dg·GELU'(u)
-// (left in kTmpI2); dWi, dbi.
+// (left in kTmpI2) with dbi in the same pass; dWi.
 dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, int64_t N, bool acc) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
@@ -482,9 +482,8 @@ dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, int64_t N, boo
     }
     DST_TRY(be.linear_bwd_weight(dt, t1, g, grad(DST_PARAM_OUTPUT_W), grad(DST_PARAM_OUTPUT_B), N, I, H, acc));
     DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_OUTPUT_W), dg, N, I, H, nullptr));
-    DST_TRY(be.gelu_bwd(dt, cfg_.gelu, dg, u, du, N * I));
-    return be.linear_bwd_weight(dt, du, at(p, sv, ws, kSlotLn2Out), grad(DST_PARAM_INTER_W),
-                                grad(DST_PARAM_INTER_B), N, H, I, acc);
+    DST_TRY(be.gelu_bwd_bias_grad(dt, cfg_.gelu, dg, u, du, N, I, grad(DST_PARAM_INTER_B), acc));
+    return be.linear_bwd_weight(dt, du, at(p, sv, ws, kSlotLn2Out), grad(DST_PARAM_INTER_W), nullptr, N, H, I, acc);
 }
 
 // Attention, from da = dropout'(dr) (the caller's, in kTmp1): dWo, dbo; dctx = da·Wo; dqkv (left in

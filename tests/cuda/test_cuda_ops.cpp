@@ -158,9 +158,8 @@ void add_linear_cases(std::vector<OpCase> &out) {
             out.push_back(c);
         }
 
-    // db_off: db that many elements past an aligned pointer. FP16/BF16 take a written bias gradient
-    // from the weight GEMM's epilogue: straight into db (aligned) or through scratch (misaligned);
-    // accumulating calls and the other dtypes take the column-sum kernels.
+    // db_off: db that many elements past an aligned pointer (the column sums write it element by element
+    // in any case).
     struct BShape { int64_t n, k, m; bool accumulate; bool bias; int64_t db_off; };
     const BShape bshapes[] = {{7, 5, 3, false, true, 0},    {129, 96, 257, true, true, 0},
                               {513, 80, 240, true, false, 0}, {1, 33, 7, false, true, 0},
@@ -221,10 +220,12 @@ void add_linear_cases(std::vector<OpCase> &out) {
 // ---- LayerNorm ----
 void add_layernorm_cases(std::vector<OpCase> &out) {
     struct Shape { int64_t n, h; double eps; };
-    // 256, 1024 and 2048 take the one-warp-per-row kernels (16-byte vectors) in some dtypes: 256 in
-    // all four, 1024 in fp16/bf16/fp32, 2048 in fp16/bf16; n not a multiple of the 4 rows per block.
-    const Shape shapes[] = {{1, 5, 1e-12},       {7, 100, 1e-5},   {129, 1000, 1e-12},
-                            {1024, 1024, 1e-12}, {37, 256, 1e-5}, {5, 2048, 1e-12}};
+    // 256, 512, 1024 and 2048 take the one-warp-per-row kernels (16-byte vectors) in some dtypes: 256
+    // and 512 in all four, 1024 in fp16/bf16/fp32, 2048 in fp16/bf16; n not a multiple of the 4 rows per
+    // block, nor of the 16 rows per block of the backward that sums γ/β itself (every warp form but
+    // 2048, whose sums need more than 48 KB of shared memory and take the partial kernel).
+    const Shape shapes[] = {{1, 5, 1e-12},   {7, 100, 1e-5},  {129, 1000, 1e-12}, {1024, 1024, 1e-12},
+                            {37, 256, 1e-5}, {21, 512, 1e-5}, {5, 2048, 1e-12}};
     for (dst_dtype dt : kDtypes)
         for (const Shape &s : shapes) {
             const dst_dtype st = stat_dtype(dt);
@@ -451,6 +452,34 @@ void add_elementwise_cases(std::vector<OpCase> &out) {
                 };
                 out.push_back(z);
             }
+        }
+    // GELU backward with the bias gradient of its GEMM (gelu_bwd_bias_grad): rows of 16-byte vectors
+    // take the fused pass, the others (m not a multiple of the vector, a misaligned pointer) gelu_bwd
+    // and the column sums; m = 200 and 520 end inside a column tile, n = 1031 inside a row chunk.
+    struct GShape { int64_t n, m; bool accumulate, inplace; int64_t off; };
+    const GShape gshapes[] = {{1, 8, false, false, 0},     {7, 13, true, false, 0},   {300, 200, false, false, 0},
+                              {300, 200, true, true, 0},   {1031, 520, false, false, 0}, {1031, 520, true, false, 1},
+                              {2053, 1024, false, false, 0}};
+    for (dst_dtype dt : kDtypes)
+        for (const GShape &s : gshapes) {
+            const int64_t n = s.n, m = s.m;
+            OpCase c;
+            c.name = tag("gelu_bwd_bias_grad", dt,
+                         "n" + std::to_string(n) + "_m" + std::to_string(m) + (s.accumulate ? "_acc" : "") +
+                             (s.inplace ? "_inplace" : "") + (s.off ? "_misaligned" : ""));
+            c.dt = dt;
+            c.args = {{"dg", dt, n * m, s.inplace ? Role::InOut : Role::In},
+                      {"u", dt, n * m, Role::In, -5.0, 5.0},
+                      {"du", dt, n * m, s.inplace ? Role::In : Role::Out},
+                      {"db", dt, m, s.accumulate ? Role::InOut : Role::Out}};
+            c.args[0].offset = s.off;
+            const bool acc = s.accumulate, inplace = s.inplace;
+            const dst_gelu erf = DST_GELU_ERF;
+            c.call = [=](Backend &be, const Ptrs &p) {
+                return be.gelu_bwd_bias_grad(dt, erf, p[0], p[1], inplace ? p[0] : p[2], n, m, p[3], acc);
+            };
+            if (n * m < 100) c.tol_scale = 100.0;  // few elements: see gelu_bwd's cases above
+            out.push_back(c);
         }
 }
 
@@ -1058,56 +1087,69 @@ TEST(CudaBackend, FusedDropoutLayerNormIsItsTwoOps) {
             }
 }
 
-// The ways an FP16 bias gradient is made: the weight GEMM's epilogue into db (aligned, writing), the
-// epilogue into scratch after the GEMM's workspace and a copy (db misaligned), and the column-sum
-// kernels (accumulating, or db misaligned in a caller's workspace with no room after the GEMM's part).
-// Each against the fp64 sum of the same fp16 inputs, and each twice bit-identical.
-TEST(CudaBackend, BiasGradientRoutes) {
+// The bias gradient's column sums: the vector pass (16-byte rows), the element-by-element pass (dy
+// off the 16-byte grid) and gelu_bwd_bias_grad's fused pass over the gradient it writes sum every
+// column in the same order (kernels/column_partial.cuh), so all three give the same bits, and
+// gelu_bwd_bias_grad's du is gelu_bwd's. Each against the fp64 sum, writing and accumulating.
+TEST(CudaBackend, BiasGradientPathsSameBits) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     Backend *raw = nullptr;
     ASSERT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
-    std::unique_ptr<dst::CudaBackend> be(static_cast<dst::CudaBackend *>(raw));
-    const int64_t n = 300, k = 64, m = 200;
-    HostBuf dy(DST_DTYPE_FP16, n * m), x(DST_DTYPE_FP16, n * k), db0(DST_DTYPE_FP16, m);
-    std::mt19937_64 rng(7);
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
-    for (int64_t i = 0; i < n * m; ++i) dy.set(i, u(rng));
-    for (int64_t i = 0; i < n * k; ++i) x.set(i, u(rng));
-    for (int64_t j = 0; j < m; ++j) db0.set(j, u(rng));
-    void *ddy = nullptr, *dx = nullptr, *ddw = nullptr, *ddb = nullptr, *ws = nullptr;
-    ASSERT_EQ(be->alloc(dy.bytes.size(), &ddy), DST_OK);
-    ASSERT_EQ(be->alloc(x.bytes.size(), &dx), DST_OK);
-    ASSERT_EQ(be->alloc(size_t(m * k) * 2, &ddw), DST_OK);
-    ASSERT_EQ(be->alloc(db0.bytes.size() + 256, &ddb), DST_OK);
-    const size_t big = dst::kGemmWorkspace + (size_t(1) << 20);
-    ASSERT_EQ(be->alloc(big, &ws), DST_OK);
-    ASSERT_EQ(be->copy(ddy, dy.data(), dy.bytes.size(), CopyKind::HostToDevice), DST_OK);
-    ASSERT_EQ(be->copy(dx, x.data(), x.bytes.size(), CopyKind::HostToDevice), DST_OK);
-    struct Route { const char *name; bool accumulate; int64_t db_off; size_t ws_bytes; };
-    const Route routes[] = {{"epilogue into db", false, 0, big},
-                            {"epilogue into scratch, copied", false, 1, big},
-                            {"column sums (no room for the copy)", false, 1, dst::kGemmWorkspace},
-                            {"column sums (accumulating)", true, 0, big}};
-    for (const Route &r : routes) {
-        SCOPED_TRACE(r.name);
-        ASSERT_EQ(be->set_workspace(ws, r.ws_bytes), DST_OK);
-        void *db = static_cast<char *>(ddb) + r.db_off * 2;
-        HostBuf got[2] = {HostBuf(DST_DTYPE_FP16, m), HostBuf(DST_DTYPE_FP16, m)};
-        for (HostBuf &g : got) {
-            ASSERT_EQ(be->copy(db, db0.data(), db0.bytes.size(), CopyKind::HostToDevice), DST_OK);
-            ASSERT_EQ(be->linear_bwd_weight(DST_DTYPE_FP16, ddy, dx, ddw, db, n, k, m, r.accumulate), DST_OK);
-            ASSERT_EQ(be->copy(g.data(), db, g.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+    std::unique_ptr<Backend> be(raw);
+    const int64_t n = 1031, m = 520;
+    for (dst_dtype dt : {DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16}) {
+        SCOPED_TRACE("dtype " + std::to_string(static_cast<int>(dt)));
+        const size_t es = dst_dtype_size(dt);
+        HostBuf dg(dt, n * m), u(dt, n * m), db0(dt, m);
+        std::mt19937_64 rng(11);
+        std::uniform_real_distribution<double> uni(-1.0, 1.0);
+        for (int64_t i = 0; i < n * m; ++i) {
+            dg.set(i, uni(rng));
+            u.set(i, 4.0 * uni(rng));
         }
-        EXPECT_EQ(got[0].bytes, got[1].bytes);
-        for (int64_t j = 0; j < m; ++j) {
-            double want = r.accumulate ? db0.get(j) : 0.0;
-            for (int64_t i = 0; i < n; ++i) want += dy.get(i * m + j);
-            // one fp16 rounding of a sum of fp16 values (magnitude up to ~40)
-            EXPECT_NEAR(got[0].get(j), want, 2e-3 * (1.0 + std::fabs(want))) << "column " << j;
+        for (int64_t j = 0; j < m; ++j) db0.set(j, uni(rng));
+        // Buffers with 16 spare bytes: +0 is 16-byte aligned, +es is not.
+        void *ddg = nullptr, *du_ref = nullptr, *du_mis = nullptr, *du_fused = nullptr, *dgu = nullptr, *ddb = nullptr;
+        for (void **q : {&ddg, &du_ref, &du_mis, &du_fused, &dgu}) ASSERT_EQ(be->alloc(n * m * es + 16, q), DST_OK);
+        ASSERT_EQ(be->alloc(4 * m * es, &ddb), DST_OK);
+        ASSERT_EQ(be->copy(ddg, dg.data(), dg.bytes.size(), CopyKind::HostToDevice), DST_OK);
+        ASSERT_EQ(be->copy(dgu, u.data(), u.bytes.size(), CopyKind::HostToDevice), DST_OK);
+        // du = dg·GELU'(u) by gelu_bwd, aligned and shifted by one element (the element-by-element pass).
+        char *mis = static_cast<char *>(du_mis) + es;
+        ASSERT_EQ(be->gelu_bwd(dt, DST_GELU_ERF, ddg, dgu, du_ref, n * m), DST_OK);
+        ASSERT_EQ(be->copy(mis, du_ref, n * m * es, CopyKind::DeviceToDevice), DST_OK);
+        HostBuf du(dt, n * m);
+        ASSERT_EQ(be->copy(du.data(), du_ref, du.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+        for (bool acc : {false, true}) {
+            SCOPED_TRACE(acc ? "accumulating" : "writing");
+            HostBuf got[4] = {HostBuf(dt, m), HostBuf(dt, m), HostBuf(dt, m), HostBuf(dt, m)};
+            void *db[4];
+            for (int r = 0; r < 4; ++r) {
+                db[r] = static_cast<char *>(ddb) + r * m * es;
+                ASSERT_EQ(be->copy(db[r], db0.data(), db0.bytes.size(), CopyKind::HostToDevice), DST_OK);
+            }
+            ASSERT_EQ(be->linear_bwd_weight(dt, du_ref, nullptr, nullptr, db[0], n, 0, m, acc), DST_OK);
+            ASSERT_EQ(be->linear_bwd_weight(dt, mis, nullptr, nullptr, db[1], n, 0, m, acc), DST_OK);
+            ASSERT_EQ(be->gelu_bwd_bias_grad(dt, DST_GELU_ERF, ddg, dgu, du_fused, n, m, db[2], acc), DST_OK);
+            ASSERT_EQ(be->linear_bwd_weight(dt, du_ref, nullptr, nullptr, db[3], n, 0, m, acc), DST_OK);  // again
+            for (int r = 0; r < 4; ++r)
+                ASSERT_EQ(be->copy(got[r].data(), db[r], got[r].bytes.size(), CopyKind::DeviceToHost), DST_OK);
+            HostBuf fused(dt, n * m);
+            ASSERT_EQ(be->copy(fused.data(), du_fused, fused.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+            EXPECT_EQ(fused.bytes, du.bytes) << "gelu_bwd_bias_grad's du";
+            EXPECT_EQ(got[1].bytes, got[0].bytes) << "element-by-element pass";
+            EXPECT_EQ(got[2].bytes, got[0].bytes) << "fused pass";
+            EXPECT_EQ(got[3].bytes, got[0].bytes) << "second run";
+            const double tol = dt == DST_DTYPE_FP32 ? 1e-5 : dt == DST_DTYPE_FP16 ? 2e-3 : 1.6e-2;
+            for (int64_t j = 0; j < m; ++j) {
+                double want = acc ? db0.get(j) : 0.0;
+                for (int64_t i = 0; i < n; ++i) want += du.get(i * m + j);
+                // one rounding to the storage dtype of a sum of up to ~50 in magnitude
+                EXPECT_NEAR(got[0].get(j), want, tol * (1.0 + std::fabs(want))) << "column " << j;
+            }
         }
+        for (void *q : {ddg, du_ref, du_mis, du_fused, dgu, ddb}) be->free(q);
     }
-    ASSERT_EQ(be->set_workspace(nullptr, 0), DST_OK);
-    for (void *p : {ddy, dx, ddw, ddb, ws}) be->free(p);
 }
 
 TEST(CudaBackend, CallerStreamAndWorkspace) {

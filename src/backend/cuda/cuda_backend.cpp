@@ -7,10 +7,10 @@
 // when set_allow_tf32(true)), FP64 in CUBLAS_COMPUTE_64F. The bias of linear_fwd uses the BIAS
 // epilogue; for FP64 (and for a bias pointer under 16-byte alignment) the bias is broadcast into D
 // first and the GEMM runs with beta = 1 — the same single rounding. The bias gradient of
-// linear_bwd_weight (FP16/BF16, writing) comes from the weight GEMM's BGRADB epilogue, which sums
-// dy's columns as the GEMM loads them; accumulating calls, FP32 and FP64 keep the column-sum
-// kernels. GELU (erf or tanh) runs as a separate elementwise kernel, since cuBLASLt's GELU epilogue
-// is the tanh form only.
+// linear_bwd_weight comes from the ordered column-sum kernels (kernels/bias.cuh), not from cuBLASLt's
+// BGRADB epilogue, which cost more than the sums on the H200 (docs/design-notes.md); gelu_bwd_bias_grad
+// sums the columns of the gradient it writes. GELU (erf or tanh) runs as a separate elementwise kernel,
+// since cuBLASLt's GELU epilogue is the tanh form only.
 // Determinism: cuBLASLt is bit-reproducible for a fixed problem, algorithm and workspace size; the
 // workspace offered to it is a fixed size (kGemmWorkspace, or the caller's workspace if smaller),
 // so the algorithm of a problem is always the same (chosen once per problem, then cached: choose_algo).
@@ -335,8 +335,6 @@ size_t cuda_scratch_bytes(const ScratchNeeds &n) {
     size_t s = 0;
     auto need = [&s](size_t v) { s = v > s ? v : s; };
     if (n.gemm) need(kGemmWorkspace);
-    // linear_bwd_weight's bias gradient after the GEMM workspace (FP16/BF16, BGRADB, db misaligned).
-    if (n.gemm && n.colsum_width > 0) need(kGemmWorkspace + size_t(n.colsum_width) * storage_size(n.dt));
     if (n.colsum_width > 0 && n.rows > 0) need(cuda::column_sum_workspace(n.dt, n.rows, n.colsum_width));
     if (n.ln_width > 0 && n.rows > 0) need(cuda::layernorm_bwd_workspace(n.dt, n.rows, n.ln_width));
     if (n.attention) need(CudaBackend::attention_scratch(n.dt, n.attn, n.stochastic));
@@ -392,9 +390,7 @@ int64_t size_class(int64_t x) {
 // problem alone, never on the order in which problems arrive (run-to-run determinism).
 dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataType_t d_type, const Gemm &g,
                                     size_t ws_bytes, uint32_t al_a, uint32_t al_b, uint32_t al_d,
-                                    const int64_t (&key)[kLtKey], cublasLtMatmulAlgo_t *algo, size_t *ws,
-                                    bool *none) {
-    *none = false;
+                                    const int64_t (&key)[kLtKey], cublasLtMatmulAlgo_t *algo, size_t *ws) {
     const uint64_t ws_limit = ws_bytes;
     DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&mm.pref));
     DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(mm.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -450,12 +446,6 @@ dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataT
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, mm.op, mm.a, mm.b, mm.d, mm.d, mm.pref, 1, &heur,
                                                              &found);
-    // An epilogue cuBLASLt does not offer for these types comes back as NOT_SUPPORTED or INVALID_VALUE.
-    if (g.no_algo && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
-                      (st == CUBLAS_STATUS_SUCCESS && found < 1))) {
-        *none = true;
-        return DST_OK;
-    }
     DST_CUBLASLT_CHECK(st);
     if (found < 1)
         return set_error(DST_ERR_BACKEND,
@@ -492,11 +482,11 @@ dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
     const int32_t ta = g.ta, tb = g.tb;
     DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    // Epilogue: 0 none, 1 BIAS, 2 BGRADB (part of the key).
-    const void *vec = g.bias ? g.bias : g.bias_grad;
-    const int epilogue = g.bias ? 1 : g.bias_grad ? 2 : 0;
+    // Epilogue: 0 none, 1 BIAS (part of the key).
+    const void *vec = g.bias;
+    const int epilogue = g.bias ? 1 : 0;
     if (epilogue > 0) {
-        const cublasLtEpilogue_t epi = epilogue == 1 ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
+        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         const int32_t bias_type = type;
         DST_CUBLASLT_CHECK(
             cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
@@ -526,17 +516,10 @@ dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
     if (!hit) {
         LtAlgoEntry e;
         std::memcpy(e.key, key, sizeof key);
-        DST_TRY(choose_algo(mm, type, d_type, g, ws_bytes, al_a, al_b, al_d, key, &e.algo, &e.ws, &e.none));
+        DST_TRY(choose_algo(mm, type, d_type, g, ws_bytes, al_a, al_b, al_d, key, &e.algo, &e.ws));
         if (lt_algos_.size() >= kLtAlgosKept) lt_algos_.erase(lt_algos_.begin(), lt_algos_.begin() + kLtAlgosKept / 2);
         lt_algos_.push_back(e);
         hit = &lt_algos_.back();
-    }
-    if (hit->none) {  // cached by a caller with no_algo; the same problem without it is an error
-        if (!g.no_algo)
-            return set_error(DST_ERR_BACKEND, "cuda backend: cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM",
-                             static_cast<long long>(g.M), static_cast<long long>(g.N), static_cast<long long>(g.K));
-        *g.no_algo = true;
-        return DST_OK;
     }
     const float alpha_f = g.alpha, beta_f = g.accumulate ? 1.0f : 0.0f;
     const double alpha_d = g.alpha, beta_d = g.accumulate ? 1.0 : 0.0;
@@ -596,32 +579,6 @@ dst_status CudaBackend::linear_bwd_weight(dst_dtype dt, const void *dy, const vo
     // D[k,m] = (x as k×n) · (dy as m×n)ᵀ
     Gemm g{CUBLAS_OP_N, CUBLAS_OP_T, k, m, n, x, k, 0, dy, m, 0, dw, k, 0};
     g.accumulate = accumulate;
-    if (dw && k > 0 && db && !accumulate && (dt == DST_DTYPE_FP16 || dt == DST_DTYPE_BF16)) {
-        // db from the same GEMM (BGRADB: the column sums of dy as cuBLASLt loads it, in fp32, rounded
-        // once): into db itself, or, under 16-byte alignment, into scratch after the GEMM's workspace
-        // and copied. Accumulating takes the column sums (cuBLASLt writes the bias gradient in the
-        // storage dtype only, and old + rounded sum would round twice), as do problems without a
-        // BGRADB algorithm and a caller's scratch without room for the copy.
-        const bool direct = pointer_alignment(db) >= 16;
-        const size_t off = (gemm_workspace_bytes() + 255) / 256 * 256, need = off + size_t(m) * storage_size(dt);
-        if (direct || !user_ws_ || user_ws_bytes_ >= need) {
-            void *base = nullptr;
-            if (!direct) DST_TRY(workspace(need, &base));
-            void *sums = direct ? db : static_cast<void *>(static_cast<char *>(base) + off);
-            bool no_algo = false;
-            g.bias_grad = sums;
-            g.no_algo = &no_algo;
-            DST_TRY(gemm(dt, g));
-            if (!no_algo) {
-                if (!direct)
-                    DST_CUDA_CHECK(cudaMemcpyAsync(db, sums, size_t(m) * storage_size(dt), cudaMemcpyDeviceToDevice,
-                                                   stream_));
-                return DST_OK;
-            }
-            g.bias_grad = nullptr;
-            g.no_algo = nullptr;
-        }
-    }
     if (dw && k > 0) DST_TRY(gemm(dt, g));
     if (db) {
         void *ws = nullptr;
@@ -694,6 +651,16 @@ dst_status CudaBackend::gelu_bwd(dst_dtype dt, dst_gelu form, const void *dg, co
                                  int64_t count) {
     DST_TRY(activate());
     DST_CUDA_CHECK(cuda::gelu_bwd(stream_, dt, form, dg, u, du, count));
+    return DST_OK;
+}
+
+dst_status CudaBackend::gelu_bwd_bias_grad(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du,
+                                           int64_t n, int64_t m, void *db, bool accumulate) {
+    DST_TRY(activate());
+    if (!db) return gelu_bwd(dt, form, dg, u, du, n * m);
+    void *ws = nullptr;
+    DST_TRY(workspace(cuda::column_sum_workspace(dt, n, m), &ws));
+    DST_CUDA_CHECK(cuda::gelu_bwd_bias_grad(stream_, dt, form, dg, u, du, n, m, db, accumulate, ws));
     return DST_OK;
 }
 

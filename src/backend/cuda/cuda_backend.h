@@ -81,6 +81,8 @@ public:
     dst_status gelu_fwd(dst_dtype dt, dst_gelu form, const void *u, void *g, int64_t count) override;
     dst_status gelu_bwd(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du,
                         int64_t count) override;
+    dst_status gelu_bwd_bias_grad(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du, int64_t n,
+                                  int64_t m, void *db, bool accumulate) override;
     dst_status dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
                                     int64_t count, const DropoutSite &site) override;
     dst_status dropout_bwd(dst_dtype dt, const void *dy, void *dx, int64_t count,
@@ -146,13 +148,9 @@ private:
     dst_status workspace(size_t bytes, void **ptr);
     // One column-major cuBLASLt GEMM, strided-batched when batch > 1, k < batch:
     //   D_k = alpha·op(A_k)·op(B_k) (+ C_k when accumulate, C = D unless set) (+ bias[M] by the BIAS
-    //   epilogue);
-    //   with bias_grad (BGRADB epilogue, batch 1): bias_grad[N] = Σ_k op(B)[k, n] as well (storage
-    //   dtype, one rounding).
+    //   epilogue).
     // A, B and bias in the storage dtype; D in it, or in fp32 when d_fp32. Accumulation in fp32
-    // (TF32 only when allowed), fp64 for FP64. The heuristic's choice is cached per problem. When
-    // no_algo is set and cuBLASLt has no algorithm for the problem (an epilogue it does not offer
-    // for these types or layouts), *no_algo becomes true and nothing runs (no error).
+    // (TF32 only when allowed), fp64 for FP64. The heuristic's choice is cached per problem.
     struct Gemm {
         cublasOperation_t ta, tb;
         int64_t M, N, K;
@@ -167,9 +165,7 @@ private:
         bool d_fp32 = false;
         bool accumulate = false;
         const void *bias = nullptr;
-        void *bias_grad = nullptr;
         const void *C = nullptr;  // with accumulate: the term added (same layout as D); nullptr: D itself
-        bool *no_algo = nullptr;
     };
     dst_status gemm(dst_dtype dt, const Gemm &g);
     // ---- attention (attention.cpp) ----
@@ -219,13 +215,12 @@ private:
         int64_t key[kLtKey];
         cublasLtMatmulAlgo_t algo;
         size_t ws;
-        bool none = false;  // no algorithm (only kept for callers that set Gemm::no_algo)
     };
     static constexpr size_t kLtAlgosKept = 1024;
     std::vector<LtAlgoEntry> lt_algos_, lt_classes_;
     dst_status choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataType_t d_type, const Gemm &g, size_t ws_bytes,
                            uint32_t al_a, uint32_t al_b, uint32_t al_d, const int64_t (&key)[kLtKey],
-                           cublasLtMatmulAlgo_t *algo, size_t *ws, bool *none);
+                           cublasLtMatmulAlgo_t *algo, size_t *ws);
 };
 
 // Creates a CUDA backend on `device` (0-based). DST_ERR_UNSUPPORTED when no GPU is usable,

@@ -1,0 +1,86 @@
+// The first pass of the column sums (db[m] = Σ_n dy[n, m]), as a block-level routine that any kernel
+// writing a row-major [n, m] tensor can run over what it writes: column_sum (kernels/bias.cu) runs it
+// over a tensor that exists, gelu_bwd_bias_grad (kernels/elementwise.cu) over the gradient it
+// computes, so that the fused call gives the bits of column_sum over its stored output.
+//
+// The order, which fixes the result for a shape: the n rows are cut into chunks of R rows
+// (chunk_count and rows_per_chunk depend on n only); block (tile, chunk) has kRowLanes row lanes,
+// lane y sums rows r0 + y, r0 + y + kRowLanes, … of the chunk in increasing order (compute type,
+// from the stored values), and the lanes are added in order 0 … kRowLanes − 1 into one partial per
+// (chunk, column). column_sum_finalize (kernels/bias.cuh) then adds the chunks' partials in a fixed
+// order. The vector form (a thread takes kVec<T> adjacent columns of its rows) and the scalar form
+// (a thread takes one column) sum every column in that same order: the same results.
+#ifndef DST_KERNELS_COLUMN_PARTIAL_CUH
+#define DST_KERNELS_COLUMN_PARTIAL_CUH
+
+#include <cstdint>
+
+#include "kernels/dispatch.cuh"
+
+namespace dst {
+namespace cuda {
+namespace colsum {
+
+// A block is kTileThreads column threads × kRowLanes row lanes.
+constexpr int kTileThreads = 32, kRowLanes = 8, kMaxChunks = 128;
+
+inline int64_t chunk_count(int64_t n) {
+    const int64_t c = (n + 31) / 32;
+    return c < kMaxChunks ? c : kMaxChunks;
+}
+inline int64_t rows_per_chunk(int64_t n) {
+    const int64_t c = chunk_count(n);
+    return c > 0 ? (n + c - 1) / c : 0;
+}
+// Columns per block: kTileThreads columns (scalar form) or kTileThreads vectors (vector form).
+template <typename T>
+__host__ __device__ constexpr int tile_columns(bool vec) {
+    return vec ? kTileThreads * kVec<T> : kTileThreads;
+}
+// Shared memory of the vector form's lane reduction.
+template <typename T>
+__host__ __device__ constexpr size_t partial_smem() {
+    return size_t(kRowLanes) * (kTileThreads * kVec<T> + 1) * sizeof(compute_t<T>);
+}
+
+// The vector form, for block (blockIdx.x = column tile, blockIdx.y = chunk) of a grid made by the
+// launcher (tile_columns<T>(true) columns per tile; m a multiple of kVec<T>). `produce(r, c)` returns
+// the stored vector of row r, columns c … c + kVec<T> − 1 (a kernel that computes it stores it there
+// too); its sums go to partial[chunk · m + column]. `red` is partial_smem<T>() bytes of shared memory.
+template <typename T, typename Produce>
+__device__ __forceinline__ void partial_vec(int64_t n, int64_t m, int64_t R, compute_t<T> *__restrict__ partial,
+                                            compute_t<T> *red, Produce &&produce) {
+    using C = compute_t<T>;
+    constexpr int V = kVec<T>, TC = kTileThreads * V, LD = TC + 1;
+    const int64_t c0 = int64_t(blockIdx.x) * TC + int64_t(threadIdx.x) * V;
+    const int64_t r0 = int64_t(blockIdx.y) * R, r1 = r0 + R < n ? r0 + R : n;
+    C s[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) s[k] = C(0);
+    if (c0 < m) {
+#pragma unroll 4
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+            const Vec<T> v = produce(r, c0);
+#pragma unroll
+            for (int k = 0; k < V; ++k) s[k] += to_compute(v.v[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) red[threadIdx.y * LD + threadIdx.x * V + k] = s[k];
+    __syncthreads();
+    // Thread t of the block adds the lanes of the tile's columns t, t + 256, … in lane order.
+    const int t = threadIdx.y * kTileThreads + threadIdx.x;
+    for (int j = t; j < TC; j += kTileThreads * kRowLanes) {
+        const int64_t col = int64_t(blockIdx.x) * TC + j;
+        if (col >= m) break;
+        C sum = red[j];
+        for (int y = 1; y < kRowLanes; ++y) sum += red[y * LD + j];
+        partial[int64_t(blockIdx.y) * m + col] = sum;
+    }
+}
+
+}  // namespace colsum
+}  // namespace cuda
+}  // namespace dst
+
+#endif  // DST_KERNELS_COLUMN_PARTIAL_CUH
