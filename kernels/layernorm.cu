@@ -10,32 +10,28 @@
 //     2048 in 16-bit types, 128 … 1024 in fp32, 64 … 512 in fp64) and the tensors are 16-byte
 //     aligned: the row stays in registers between the passes (one read of x, one write of y; dy, x
 //     or y read once in the backward), 16-byte accesses, warp sums in a fixed tree. The same
-//     formulas; only the order of the row sums differs from the block form. The backward's warp
-//     form also sums dγ and dβ itself when its shared memory allows (blocks of 16 rows, one partial
-//     per block for the same finalize kernel), in place of the partial kernel: a fixed order too,
-//     another one than the partial kernel's.
+//     formulas; only the order of the row sums differs from the block form.
 // Arithmetic in compute_t<T>; one rounding on store.
 #include "kernels/layernorm.cuh"
 
-#include "kernels/column_partial.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/philox.h"
 
-#include <algorithm>
 #include <type_traits>
 
 namespace dst {
 namespace cuda {
 namespace {
 
-// The γ/β partial sums use the column sums' tiling and chunking (kernels/column_partial.cuh).
-using colsum::chunk_count;
-using colsum::kRowLanes;
-constexpr int kTileCols = colsum::kTileThreads;
-constexpr int kWarpRows = 4;  // rows (warps) per block of the warp forms
+constexpr int kTileCols = 32, kRowLanes = 8, kMaxChunks = 128;
 
 int row_threads(int64_t h) { return h <= 128 ? 32 : (h <= 1024 ? 128 : 256); }
+
+int64_t chunk_count(int64_t n) {
+    const int64_t c = (n + 31) / 32;
+    return c < kMaxChunks ? c : kMaxChunks;
+}
 
 // ================================ kernels ========================================================
 
@@ -215,131 +211,67 @@ __global__ void layernorm_bwd_dx_kernel(const T *dy, const T *__restrict__ xy,
     }
 }
 
-// The γ/β sums of the warp form (kParams): block b takes rows b·kParamRows … (kWarpRows warps, warp w
-// its rows w, w + kWarpRows, … of them in order), each lane adds dy·x̂ and dy of its columns into its
-// warp's sums in shared memory (registers would not hold them beside the row: ptxas spilled), and the
-// warps' sums are added in warp order into partial[0][b][c] and partial[1][b][c] (block b is chunk b
-// of layernorm_param_finalize_kernel), so dy and x are not read a second time by a partial kernel.
-// Shared memory: the warps' sums, 2·kWarpRows·h values.
-constexpr int kParamRows = 16;
-template <typename T>
-struct LnBwdParams {
-    compute_t<T> *partial;  // [2][chunks][h]
-    int64_t chunks;
-};
-
-template <typename T, int VPL, bool kBranch, bool kParams>
-__global__ void __launch_bounds__(32 * kWarpRows) layernorm_bwd_dx_warp_kernel(const T *dy, const T *__restrict__ xy, bool invertible,
+template <typename T, int VPL, bool kBranch>
+__global__ void layernorm_bwd_dx_warp_kernel(const T *dy, const T *__restrict__ xy, bool invertible,
                                              const T *__restrict__ gamma, const T *__restrict__ beta,
                                              const compute_t<T> *__restrict__ mean,
                                              const compute_t<T> *__restrict__ rstd, const T *dresid, T *dx,
-                                             int64_t n, int64_t h, LnBwdBranch<T> branch, LnBwdParams<T> params) {
+                                             int64_t n, int64_t h, LnBwdBranch<T> branch) {
     using C = compute_t<T>;
     constexpr int V = kVec<T>;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // kParams: the block's rows, a warp every kWarpRows-th; otherwise one row per warp.
-    const int64_t first = kParams ? int64_t(blockIdx.x) * kParamRows + warp
-                                  : int64_t(blockIdx.x) * (blockDim.x >> 5) + warp;
-    const int64_t limit = kParams ? (int64_t(blockIdx.x) + 1) * kParamRows : first + 1;
-    const int64_t end = limit < n ? limit : n, step = kParams ? kWarpRows : 1;
-    extern __shared__ unsigned char ln_smem[];
-    C *const sums = reinterpret_cast<C *>(ln_smem);  // kParams: [kWarpRows][2][h]
-    C *const wsum = sums + int64_t(warp) * 2 * h;     // this warp's Σ dy·x̂, then Σ dy
-    if constexpr (kParams) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= n) return;  // the whole warp
+    const int64_t base = row * h;
+    const C rs = rstd[row];
+    const C mu = invertible ? C(0) : mean[row];
+    C g[VPL][V], xh[VPL][V];
+    C sg = 0, sgx = 0;
 #pragma unroll
-        for (int j = 0; j < VPL; ++j)
+    for (int j = 0; j < VPL; ++j) {
+        const int64_t vi = lane + 32 * j;
+        const Vec<T> d = reinterpret_cast<const Vec<T> *>(dy + base)[vi];
+        const Vec<T> xv = reinterpret_cast<const Vec<T> *>(xy + base)[vi];
+        const Vec<T> gm = reinterpret_cast<const Vec<T> *>(gamma)[vi];
+        Vec<T> bt{};
+        if (invertible) bt = reinterpret_cast<const Vec<T> *>(beta)[vi];
 #pragma unroll
-            for (int k = 0; k < V; ++k) wsum[(lane + 32 * j) * V + k] = wsum[h + (lane + 32 * j) * V + k] = C(0);
-    }
-    for (int64_t row = first; row < end; row += step) {
-        const int64_t base = row * h;
-        const C rs = rstd[row];
-        const C mu = invertible ? C(0) : mean[row];
-        // g = γ·dy and x̂ of vector j of the row, and dy itself.
-        auto load = [&](int j, C (&gj)[V], C (&xj)[V], C (&dj)[V]) {
-            const int64_t vi = lane + 32 * j;
-            const Vec<T> d = reinterpret_cast<const Vec<T> *>(dy + base)[vi];
-            const Vec<T> xv = reinterpret_cast<const Vec<T> *>(xy + base)[vi];
-            const Vec<T> gm = reinterpret_cast<const Vec<T> *>(gamma)[vi];
-            Vec<T> bt{};
-            if (invertible) bt = reinterpret_cast<const Vec<T> *>(beta)[vi];
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-                const C gk = to_compute(gm.v[k]), val = to_compute(xv.v[k]);
-                dj[k] = to_compute(d.v[k]);
-                gj[k] = gk * dj[k];
-                xj[k] = invertible ? (val - to_compute(bt.v[k])) / gk : (val - mu) * rs;
-            }
-        };
-        // Without the γ/β sums the row stays in registers between the passes; with them (more live
-        // sums) the second pass loads it again (from L1: this warp has just read it).
-        C g[kParams ? 1 : VPL][V], xh[kParams ? 1 : VPL][V];
-        C sg = 0, sgx = 0;
-#pragma unroll
-        for (int j = 0; j < VPL; ++j) {
-            C gj[V], xj[V], dj[V];
-            load(j, gj, xj, dj);
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-                sg += gj[k];
-                sgx += gj[k] * xj[k];
-                if constexpr (kParams) {
-                    C *const c = wsum + (lane + 32 * j) * V + k;
-                    c[0] += dj[k] * xj[k];
-                    c[h] += dj[k];
-                } else {
-                    g[j][k] = gj[k];
-                    xh[j][k] = xj[k];
-                }
-            }
+        for (int k = 0; k < V; ++k) {
+            const C gk = to_compute(gm.v[k]);
+            g[j][k] = gk * to_compute(d.v[k]);
+            const C val = to_compute(xv.v[k]);
+            xh[j][k] = invertible ? (val - to_compute(bt.v[k])) / gk : (val - mu) * rs;
+            sg += g[j][k];
+            sgx += g[j][k] * xh[j][k];
         }
-        const C mg = warp_sum(sg) / C(h);
-        const C mgx = warp_sum(sgx) / C(h);
+    }
+    const C mg = warp_sum(sg) / C(h);
+    const C mgx = warp_sum(sgx) / C(h);
 #pragma unroll
-        for (int j = 0; j < VPL; ++j) {
-            const int64_t vi = lane + 32 * j;
-            C gj[V], xj[V], dj[V];
-            if constexpr (kParams) {
-                load(j, gj, xj, dj);
+    for (int j = 0; j < VPL; ++j) {
+        const int64_t vi = lane + 32 * j;
+        Vec<T> r{}, o, ob;
+        if (dresid) r = reinterpret_cast<const Vec<T> *>(dresid + base)[vi];
+        C val[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            val[k] = rs * (g[j][k] - mg - xh[j][k] * mgx);
+            if (dresid) val[k] += to_compute(r.v[k]);
+            o.v[k] = to_storage<T>(val[k]);
+        }
+        if constexpr (kBranch) {
+            const uint32_t thr = branch.site.threshold;
+            const C scale = C(branch.site.scale);
+            if (thr != 0u) {
+                const RowDropout<T> rd(branch.site, row, h, vi);
+#pragma unroll
+                for (int k = 0; k < V; ++k) ob.v[k] = to_storage<T>(rd.keep(k, thr) ? val[k] * scale : C(0));
             } else {
-#pragma unroll
-                for (int k = 0; k < V; ++k) gj[k] = g[j][k], xj[k] = xh[j][k];
+                ob = o;
             }
-            Vec<T> r{}, o, ob;
-            if (dresid) r = reinterpret_cast<const Vec<T> *>(dresid + base)[vi];
-            C val[V];
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-                val[k] = rs * (gj[k] - mg - xj[k] * mgx);
-                if (dresid) val[k] += to_compute(r.v[k]);
-                o.v[k] = to_storage<T>(val[k]);
-            }
-            if constexpr (kBranch) {
-                const uint32_t thr = branch.site.threshold;
-                const C scale = C(branch.site.scale);
-                if (thr != 0u) {
-                    const RowDropout<T> rd(branch.site, row, h, vi);
-#pragma unroll
-                    for (int k = 0; k < V; ++k) ob.v[k] = to_storage<T>(rd.keep(k, thr) ? val[k] * scale : C(0));
-                } else {
-                    ob = o;
-                }
-                reinterpret_cast<Vec<T> *>(branch.out + base)[vi] = ob;
-            }
-            reinterpret_cast<Vec<T> *>(dx + base)[vi] = o;
+            reinterpret_cast<Vec<T> *>(branch.out + base)[vi] = ob;
         }
-    }
-    if constexpr (kParams) {
-        __syncthreads();
-        for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
-            C tg = sums[c], tb = sums[h + c];
-            for (int w = 1; w < kWarpRows; ++w) {
-                tg += sums[(w * 2 + 0) * h + c];
-                tb += sums[(w * 2 + 1) * h + c];
-            }
-            params.partial[int64_t(blockIdx.x) * h + c] = tg;
-            params.partial[(params.chunks + blockIdx.x) * h + c] = tb;
-        }
+        reinterpret_cast<Vec<T> *>(dx + base)[vi] = o;
     }
 }
 
@@ -451,6 +383,7 @@ int warp_vpl(int64_t h) {
     return vpl == 1 || vpl == 2 || vpl == 4 || vpl == 8 ? static_cast<int>(vpl) : 0;
 }
 
+constexpr int kWarpRows = 4;  // rows (warps) per block of the warp forms
 
 }  // namespace
 
@@ -517,14 +450,8 @@ cudaError_t dropout_residual_layernorm_fwd(cudaStream_t stream, dst_dtype dt, co
     });
 }
 
-namespace {
-// Blocks (and partial chunks) of the warp form with the γ/β sums.
-int64_t param_blocks(int64_t n) { return (n + kParamRows - 1) / kParamRows; }
-}  // namespace
-
 size_t layernorm_bwd_workspace(dst_dtype dt, int64_t n, int64_t h) {
-    const int64_t chunks = std::max(chunk_count(n), param_blocks(n));
-    return static_cast<size_t>(2 * chunks * h) * compute_size(dt);
+    return static_cast<size_t>(2 * chunk_count(n) * h) * compute_size(dt);
 }
 
 cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *xy,
@@ -533,29 +460,17 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
                          int64_t n, int64_t h, bool accumulate, void *workspace, const DropoutSite *branch_site,
                          void *branch_out) {
     if (h <= 0) return cudaSuccess;
+    const int64_t chunks = chunk_count(n);
+    const int64_t rows_per_chunk = chunks > 0 ? (n + chunks - 1) / chunks : 0;
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
         const T *dy_t = static_cast<const T *>(dy), *xy_t = static_cast<const T *>(xy);
         const T *g_t = static_cast<const T *>(gamma), *b_t = static_cast<const T *>(beta);
         const C *mean_c = static_cast<const C *>(mean), *rstd_c = static_cast<const C *>(rstd);
-        const bool params = dgamma || dbeta;
-        C *partial = static_cast<C *>(workspace);
-        const bool branch = branch_out != nullptr;
-        const LnBwdBranch<T> br{static_cast<T *>(branch_out), branch ? *branch_site : DropoutSite{}};
-        const int vpl = aligned16(dy) && aligned16(xy) && aligned16(gamma) && (!invertible || aligned16(beta)) &&
-                                aligned16(dx) && (!dresid || aligned16(dresid)) &&
-                                (!branch || (sizeof(T) <= 4 && aligned16(branch_out) &&
-                                             (!br.site.rows || br.site.row_len == h)))
-                            ? warp_vpl<T>(h)
-                            : 0;
-        // The warp form sums γ/β itself when its shared memory fits the default 48 KB.
-        const size_t fused_smem = size_t(2 * kWarpRows) * size_t(h) * sizeof(C);
-        const bool fused = params && n > 0 && dx && vpl && fused_smem <= 48 * 1024;
         // γ/β gradients first: dx may alias dy or dresid (stream order makes the reads come first).
-        int64_t chunks = chunk_count(n);
-        if (params && !fused) {
-            const int64_t rows_per_chunk = chunks > 0 ? (n + chunks - 1) / chunks : 0;
+        if (dgamma || dbeta) {
+            C *partial = static_cast<C *>(workspace);
             const bool vec = h % kVec<T> == 0 && aligned16(dy) && aligned16(xy) &&
                              (!invertible || (aligned16(gamma) && aligned16(beta)));
             if (chunks > 0) {
@@ -566,39 +481,41 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
                                                                     partial, n, h, chunks, rows_per_chunk);
                 DST_KERNEL_CHECK(cudaGetLastError());
             }
-        }
-        if (n > 0 && dx && vpl) {
-            const LnBwdParams<T> pp{partial, fused ? param_blocks(n) : 0};
-            auto pick = [&](auto flag, auto sums) {
-                constexpr bool kB = decltype(flag)::value, kP = decltype(sums)::value;
-                return vpl == 1   ? layernorm_bwd_dx_warp_kernel<T, 1, kB, kP>
-                       : vpl == 2 ? layernorm_bwd_dx_warp_kernel<T, 2, kB, kP>
-                       : vpl == 4 ? layernorm_bwd_dx_warp_kernel<T, 4, kB, kP>
-                                  : layernorm_bwd_dx_warp_kernel<T, 8, kB, kP>;
-            };
-            auto k = fused ? (branch ? pick(std::true_type{}, std::true_type{}) : pick(std::false_type{}, std::true_type{}))
-                           : (branch ? pick(std::true_type{}, std::false_type{})
-                                     : pick(std::false_type{}, std::false_type{}));
-            const unsigned grid = static_cast<unsigned>(fused ? param_blocks(n) : (n + kWarpRows - 1) / kWarpRows);
-            k<<<grid, 32 * kWarpRows, fused ? fused_smem : 0, stream>>>(dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c,
-                                                                      static_cast<const T *>(dresid),
-                                                                      static_cast<T *>(dx), n, h, br, pp);
+            layernorm_param_finalize_kernel<T><<<static_cast<unsigned>((h + kTileCols - 1) / kTileCols),
+                                                 dim3(kTileCols, kRowLanes), 0, stream>>>(
+                partial, static_cast<T *>(dgamma), static_cast<T *>(dbeta), h, chunks, accumulate);
             DST_KERNEL_CHECK(cudaGetLastError());
-            if (fused) chunks = pp.chunks;
+        }
+        const bool branch = branch_out != nullptr;
+        const LnBwdBranch<T> br{static_cast<T *>(branch_out), branch ? *branch_site : DropoutSite{}};
+        const int vpl = aligned16(dy) && aligned16(xy) && aligned16(gamma) && (!invertible || aligned16(beta)) &&
+                                aligned16(dx) && (!dresid || aligned16(dresid)) &&
+                                (!branch || (sizeof(T) <= 4 && aligned16(branch_out) &&
+                                             (!br.site.rows || br.site.row_len == h)))
+                            ? warp_vpl<T>(h)
+                            : 0;
+        if (n > 0 && dx && vpl) {
+            const unsigned grid = static_cast<unsigned>((n + kWarpRows - 1) / kWarpRows);
+            auto pick = [&](auto flag) {
+                constexpr bool kB = decltype(flag)::value;
+                return vpl == 1   ? layernorm_bwd_dx_warp_kernel<T, 1, kB>
+                       : vpl == 2 ? layernorm_bwd_dx_warp_kernel<T, 2, kB>
+                       : vpl == 4 ? layernorm_bwd_dx_warp_kernel<T, 4, kB>
+                                  : layernorm_bwd_dx_warp_kernel<T, 8, kB>;
+            };
+            auto k = branch ? pick(std::true_type{}) : pick(std::false_type{});
+            k<<<grid, 32 * kWarpRows, 0, stream>>>(dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c,
+                                                   static_cast<const T *>(dresid), static_cast<T *>(dx), n, h, br);
+            DST_KERNEL_CHECK(cudaGetLastError());
         } else if (n > 0 && dx) {
             layernorm_bwd_dx_kernel<T><<<static_cast<unsigned>(n), row_threads(h), 0, stream>>>(
                 dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, static_cast<const T *>(dresid),
                 static_cast<T *>(dx), h, br);
             DST_KERNEL_CHECK(cudaGetLastError());
         }
-        if (params) {
-            layernorm_param_finalize_kernel<T><<<static_cast<unsigned>((h + kTileCols - 1) / kTileCols),
-                                                 dim3(kTileCols, kRowLanes), 0, stream>>>(
-                partial, static_cast<T *>(dgamma), static_cast<T *>(dbeta), h, chunks, accumulate);
-            DST_KERNEL_CHECK(cudaGetLastError());
-        }
         return cudaSuccess;
     });
 }
+
 }  // namespace cuda
 }  // namespace dst
