@@ -99,14 +99,11 @@ cudaError_t column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *
         if (chunks == 0) return cudaSuccess;
         C *partial = static_cast<C *>(workspace);
         const bool vec = aligned16(dy) && m % kVec<T> == 0;
-        const int tc = colsum::tile_columns<T>(vec);
-        const dim3 grid(static_cast<unsigned>((m + tc - 1) / tc), static_cast<unsigned>(chunks));
+        const dim3 grid = colsum::partial_grid<T>(n, m, vec), block = colsum::partial_block();
         if (vec)
-            column_partial_vec_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(static_cast<const T *>(dy),
-                                                                                        partial, n, m, R);
+            column_partial_vec_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T *>(dy), partial, n, m, R);
         else
-            column_partial_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(static_cast<const T *>(dy),
-                                                                                    partial, n, m, R);
+            column_partial_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T *>(dy), partial, n, m, R);
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });

@@ -37,6 +37,13 @@ template <typename T>
 __host__ __device__ constexpr int tile_columns(bool vec) {
     return vec ? kTileThreads * kVec<T> : kTileThreads;
 }
+// The grid and block of a partial pass over [n, m]: (column tiles, chunks) × (kTileThreads, kRowLanes).
+template <typename T>
+dim3 partial_grid(int64_t n, int64_t m, bool vec) {
+    const int64_t tc = tile_columns<T>(vec);
+    return dim3(static_cast<unsigned>((m + tc - 1) / tc), static_cast<unsigned>(chunk_count(n)));
+}
+inline dim3 partial_block() { return dim3(kTileThreads, kRowLanes); }
 // Shared memory of the vector form's lane reduction.
 template <typename T>
 __host__ __device__ constexpr size_t partial_smem() {

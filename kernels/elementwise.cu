@@ -280,25 +280,21 @@ cudaError_t gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const voi
 cudaError_t gelu_bwd_bias_grad(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
                               void *du, int64_t n, int64_t m, void *db, bool accumulate, void *workspace) {
     if (m <= 0) return cudaSuccess;
-    const int64_t chunks = colsum::chunk_count(n);
-    const cudaError_t e = dispatch_dtype(dt, [&](auto tag) {
+    return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         const bool vec = aligned16(dg) && aligned16(u) && aligned16(du) && m % kVec<T> == 0;
         if (!vec) {  // the two passes it fuses: the same results
-            const cudaError_t e2 = launch_map(stream, dt, dg, u, du, n * m, GeluBwd{form});
-            return e2 != cudaSuccess ? e2 : column_sum(stream, dt, du, db, n, m, accumulate, workspace);
+            const cudaError_t e = launch_map(stream, dt, dg, u, du, n * m, GeluBwd{form});
+            return e != cudaSuccess ? e : column_sum(stream, dt, du, db, n, m, accumulate, workspace);
         }
-        if (chunks > 0) {
-            const int tc = colsum::tile_columns<T>(true);
-            const dim3 grid(static_cast<unsigned>((m + tc - 1) / tc), static_cast<unsigned>(chunks));
-            gelu_bwd_partial_kernel<T><<<grid, dim3(colsum::kTileThreads, colsum::kRowLanes), 0, stream>>>(
+        if (colsum::chunk_count(n) > 0) {
+            gelu_bwd_partial_kernel<T><<<colsum::partial_grid<T>(n, m, true), colsum::partial_block(), 0, stream>>>(
                 static_cast<const T *>(dg), static_cast<const T *>(u), static_cast<T *>(du), n, m,
                 colsum::rows_per_chunk(n), static_cast<compute_t<T> *>(workspace), form);
             DST_KERNEL_CHECK(cudaGetLastError());
         }
         return column_sum_finalize(stream, dt, workspace, db, n, m, accumulate);
     });
-    return e;
 }
 
 cudaError_t tanh_fwd(cudaStream_t stream, dst_dtype dt, const void *u, void *y, int64_t count) {

@@ -14,6 +14,7 @@
 // Arithmetic in compute_t<T>; one rounding on store.
 #include "kernels/layernorm.cuh"
 
+#include "kernels/column_partial.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/philox.h"
@@ -24,14 +25,12 @@ namespace dst {
 namespace cuda {
 namespace {
 
-constexpr int kTileCols = 32, kRowLanes = 8, kMaxChunks = 128;
+// The γ/β partial sums use the column sums' tiling and chunking (kernels/column_partial.cuh).
+using colsum::chunk_count;
+using colsum::kRowLanes;
+constexpr int kTileCols = colsum::kTileThreads;
 
 int row_threads(int64_t h) { return h <= 128 ? 32 : (h <= 1024 ? 128 : 256); }
-
-int64_t chunk_count(int64_t n) {
-    const int64_t c = (n + 31) / 32;
-    return c < kMaxChunks ? c : kMaxChunks;
-}
 
 // ================================ kernels ========================================================
 
@@ -461,7 +460,7 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
                          void *branch_out) {
     if (h <= 0) return cudaSuccess;
     const int64_t chunks = chunk_count(n);
-    const int64_t rows_per_chunk = chunks > 0 ? (n + chunks - 1) / chunks : 0;
+    const int64_t rows_per_chunk = colsum::rows_per_chunk(n);
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
