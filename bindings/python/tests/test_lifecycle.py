@@ -43,17 +43,21 @@ def churn(n):
 
 def test_no_leak_create_destroy_loop():
     # The steady state is measured: a first window of 60 cycles absorbs one-time growth of the process
-    # (allocator arenas, pools of libraries loaded by earlier tests in the same process); a leak shows in
-    # the second window as much as in the first.
+    # (allocator arenas, pools of libraries loaded by earlier tests in the same process). A leak grows the
+    # RSS in every window (60 leaked layers: ~290 MB), so the bound applies to the smaller growth of two
+    # further windows: a one-time step of the allocator in one of them (18-21 MB, seen in about one run of
+    # six of the whole suite on the development machine, 2026-12-03) is not taken for a leak.
     churn(10)
     gc.collect()
     churn(60)
     gc.collect()
-    before = rss_bytes()
-    churn(60)
-    gc.collect()
-    grown = rss_bytes() - before
-    assert grown < 16 << 20, f"RSS grew by {grown} bytes over 60 create/destroy cycles (after 70 cycles)"
+    grown = []
+    for _ in range(2):
+        before = rss_bytes()
+        churn(60)
+        gc.collect()
+        grown.append(rss_bytes() - before)
+    assert min(grown) < 16 << 20, f"RSS grew by {grown} bytes in each of two windows of 60 create/destroy cycles"
 
 
 def test_close_is_idempotent_and_closed_objects_refuse_use():
