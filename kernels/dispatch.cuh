@@ -33,6 +33,8 @@ namespace cuda {
 
 // Bytes of the compute type of a storage dtype (stats, softmax, reductions).
 inline size_t compute_size(dst_dtype dt) { return dt == DST_DTYPE_FP64 ? 8 : 4; }
+// The 16-bit storage types (fp32 arithmetic, one rounding to 8 or 11 significant bits on store).
+inline bool is_16bit(dst_dtype dt) { return dt == DST_DTYPE_FP16 || dt == DST_DTYPE_BF16; }
 
 // Blocks for a grid-stride loop over `work` items with `threads` per block.
 inline unsigned grid_blocks(int64_t work, int threads, int64_t cap = 65536) {
@@ -98,6 +100,13 @@ DST_DEV double dfma(double a, double b, double c) { return fma(a, b, c); }
 // scale, so that every kernel that drops and adds gives the same bits.
 DST_DEV float dmul_rn(float a, float b) { return __fmul_rn(a, b); }
 DST_DEV double dmul_rn(double a, double b) { return __dmul_rn(a, b); }
+// 2^x by the hardware's approximation (within a few fp32 ulps; subnormal results flushed to 0):
+// for arithmetic whose result is rounded to a 16-bit type (cdf16).
+DST_DEV float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 DST_DEV float dmax(float a, float b) { return fmaxf(a, b); }
 DST_DEV double dmax(double a, double b) { return fmax(a, b); }
 

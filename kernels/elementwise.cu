@@ -1,11 +1,14 @@
 // Elementwise kernels: GELU (erf: x·Φ(x); tanh: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))) and
 // their derivatives, tanh and its derivative (the pooler of BERT), residual + dropout, dropout
 // backward, add, any-zero (the all_nonzero op).
-// Arithmetic in compute_t<T> (double for FP64, float otherwise), one rounding on store.
+// Arithmetic in compute_t<T> (double for FP64, float otherwise), one rounding on store; the erf-form
+// GELU of the 16-bit types through cdf16 (below).
 // Outputs may alias their inputs (each element is read before it is written, by the same thread).
 // Dropout: each thread owns whole Philox groups of 4 consecutive elements (e >> 2), so one Philox call
 // gives the keep decisions of all four, bit-identical with the CPU backend (kernels/philox.h).
 #include "kernels/elementwise.cuh"
+
+#include <type_traits>
 
 #include "kernels/bias.cuh"
 #include "kernels/column_partial.cuh"
@@ -20,37 +23,88 @@ constexpr int kThreads = 256;
 
 // ================================ kernels ========================================================
 
+// Φ(x) = P(X ≤ x) for the 16-bit types (their arithmetic is fp32), and with kGauss also e^(−x²/2):
+//   Φ(x) = ½·erfc(z) for x < 0 and 1 − ½·erfc(z) otherwise, z = |x|/√2,
+//   erfc(z) = t·exp(−z² + P(t)), t = 1/(1 + z/2), P of degree 9 (a Chebyshev fit of fractional error
+//   below 1.2·10⁻⁷ for every z ≥ 0: Press et al., Numerical Recipes, §6.2, erfcc),
+// on the hardware's approximate reciprocal and exp2 (docs/ops/gelu.md). Relative error against the exact
+// Φ: below 1.5·10⁻⁶ for |x| ≤ 3 and 8·10⁻⁶ to |x| = 8, far under the rounding of a 16-bit result, and
+// kept in the negative tail, where ½·(1 + erff(x/√2)) cancels (4.7 % off at x = −4, 0 below x ≈ −5.5).
+// About half the instructions of the erff form (seven coefficient selects and a branch, and GELU's
+// expf), which made the GELU passes bound by arithmetic: kernels/dev/elementwise_lab.cu times both and
+// checks them against fp64 (the fp16 forward correctly rounded on every input it tries). fp32 and fp64
+// keep erff / erf.
+template <bool kGauss>
+__device__ __forceinline__ float cdf16(float x, float *gauss) {
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float z = fabsf(x) * 0.7071067811865476f;
+    const float t = __fdividef(1.0f, fmaf(0.5f, z, 1.0f));
+    float p = 0.17087277f * kLog2e;  // P(t)·log2(e), Horner
+    p = fmaf(p, t, -0.82215223f * kLog2e);
+    p = fmaf(p, t, 1.48851587f * kLog2e);
+    p = fmaf(p, t, -1.13520398f * kLog2e);
+    p = fmaf(p, t, 0.27886807f * kLog2e);
+    p = fmaf(p, t, -0.18628806f * kLog2e);
+    p = fmaf(p, t, 0.09678418f * kLog2e);
+    p = fmaf(p, t, 0.37409196f * kLog2e);
+    p = fmaf(p, t, 1.00002368f * kLog2e);
+    p = fmaf(p, t, -1.26551223f * kLog2e);
+    const float nz2 = -z * (z * kLog2e);  // −z²·log2(e)
+    float erfc;
+    if constexpr (kGauss) {
+        *gauss = ex2_approx(nz2);
+        erfc = t * *gauss * ex2_approx(p);
+    } else {
+        (void)gauss;
+        erfc = t * ex2_approx(nz2 + p);
+    }
+    const float h = 0.5f * erfc;
+    return x < 0.0f ? h : 1.0f - h;
+}
+
+// GELU and GELU'; `low` (16-bit storage, fp32 arithmetic) takes the erf form through cdf16.
 template <typename C>
-__device__ __forceinline__ C gelu_value(C x, dst_gelu form) {
+__device__ __forceinline__ C gelu_value(C x, dst_gelu form, bool low) {
     if (form == DST_GELU_TANH) {
         const C k0 = C(0.7978845608028654), k1 = C(0.044715);
         return C(0.5) * x * (C(1) + dtanh(k0 * (x + k1 * x * x * x)));
     }
+    if constexpr (std::is_same_v<C, float>)
+        if (low) return x * cdf16<false>(x, nullptr);
     return C(0.5) * x * (C(1) + derf(x * C(0.7071067811865476)));
 }
 
 template <typename C>
-__device__ __forceinline__ C gelu_grad(C x, dst_gelu form) {
+__device__ __forceinline__ C gelu_grad(C x, dst_gelu form, bool low) {
     if (form == DST_GELU_TANH) {
         const C k0 = C(0.7978845608028654), k1 = C(0.044715);
         const C t = dtanh(k0 * (x + k1 * x * x * x));
         return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * k0 * (C(1) + C(3) * k1 * x * x);
+    }
+    if constexpr (std::is_same_v<C, float>) {
+        if (low) {
+            float gauss;  // e^(−x²/2)
+            const float cdf = cdf16<true>(x, &gauss);
+            return fmaf(x * 0.3989422804014327f, gauss, cdf);
+        }
     }
     const C cdf = C(0.5) * (C(1) + derf(x * C(0.7071067811865476)));
     const C pdf = dexp(C(-0.5) * x * x) * C(0.3989422804014327);
     return cdf + x * pdf;
 }
 
-// The maps, as functors on the compute type: y = op(a) or y = op(a, b).
+// The maps, as functors on the compute type: y = op(a) or y = op(a, b). `low`: see gelu_value.
 struct GeluFwd {
     dst_gelu form;
+    bool low;
     template <typename C>
-    __device__ C operator()(C u, C) const { return gelu_value(u, form); }
+    __device__ C operator()(C u, C) const { return gelu_value(u, form, low); }
 };
 struct GeluBwd {  // a = dg, b = u
     dst_gelu form;
+    bool low;
     template <typename C>
-    __device__ C operator()(C dg, C u) const { return dg * gelu_grad(u, form); }
+    __device__ C operator()(C dg, C u) const { return dg * gelu_grad(u, form, low); }
 };
 struct TanhFwd {
     template <typename C>
@@ -105,7 +159,7 @@ __global__ void __launch_bounds__(colsum::kTileThreads *colsum::kRowLanes)
     gelu_bwd_partial_kernel(const T *dg, const T *u, T *du, int64_t n, int64_t m, int64_t R,
                             compute_t<T> *__restrict__ partial, dst_gelu form) {
     __shared__ compute_t<T> red[colsum::partial_smem<T>() / sizeof(compute_t<T>)];
-    const GeluBwd op{form};
+    const GeluBwd op{form, sizeof(T) == 2};
     colsum::partial_vec<T>(n, m, R, partial, red, [&](int64_t r, int64_t c) {
         const int64_t i = r * m + c;
         const Vec<T> a = *reinterpret_cast<const Vec<T> *>(dg + i), b = *reinterpret_cast<const Vec<T> *>(u + i);
@@ -269,12 +323,12 @@ cudaError_t launch_map(cudaStream_t stream, dst_dtype dt, const void *a, const v
 
 cudaError_t gelu_fwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *u, void *g,
                     int64_t count) {
-    return launch_map(stream, dt, u, nullptr, g, count, GeluFwd{form});
+    return launch_map(stream, dt, u, nullptr, g, count, GeluFwd{form, is_16bit(dt)});
 }
 
 cudaError_t gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
                     void *du, int64_t count) {
-    return launch_map(stream, dt, dg, u, du, count, GeluBwd{form});
+    return launch_map(stream, dt, dg, u, du, count, GeluBwd{form, is_16bit(dt)});
 }
 
 cudaError_t gelu_bwd_bias_grad(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
@@ -284,7 +338,7 @@ cudaError_t gelu_bwd_bias_grad(cudaStream_t stream, dst_dtype dt, dst_gelu form,
         using T = decltype(tag);
         const bool vec = aligned16(dg) && aligned16(u) && aligned16(du) && m % kVec<T> == 0;
         if (!vec) {  // the two passes it fuses: the same results
-            const cudaError_t e = launch_map(stream, dt, dg, u, du, n * m, GeluBwd{form});
+            const cudaError_t e = launch_map(stream, dt, dg, u, du, n * m, GeluBwd{form, is_16bit(dt)});
             return e != cudaSuccess ? e : column_sum(stream, dt, du, db, n, m, accumulate, workspace);
         }
         if (colsum::chunk_count(n) > 0) {

@@ -1,6 +1,8 @@
 // Elementwise kernel lab: the production GELU and dropout launchers against numbered variants that
 // change only how the work is spread over threads (so their outputs must be bit-identical, which the
 // lab checks before it times anything), beside a device copy of the same bytes as the bandwidth line.
+// The GELU rows also time the erff form the 16-bit types had before cdf16 (elementwise.cu) and check
+// both against fp64 on the host (errors in fp16 spacings, results not correctly rounded).
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I. -Icapi/include kernels/dev/elementwise_lab.cu -o /tmp/ew_lab
 //   /tmp/ew_lab [rows=8192] [hidden=1024] [inter=4096]
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -86,6 +89,39 @@ __global__ void dropout_vec_kernel(const T *a, const T *residual, T *y, int64_t 
         reinterpret_cast<Vec<T> *>(y)[i] = out;
     }
 }
+
+// GELU (or dg·GELU') of the fp16 inputs in fp64 on the host against the production result (prod) and
+// the erff form (erff): the largest error in units of the fp16 spacing at the exact value, how many
+// results are not the correctly rounded fp16 of the exact value, and how many differ between the two.
+inline void accuracy(const char *name, const __half *u, const __half *dg, const __half *prod, const __half *erff,
+                     int64_t n, bool grad) {
+    std::vector<__half> hu(n), hg(dg ? n : 0), hp(n), he(n);
+    cudaMemcpy(hu.data(), u, n * 2, cudaMemcpyDeviceToHost);
+    if (dg) cudaMemcpy(hg.data(), dg, n * 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hp.data(), prod, n * 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(he.data(), erff, n * 2, cudaMemcpyDeviceToHost);
+    double worst[2] = {0, 0};
+    int64_t off[2] = {0, 0}, differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const double x = __half2float(hu[i]), cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+        double ref = grad ? cdf + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI) : x * cdf;
+        if (dg) ref *= double(__half2float(hg[i]));
+        const __half rr = __float2half_rn(float(ref));
+        // fp16 spacing at |ref| (subnormal spacing 2^-24 below 2^-14)
+        const double a = std::fabs(ref), spacing = a < 6.103515625e-05 ? 5.960464477539063e-08
+                                                                         : std::ldexp(1.0, std::ilogb(a) - 10);
+        const __half got[2] = {hp[i], he[i]};
+        for (int k = 0; k < 2; ++k) {
+            const double e = std::fabs(double(__half2float(got[k])) - ref) / spacing;
+            worst[k] = std::max(worst[k], e);
+            if (__half_as_ushort(got[k]) != __half_as_ushort(rr)) ++off[k];
+        }
+        if (__half_as_ushort(hp[i]) != __half_as_ushort(he[i])) ++differ;
+    }
+    std::printf("  %-10s accuracy vs fp64: prod worst %.3f spacings, %lld not correctly rounded; erff worst %.3f, "
+                "%lld; prod != erff in %lld of %lld\n",
+                name, worst[0], (long long)off[0], worst[1], (long long)off[1], (long long)differ, (long long)n);
+}
 }  // namespace lab
 
 #define CK(x)                                                                                  \
@@ -152,36 +188,39 @@ int main(int argc, char **argv) {
     const float copy2 = time_ms([&] { CK(cudaMemcpyAsync(g1, u, nI * 2, cudaMemcpyDeviceToDevice)); });
     row("copy (read + write N*I)", copy2, 2.0 * nI * 2, copy2, true);
 
-    const dst::cuda::GeluFwd fwd{DST_GELU_ERF};
-    const dst::cuda::GeluBwd bwd{DST_GELU_ERF};
+    // Production GELU (erf form; 16-bit types through cdf16) against the erff form it replaced
+    // ("erff": the same functors with low = false), timed and checked against fp64 on the host.
+    const dst::cuda::GeluFwd fwd{DST_GELU_ERF, true}, fwd_erff{DST_GELU_ERF, false};
+    const dst::cuda::GeluBwd bwd_erff{DST_GELU_ERF, false};
     const int64_t nv = nI / 8;
+    const unsigned blocks1 = unsigned((nv + th - 1) / th);
     float t0 = time_ms([&] { CK(dst::cuda::gelu_fwd(0, DST_DTYPE_FP16, DST_GELU_ERF, u, g0, nI)); });
     row("gelu_fwd prod", t0, 2.0 * nI * 2, copy2, true);
-    auto fwd_u = [&](auto U) {
-        constexpr int kU = decltype(U)::value;
-        const unsigned blocks = unsigned((nv + th * kU - 1) / (th * kU));
-        const float t = time_ms([&] { lab::map_u_kernel<T, dst::cuda::GeluFwd, kU><<<blocks, th>>>(u, nullptr, g1, nv, fwd); });
-        char name[64];
-        std::snprintf(name, sizeof name, "gelu_fwd v1 U=%d", kU);
-        row(name, t, 2.0 * nI * 2, copy2, same(g0, g1, nI * 2));
-    };
-    fwd_u(std::integral_constant<int, 1>{});
-    fwd_u(std::integral_constant<int, 2>{});
-    fwd_u(std::integral_constant<int, 4>{});
-
+    {
+        lab::map_u_kernel<T, dst::cuda::GeluFwd, 1><<<blocks1, th>>>(u, nullptr, g1, nv, fwd);
+        row("gelu_fwd v1 U=1 (as prod)", time_ms([&] { lab::map_u_kernel<T, dst::cuda::GeluFwd, 1><<<blocks1, th>>>(u, nullptr, g1, nv, fwd); }),
+            2.0 * nI * 2, copy2, same(g0, g1, nI * 2));
+        const float te = time_ms([&] { lab::map_u_kernel<T, dst::cuda::GeluFwd, 1><<<blocks1, th>>>(u, nullptr, g1, nv, fwd_erff); });
+        row("gelu_fwd erff (before)", te, 2.0 * nI * 2, copy2, same(g0, g1, nI * 2));
+        lab::accuracy("gelu_fwd", u, nullptr, g0, g1, nI, false);
+    }
     t0 = time_ms([&] { CK(dst::cuda::gelu_bwd(0, DST_DTYPE_FP16, DST_GELU_ERF, dg, u, g0, nI)); });
     row("gelu_bwd prod", t0, 3.0 * nI * 2, copy2 * 1.5f, true);
-    auto bwd_u = [&](auto U) {
-        constexpr int kU = decltype(U)::value;
-        const unsigned blocks = unsigned((nv + th * kU - 1) / (th * kU));
-        const float t = time_ms([&] { lab::map_u_kernel<T, dst::cuda::GeluBwd, kU><<<blocks, th>>>(dg, u, g1, nv, bwd); });
-        char name[64];
-        std::snprintf(name, sizeof name, "gelu_bwd v1 U=%d", kU);
-        row(name, t, 3.0 * nI * 2, copy2 * 1.5f, same(g0, g1, nI * 2));
-    };
-    bwd_u(std::integral_constant<int, 1>{});
-    bwd_u(std::integral_constant<int, 2>{});
-    bwd_u(std::integral_constant<int, 4>{});
+    {
+        const float te = time_ms([&] { lab::map_u_kernel<T, dst::cuda::GeluBwd, 1><<<blocks1, th>>>(dg, u, g1, nv, bwd_erff); });
+        row("gelu_bwd erff (before)", te, 3.0 * nI * 2, copy2 * 1.5f, same(g0, g1, nI * 2));
+        lab::accuracy("gelu_bwd", u, dg, g0, g1, nI, true);
+        void *ws = nullptr;
+        float *db = nullptr;
+        CK(cudaMalloc(&ws, dst::cuda::column_sum_workspace(DST_DTYPE_FP16, rows, I)));
+        CK(cudaMalloc(&db, I * 2));
+        const float tf = time_ms([&] {
+            CK(dst::cuda::gelu_bwd_bias_grad(0, DST_DTYPE_FP16, DST_GELU_ERF, dg, u, g1, rows, I, db, false, ws));
+        });
+        row("gelu_bwd_bias_grad prod (+ sums)", tf, 3.0 * nI * 2, copy2 * 1.5f, same(g0, g1, nI * 2));
+        CK(cudaFree(ws));
+        CK(cudaFree(db));
+    }
 
     dst::DropoutSite site;
     site.seed = 1234;

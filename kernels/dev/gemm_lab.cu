@@ -12,6 +12,9 @@
 //   dW       dW[m,k] = dy[n,m]ᵀ·x[n,k]     plain | BGRADB epilogue (db = Σ_n dy) | plain + column_sum
 // For each, "h0" is the heuristic's first algorithm (what the backend runs) and "best/N" the fastest of
 // the N algorithms the heuristic returns (up to 16), with its index.
+// With LAB_DETAIL=1 every algorithm offered for the plain GEMMs is listed with its time and its
+// configuration (algo id, tile, stages, split-K, reduction scheme, CTA swizzling, custom option, inner
+// and cluster shape, waves), to find a run-independent rule where the first choice is not the fastest.
 // The BGRADB bias gradient is checked against column_sum (fp32 sums of the same data; relative
 // difference printed), so a fast algorithm that computes something else would show.
 #include <cublasLt.h>
@@ -74,6 +77,27 @@ float time_ms(F &&f) {
     return ms / 30;
 }
 
+bool detail = false;
+
+void describe(const cublasLtMatmulHeuristicResult_t &h, int i, float ms, float h0) {
+    const cublasLtMatmulAlgoConfigAttributes_t attrs[] = {
+        CUBLASLT_ALGO_CONFIG_ID,           CUBLASLT_ALGO_CONFIG_TILE_ID,        CUBLASLT_ALGO_CONFIG_STAGES_ID,
+        CUBLASLT_ALGO_CONFIG_SPLITK_NUM,   CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+        CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
+    const char *names[] = {"id", "tile", "stages", "splitk", "red", "swz", "custom", "inner", "cluster"};
+    std::printf("      #%-2d %7.1f us (%+5.1f%%) waves %.2f ws %zu |", i, ms * 1e3, h0 > 0 ? (ms / h0 - 1) * 100 : 0.0,
+                h.wavesCount, h.workspaceSize);
+    for (size_t k = 0; k < sizeof attrs / sizeof attrs[0]; ++k) {
+        uint64_t v = 0;  // every attribute here is at most 8 bytes (int32/uint32/uint16/uint64)
+        size_t got = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, attrs[k], &v, sizeof v, &got) == CUBLAS_STATUS_SUCCESS) {
+            const uint64_t mask = got >= 8 ? ~uint64_t(0) : (uint64_t(1) << (8 * got)) - 1;
+            std::printf(" %s %llu", names[k], (unsigned long long)(v & mask));
+        }
+    }
+    std::printf("\n");
+}
+
 struct Timed {
     float h0 = -1, best = -1;
     int best_i = -1, n = 0;
@@ -117,6 +141,7 @@ Timed run(cudaDataType_t type, const Problem &p) {
             });
             if (!ok) continue;
             if (i == 0) t.h0 = ms;
+            if (detail && p.epi == CUBLASLT_EPILOGUE_DEFAULT) describe(heur[i], i, ms, t.h0);
             if (t.best < 0 || ms < t.best) {
                 t.best = ms;
                 t.best_i = i;
@@ -182,15 +207,18 @@ void lab(dst_dtype dt, cudaDataType_t type, int64_t n, int64_t H, int64_t I) {
         const int64_t k = L.k, m = L.m;
         // fwd: D[m,n] = (W as k×m)ᵀ·(x as k×n)
         Problem f{CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, k, k, m, w, x, y, CUBLASLT_EPILOGUE_DEFAULT, nullptr};
+        if (detail) std::printf("    %s fwd (M %lld N %lld K %lld):\n", L.name, (long long)m, (long long)n, (long long)k);
         const Timed fp = run(type, f);
         f.epi = CUBLASLT_EPILOGUE_BIAS;
         f.vec = b;
         const Timed fb = run(type, f);
         // dX: D[k,n] = (W as k×m)·(dy as m×n)
         Problem dx{CUBLAS_OP_N, CUBLAS_OP_N, k, n, m, k, m, k, w, dy, y, CUBLASLT_EPILOGUE_DEFAULT, nullptr};
+        if (detail) std::printf("    %s dX:\n", L.name);
         const Timed dxp = run(type, dx);
         // dW: D[k,m] = (x as k×n)·(dy as m×n)ᵀ
         Problem wg{CUBLAS_OP_N, CUBLAS_OP_T, k, m, n, k, m, k, x, dy, dw, CUBLASLT_EPILOGUE_DEFAULT, nullptr};
+        if (detail) std::printf("    %s dW:\n", L.name);
         const Timed wp = run(type, wg);
         wg.epi = CUBLASLT_EPILOGUE_BGRADB;
         wg.vec = db1;
@@ -226,6 +254,7 @@ int main(int argc, char **argv) {
     const int64_t H = argc > 2 ? std::atoll(argv[2]) : 1024;
     const int64_t I = argc > 3 ? std::atoll(argv[3]) : 4096;
     const std::string d = argc > 4 ? argv[4] : "fp16";
+    detail = std::getenv("LAB_DETAIL") && std::string(std::getenv("LAB_DETAIL")) == "1";
     LT_CHECK(cublasLtCreate(&lt));
     LAB_CHECK(cudaMalloc(&ws, kWs));
     LAB_CHECK(cudaStreamCreate(&stream));
