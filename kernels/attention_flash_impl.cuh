@@ -45,6 +45,7 @@
 
 #include "kernels/attention_args.h"
 #include "kernels/philox.h"
+#include "kernels/launch.cuh"
 
 namespace dst {
 namespace cuda {
@@ -590,6 +591,7 @@ struct FwdTraits {
 
 template <typename T, int D, int BN, int NW, int MB>
 __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) {
+    DST_GRID_DEPENDENCY();
     using Tr = FwdTraits<T, D, BN, NW>;
     constexpr int BM = Tr::kBM, NT = BN / 8, NG = BN / 16, DT = D / 8, KD = D / 16, LDS = Tr::kLds;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -676,6 +678,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_fwd_kernel(const Params p) 
 // P = exp2(x − lse2) is then 0); one thread per (token, head).
 template <typename T>
 __global__ void flash_rowdot_kernel(const Params p) {
+    DST_GRID_DEPENDENCY();
     const int64_t total = int64_t(p.batch) * p.seq * p.heads;
     for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < total; x += int64_t(gridDim.x) * blockDim.x) {
         const int h = int(x % p.heads);
@@ -702,6 +705,7 @@ __global__ void flash_rowdot_kernel(const Params p) {
 // per 8 elements, no grid-stride loop, so that every lane of a warp reaches the shuffles.
 template <typename T, int G>
 __global__ void flash_rowdot_vec_kernel(const Params p) {
+    DST_GRID_DEPENDENCY();
     const int64_t total = int64_t(p.batch) * p.seq * p.heads * G;
     const int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     const bool active = x < total;
@@ -732,21 +736,23 @@ __global__ void flash_rowdot_vec_kernel(const Params p) {
 // The vector form's launch when the shapes allow it (head_dim / 8 a power of two up to 32, rows and
 // pointers 16-byte aligned); false: the caller launches the scalar form.
 template <typename T>
-bool launch_rowdot_vec(const Params &p, cudaStream_t stream) {
+bool launch_rowdot_vec(const Params &p, cudaStream_t stream, cudaError_t *err) {
     const int g = p.head_dim / 8;
     const bool ok = p.head_dim % 8 == 0 && p.hidden % 8 == 0 && g >= 1 && g <= 32 && (g & (g - 1)) == 0 &&
                     reinterpret_cast<uintptr_t>(p.dctx) % 16 == 0 && reinterpret_cast<uintptr_t>(p.ctx_in) % 16 == 0;
     if (!ok) return false;
     const int64_t total = int64_t(p.batch) * p.seq * p.heads * g;
     const unsigned grid = static_cast<unsigned>((total + 255) / 256);
+    cudaError_t e = cudaSuccess;
     switch (g) {
-        case 1: flash_rowdot_vec_kernel<T, 1><<<grid, 256, 0, stream>>>(p); break;
-        case 2: flash_rowdot_vec_kernel<T, 2><<<grid, 256, 0, stream>>>(p); break;
-        case 4: flash_rowdot_vec_kernel<T, 4><<<grid, 256, 0, stream>>>(p); break;
-        case 8: flash_rowdot_vec_kernel<T, 8><<<grid, 256, 0, stream>>>(p); break;
-        case 16: flash_rowdot_vec_kernel<T, 16><<<grid, 256, 0, stream>>>(p); break;
-        default: flash_rowdot_vec_kernel<T, 32><<<grid, 256, 0, stream>>>(p); break;
+        case 1: e = launch_dependent(flash_rowdot_vec_kernel<T, 1>, grid, 256, 0, stream, p); break;
+        case 2: e = launch_dependent(flash_rowdot_vec_kernel<T, 2>, grid, 256, 0, stream, p); break;
+        case 4: e = launch_dependent(flash_rowdot_vec_kernel<T, 4>, grid, 256, 0, stream, p); break;
+        case 8: e = launch_dependent(flash_rowdot_vec_kernel<T, 8>, grid, 256, 0, stream, p); break;
+        case 16: e = launch_dependent(flash_rowdot_vec_kernel<T, 16>, grid, 256, 0, stream, p); break;
+        default: e = launch_dependent(flash_rowdot_vec_kernel<T, 32>, grid, 256, 0, stream, p); break;
     }
+    *err = e;
     return true;
 }
 
@@ -927,6 +933,7 @@ DST_FDEV void bwd_dq_add(const Params &p, const float (&dqp)[1][DQT][4], int bh,
 // One thread per 4 columns of a (batch, head, query) row.
 template <typename T, int D>
 __global__ void flash_dq_convert_kernel(const Params p) {
+    DST_GRID_DEPENDENCY();
     constexpr int C4 = D / 4;
     const int64_t total = int64_t(p.batch) * p.heads * p.seq * C4;
     const int64_t ld = 3 * int64_t(p.hidden);
@@ -949,8 +956,7 @@ cudaError_t bwd_dq_convert(const Params &p, cudaStream_t stream) {
     const int64_t total = int64_t(p.batch) * p.heads * p.seq * (D / 4);
     const int64_t blocks = (total + 255) / 256;
     const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
-    flash_dq_convert_kernel<T, D><<<grid, 256, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_dependent(flash_dq_convert_kernel<T, D>, grid, 256, 0, stream, p);
 }
 
 // The backward's end: dK = scale·Σ dSᵀ·Q and dV = σ·Σ (P̃ᵀ/σ)·dctx of the lane's keys kj0 (elements 0, 1)
@@ -988,6 +994,7 @@ struct BwdTraits {
 
 template <typename T, int D, int BM, int NW, int MB>
 __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) {
+    DST_GRID_DEPENDENCY();
     using Tr = BwdTraits<T, D, BM, NW>;
     constexpr int BN = Tr::kBN, NTQ = BM / 8, KD = D / 16, DT = D / 8, LDS = Tr::kLds, LDSS = Tr::kLdsS;
     constexpr int DQT = Tr::kDqT;
@@ -1181,8 +1188,8 @@ cudaError_t launch_fwd(Params p, cudaStream_t stream) {
     const auto kernel = flash_fwd_kernel<T, D, BN, NW, MB>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e != cudaSuccess) return e;
-    kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
-    return cudaGetLastError();
+    return launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads,
+                            Tr::kSmem, stream, p);
 }
 
 // Sets p.dq_order for a backward kernel from `order` (1 the step order, 0 ascending key blocks, −1 the
@@ -1216,8 +1223,8 @@ cudaError_t launch_bwd(Params p, cudaStream_t stream, int order = -1) {
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;
-    kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
-    e = cudaGetLastError();
+    e = launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads,
+                         Tr::kSmem, stream, p);
     return e != cudaSuccess ? e : bwd_dq_convert<T, D>(p, stream);
 }
 
@@ -1251,8 +1258,8 @@ template <typename T>
 cudaError_t bwd_prologue(const Params &p, const BwdScratch &ws, cudaStream_t stream) {
     const int64_t rows = int64_t(p.batch) * p.heads * p.seq;
     const unsigned grid = static_cast<unsigned>(rows / 256 + 1 < 65536 ? rows / 256 + 1 : 65536);
-    if (!launch_rowdot_vec<T>(p, stream)) flash_rowdot_kernel<T><<<grid, 256, 0, stream>>>(p);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = cudaSuccess;
+    if (!launch_rowdot_vec<T>(p, stream, &e)) e = launch_dependent(flash_rowdot_kernel<T>, grid, 256, 0, stream, p);
     if (e == cudaSuccess) e = cudaMemsetAsync(p.counters, 0, ws.total - ws.counters, stream);
     if (e == cudaSuccess && !p.deterministic) e = cudaMemsetAsync(p.dq_accum, 0, ws.counters - ws.dq, stream);
     return e;

@@ -46,6 +46,7 @@ DST_WGA_DEV uint32_t sw128(int r, int c) { return uint32_t(r) * 128u + (uint32_t
 
 template <typename T, int BN, int MB>
 __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p) {
+    DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tr = WgTraits<BN>;
     constexpr int BM = Tr::kBM, NT = BN / 8, NG = BN / 16, DT = 8;
@@ -148,8 +149,8 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
     const auto kernel = flash_fwd_wgmma_kernel<T, BN, MB>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e != cudaSuccess) return e;
-    kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
-    return cudaGetLastError();
+    return launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads,
+                            Tr::kSmem, stream, p);
 }
 
 // ================================ backward =======================================================
@@ -189,6 +190,7 @@ DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 
 template <typename T, int BM, int MB, int WGS>
 __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Params p) {
+    DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tr = WgBwdTraits<BM, WGS>;
     using Dq = BwdTraits<T, 64, BM, 4 * WGS>;  // the dQ product's split over the warps
@@ -381,8 +383,8 @@ cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;
-    kernel<<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads, Tr::kSmem, stream>>>(p);
-    e = cudaGetLastError();
+    e = launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads,
+                         Tr::kSmem, stream, p);
     return e != cudaSuccess ? e : bwd_dq_convert<T, 64>(p, stream);
 }
 

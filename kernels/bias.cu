@@ -14,6 +14,7 @@
 
 #include "kernels/column_partial.cuh"
 #include "kernels/dispatch.cuh"
+#include "kernels/launch.cuh"
 
 namespace dst {
 namespace cuda {
@@ -29,6 +30,7 @@ template <typename T>
 __global__ void __launch_bounds__(kTileCols * kRowLanes) column_partial_vec_kernel(const T *__restrict__ dy,
                                                                                   compute_t<T> *__restrict__ partial,
                                                                                   int64_t n, int64_t m, int64_t R) {
+    DST_GRID_DEPENDENCY();
     __shared__ compute_t<T> red[colsum::partial_smem<T>() / sizeof(compute_t<T>)];
     colsum::partial_vec<T>(n, m, R, partial, red,
                            [&](int64_t r, int64_t c) { return *reinterpret_cast<const Vec<T> *>(dy + r * m + c); });
@@ -37,6 +39,7 @@ __global__ void __launch_bounds__(kTileCols * kRowLanes) column_partial_vec_kern
 template <typename T>
 __global__ void column_partial_kernel(const T *__restrict__ dy, compute_t<T> *__restrict__ partial,
                                       int64_t n, int64_t m, int64_t rows_per_chunk) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     __shared__ C red[kRowLanes][kTileCols + 1];
     const int64_t col = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
@@ -57,6 +60,7 @@ __global__ void column_partial_kernel(const T *__restrict__ dy, compute_t<T> *__
 template <typename T>
 __global__ void column_finalize_kernel(const compute_t<T> *__restrict__ partial, T *db, int64_t m,
                                        int64_t chunks, bool accumulate) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     __shared__ C red[kRowLanes][kTileCols + 1];
     const int64_t col = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
@@ -75,6 +79,7 @@ __global__ void column_finalize_kernel(const compute_t<T> *__restrict__ partial,
 
 template <typename T>
 __global__ void bias_broadcast_kernel(const T *__restrict__ b, T *__restrict__ y, int64_t n, int64_t m) {
+    DST_GRID_DEPENDENCY();
     const int64_t total = n * m;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
          i += int64_t(gridDim.x) * blockDim.x)
@@ -100,11 +105,8 @@ cudaError_t column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *
         C *partial = static_cast<C *>(workspace);
         const bool vec = aligned16(dy) && m % kVec<T> == 0;
         const dim3 grid = colsum::partial_grid<T>(n, m, vec), block = colsum::partial_block();
-        if (vec)
-            column_partial_vec_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T *>(dy), partial, n, m, R);
-        else
-            column_partial_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T *>(dy), partial, n, m, R);
-        DST_KERNEL_CHECK(cudaGetLastError());
+        DST_KERNEL_CHECK(launch_dependent(vec ? column_partial_vec_kernel<T> : column_partial_kernel<T>, grid, block, 0,
+                                          stream, static_cast<const T *>(dy), partial, n, m, R));
         return cudaSuccess;
     });
     if (e != cudaSuccess) return e;
@@ -118,10 +120,9 @@ cudaError_t column_sum_finalize(cudaStream_t stream, dst_dtype dt, const void *p
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
-        column_finalize_kernel<T><<<static_cast<unsigned>((m + kTileCols - 1) / kTileCols), dim3(kTileCols, kRowLanes),
-                                    0, stream>>>(static_cast<const C *>(partial), static_cast<T *>(db), m, chunks,
-                                                 accumulate);
-        DST_KERNEL_CHECK(cudaGetLastError());
+        DST_KERNEL_CHECK(launch_dependent(column_finalize_kernel<T>, static_cast<unsigned>((m + kTileCols - 1) / kTileCols),
+                                          dim3(kTileCols, kRowLanes), 0, stream, static_cast<const C *>(partial),
+                                          static_cast<T *>(db), m, chunks, accumulate));
         return cudaSuccess;
     });
 }
@@ -131,9 +132,8 @@ cudaError_t bias_broadcast(cudaStream_t stream, dst_dtype dt, const void *b, voi
     if (n <= 0 || m <= 0) return cudaSuccess;
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
-        bias_broadcast_kernel<T><<<grid_blocks(n * m, 256), 256, 0, stream>>>(
-            static_cast<const T *>(b), static_cast<T *>(y), n, m);
-        DST_KERNEL_CHECK(cudaGetLastError());
+        DST_KERNEL_CHECK(launch_dependent(bias_broadcast_kernel<T>, grid_blocks(n * m, 256), 256, 0, stream,
+                                          static_cast<const T *>(b), static_cast<T *>(y), n, m));
         return cudaSuccess;
     });
 }

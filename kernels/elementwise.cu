@@ -13,6 +13,7 @@
 #include "kernels/bias.cuh"
 #include "kernels/column_partial.cuh"
 #include "kernels/dispatch.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/philox.h"
 
 namespace dst {
@@ -128,6 +129,7 @@ struct Add {
 // elements. Each element is computed as by the scalar form, so the path changes no result.
 template <typename T, typename Op>
 __global__ void map_kernel(const T *a, const T *b, T *y, int64_t count, bool vec, Op op) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     constexpr int V = kVec<T>;
     const int64_t tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -158,6 +160,7 @@ template <typename T>
 __global__ void __launch_bounds__(colsum::kTileThreads *colsum::kRowLanes)
     gelu_bwd_partial_kernel(const T *dg, const T *u, T *du, int64_t n, int64_t m, int64_t R,
                             compute_t<T> *__restrict__ partial, dst_gelu form) {
+    DST_GRID_DEPENDENCY();
     __shared__ compute_t<T> red[colsum::partial_smem<T>() / sizeof(compute_t<T>)];
     const GeluBwd op{form, sizeof(T) == 2};
     colsum::partial_vec<T>(n, m, R, partial, red, [&](int64_t r, int64_t c) {
@@ -201,6 +204,7 @@ template <typename T>
 __global__ void dropout_kernel(const T *a, const T *residual, T *y,
                                int64_t count, uint64_t seed, uint64_t offset, uint32_t threshold,
                                compute_t<T> scale, bool quad) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     const int64_t groups = (count + 3) / 4;
     for (int64_t grp = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; grp < groups;
@@ -230,6 +234,7 @@ template <typename T>
 __global__ void dropout_rows_kernel(const T *a, const T *residual, T *y, int64_t nrows, const int32_t *rows,
                                     int64_t L, uint64_t seed, uint64_t offset, uint32_t threshold,
                                     compute_t<T> scale, bool quad) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
         const int64_t base = r * L;
@@ -258,6 +263,7 @@ template <typename T>
 __global__ void dropout_vec_kernel(const T *a, const T *residual, T *y, int64_t count, const int32_t *rows,
                                    int64_t L, uint64_t seed, uint64_t offset, uint32_t threshold,
                                    compute_t<T> scale) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     constexpr int V = kVec<T>, G = V / 4;
     static_assert(V % 4 == 0, "whole Philox groups per vector");
@@ -313,9 +319,8 @@ cudaError_t launch_map(cudaStream_t stream, dst_dtype dt, const void *a, const v
         // The vector path has a thread per vector (at least one per tail element); the scalar path loops.
         const int64_t nvec = count / kVec<T>, work = nvec > count % kVec<T> ? nvec : count % kVec<T>;
         const unsigned blocks = vec ? static_cast<unsigned>((work + kThreads - 1) / kThreads) : grid_blocks(count, kThreads);
-        map_kernel<T, Op><<<blocks, kThreads, 0, stream>>>(
-            static_cast<const T *>(a), static_cast<const T *>(b), static_cast<T *>(y), count, vec, op);
-        DST_KERNEL_CHECK(cudaGetLastError());
+        DST_KERNEL_CHECK(launch_dependent(map_kernel<T, Op>, blocks, kThreads, 0, stream, static_cast<const T *>(a),
+                                          static_cast<const T *>(b), static_cast<T *>(y), count, vec, op));
         return cudaSuccess;
     });
 }
@@ -342,10 +347,11 @@ cudaError_t gelu_bwd_bias_grad(cudaStream_t stream, dst_dtype dt, dst_gelu form,
             return e != cudaSuccess ? e : column_sum(stream, dt, du, db, n, m, accumulate, workspace);
         }
         if (colsum::chunk_count(n) > 0) {
-            gelu_bwd_partial_kernel<T><<<colsum::partial_grid<T>(n, m, true), colsum::partial_block(), 0, stream>>>(
-                static_cast<const T *>(dg), static_cast<const T *>(u), static_cast<T *>(du), n, m,
-                colsum::rows_per_chunk(n), static_cast<compute_t<T> *>(workspace), form);
-            DST_KERNEL_CHECK(cudaGetLastError());
+            DST_KERNEL_CHECK(launch_dependent(gelu_bwd_partial_kernel<T>, colsum::partial_grid<T>(n, m, true),
+                                              colsum::partial_block(), 0, stream, static_cast<const T *>(dg),
+                                              static_cast<const T *>(u), static_cast<T *>(du), n, m,
+                                              colsum::rows_per_chunk(n), static_cast<compute_t<T> *>(workspace),
+                                              form));
         }
         return column_sum_finalize(stream, dt, workspace, db, n, m, accumulate);
     });
@@ -377,25 +383,26 @@ cudaError_t launch_dropout(cudaStream_t stream, dst_dtype dt, const void *a, con
         if constexpr (sizeof(T) <= 4) {
             if (vec) {  // 16-byte accesses (the other kernels: 4 elements, or 1, per access)
                 const int64_t nvec = count / kVec<T>, work = nvec > count % kVec<T> ? nvec : count % kVec<T>;
-                dropout_vec_kernel<T><<<static_cast<unsigned>((work + kThreads - 1) / kThreads), kThreads, 0,
-                                        stream>>>(static_cast<const T *>(a), static_cast<const T *>(residual),
-                                                  static_cast<T *>(y), count, rows ? site.rows : nullptr,
-                                                  rows ? site.row_len : 1, site.seed, site.offset, site.threshold,
-                                                  static_cast<C>(site.scale));
-                DST_KERNEL_CHECK(cudaGetLastError());
+                DST_KERNEL_CHECK(launch_dependent(
+                    dropout_vec_kernel<T>, static_cast<unsigned>((work + kThreads - 1) / kThreads), kThreads, 0,
+                    stream, static_cast<const T *>(a), static_cast<const T *>(residual), static_cast<T *>(y), count,
+                    rows ? site.rows : nullptr, rows ? site.row_len : int64_t(1), site.seed, site.offset,
+                    site.threshold, static_cast<C>(site.scale)));
                 return cudaSuccess;
             }
         }
         if (rows) {
             const int64_t nrows = count / site.row_len;
-            dropout_rows_kernel<T><<<static_cast<unsigned>(nrows < 65536 ? nrows : 65536), kThreads, 0, stream>>>(
+            DST_KERNEL_CHECK(launch_dependent(
+                dropout_rows_kernel<T>, static_cast<unsigned>(nrows < 65536 ? nrows : 65536), kThreads, 0, stream,
                 static_cast<const T *>(a), static_cast<const T *>(residual), static_cast<T *>(y), nrows, site.rows,
                 site.row_len, site.seed, site.offset, site.threshold, static_cast<C>(site.scale),
-                quad && site.row_len % 4 == 0);
+                quad && site.row_len % 4 == 0));
         } else {
-            dropout_kernel<T><<<grid_blocks(groups, kThreads), kThreads, 0, stream>>>(
-                static_cast<const T *>(a), static_cast<const T *>(residual), static_cast<T *>(y), count,
-                site.seed, site.offset, site.threshold, static_cast<C>(site.scale), quad);
+            DST_KERNEL_CHECK(launch_dependent(dropout_kernel<T>, grid_blocks(groups, kThreads), kThreads, 0, stream,
+                                              static_cast<const T *>(a), static_cast<const T *>(residual),
+                                              static_cast<T *>(y), count, site.seed, site.offset, site.threshold,
+                                              static_cast<C>(site.scale), quad));
         }
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;

@@ -16,6 +16,7 @@
 
 #include "kernels/column_partial.cuh"
 #include "kernels/dispatch.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/philox.h"
 
@@ -39,6 +40,7 @@ __global__ void layernorm_fwd_kernel(const T *x, const T *__restrict__ gamma,
                                      const T *__restrict__ beta, T *y,
                                      compute_t<T> *__restrict__ mean, compute_t<T> *__restrict__ rstd,
                                      int64_t h, compute_t<T> eps) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     __shared__ C scratch[33];
     const int64_t row = blockIdx.x;
@@ -91,6 +93,7 @@ template <typename T, int VPL, bool kDrop>
 __global__ void layernorm_fwd_warp_kernel(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
                                           compute_t<T> *__restrict__ mean, compute_t<T> *__restrict__ rstd, int64_t n,
                                           int64_t h, compute_t<T> eps, LnFwdDrop<T> drop) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     constexpr int V = kVec<T>;
     const int lane = threadIdx.x & 31;
@@ -183,6 +186,7 @@ __global__ void layernorm_bwd_dx_kernel(const T *dy, const T *__restrict__ xy,
                                         const T *__restrict__ beta, const compute_t<T> *__restrict__ mean,
                                         const compute_t<T> *__restrict__ rstd, const T *dresid, T *dx,
                                         int64_t h, LnBwdBranch<T> branch) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     __shared__ C scratch[33];
     const int64_t row = blockIdx.x, base = row * h;
@@ -216,6 +220,7 @@ __global__ void layernorm_bwd_dx_warp_kernel(const T *dy, const T *__restrict__ 
                                              const compute_t<T> *__restrict__ mean,
                                              const compute_t<T> *__restrict__ rstd, const T *dresid, T *dx,
                                              int64_t n, int64_t h, LnBwdBranch<T> branch) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     constexpr int V = kVec<T>;
     const int lane = threadIdx.x & 31;
@@ -302,6 +307,7 @@ __global__ void layernorm_param_partial_kernel(const T *__restrict__ dy, const T
                                                const compute_t<T> *__restrict__ rstd,
                                                compute_t<T> *__restrict__ partial, int64_t n, int64_t h,
                                                int64_t chunks, int64_t rows_per_chunk) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     __shared__ C red[2][V][kRowLanes][kTileCols + 1];
     const int64_t vi = blockIdx.x * int64_t(kTileCols) + threadIdx.x, c0 = vi * V;
@@ -349,6 +355,7 @@ __global__ void layernorm_param_partial_kernel(const T *__restrict__ dy, const T
 template <typename T>
 __global__ void layernorm_param_finalize_kernel(const compute_t<T> *__restrict__ partial, T *dgamma,
                                                 T *dbeta, int64_t h, int64_t chunks, bool accumulate) {
+    DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     __shared__ C red[2][kRowLanes][kTileCols + 1];
     const int64_t c = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
@@ -399,8 +406,8 @@ cudaError_t launch_fwd_warp(cudaStream_t stream, int vpl, const T *x, const T *g
              : vpl == 2 ? layernorm_fwd_warp_kernel<T, 2, kDrop>
              : vpl == 4 ? layernorm_fwd_warp_kernel<T, 4, kDrop>
                         : layernorm_fwd_warp_kernel<T, 8, kDrop>;
-    k<<<grid, 32 * kWarpRows, 0, stream>>>(x, gamma, beta, y, mean, rstd, n, h, static_cast<compute_t<T>>(eps), drop);
-    return cudaGetLastError();
+    return launch_dependent(k, grid, 32 * kWarpRows, 0, stream, x, gamma, beta, y, mean, rstd, n, h,
+                            static_cast<compute_t<T>>(eps), drop);
 }
 }  // namespace
 
@@ -416,10 +423,10 @@ cudaError_t layernorm_fwd(cudaStream_t stream, dst_dtype dt, const void *x, cons
             return launch_fwd_warp<T, false>(stream, vpl, static_cast<const T *>(x), static_cast<const T *>(gamma),
                                              static_cast<const T *>(beta), static_cast<T *>(y), static_cast<C *>(mean),
                                              static_cast<C *>(rstd), n, h, eps, LnFwdDrop<T>{});
-        layernorm_fwd_kernel<T><<<static_cast<unsigned>(n), row_threads(h), 0, stream>>>(
-            static_cast<const T *>(x), static_cast<const T *>(gamma), static_cast<const T *>(beta),
-            static_cast<T *>(y), static_cast<C *>(mean), static_cast<C *>(rstd), h, static_cast<C>(eps));
-        DST_KERNEL_CHECK(cudaGetLastError());
+        DST_KERNEL_CHECK(launch_dependent(layernorm_fwd_kernel<T>, static_cast<unsigned>(n), row_threads(h), 0, stream,
+                                          static_cast<const T *>(x), static_cast<const T *>(gamma),
+                                          static_cast<const T *>(beta), static_cast<T *>(y), static_cast<C *>(mean),
+                                          static_cast<C *>(rstd), h, static_cast<C>(eps)));
         return cudaSuccess;
     });
 }
@@ -476,14 +483,15 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
                 const int64_t cols = int64_t(kTileCols) * (vec ? kVec<T> : 1);
                 const dim3 grid(static_cast<unsigned>((h + cols - 1) / cols), static_cast<unsigned>(chunks));
                 auto k = vec ? layernorm_param_partial_kernel<T, kVec<T>> : layernorm_param_partial_kernel<T, 1>;
-                k<<<grid, dim3(kTileCols, kRowLanes), 0, stream>>>(dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c,
-                                                                    partial, n, h, chunks, rows_per_chunk);
-                DST_KERNEL_CHECK(cudaGetLastError());
+                DST_KERNEL_CHECK(launch_dependent(k, grid, dim3(kTileCols, kRowLanes), 0, stream, dy_t, xy_t,
+                                                  invertible, g_t, b_t, mean_c, rstd_c, partial, n, h, chunks,
+                                                  rows_per_chunk));
             }
-            layernorm_param_finalize_kernel<T><<<static_cast<unsigned>((h + kTileCols - 1) / kTileCols),
-                                                 dim3(kTileCols, kRowLanes), 0, stream>>>(
-                partial, static_cast<T *>(dgamma), static_cast<T *>(dbeta), h, chunks, accumulate);
-            DST_KERNEL_CHECK(cudaGetLastError());
+            DST_KERNEL_CHECK(launch_dependent(layernorm_param_finalize_kernel<T>,
+                                              static_cast<unsigned>((h + kTileCols - 1) / kTileCols),
+                                              dim3(kTileCols, kRowLanes), 0, stream, static_cast<const C *>(partial),
+                                              static_cast<T *>(dgamma), static_cast<T *>(dbeta), h, chunks,
+                                              accumulate));
         }
         const bool branch = branch_out != nullptr;
         const LnBwdBranch<T> br{static_cast<T *>(branch_out), branch ? *branch_site : DropoutSite{}};
@@ -503,14 +511,13 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
                                   : layernorm_bwd_dx_warp_kernel<T, 8, kB>;
             };
             auto k = branch ? pick(std::true_type{}) : pick(std::false_type{});
-            k<<<grid, 32 * kWarpRows, 0, stream>>>(dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c,
-                                                   static_cast<const T *>(dresid), static_cast<T *>(dx), n, h, br);
-            DST_KERNEL_CHECK(cudaGetLastError());
+            DST_KERNEL_CHECK(launch_dependent(k, grid, 32 * kWarpRows, 0, stream, dy_t, xy_t, invertible, g_t, b_t,
+                                              mean_c, rstd_c, static_cast<const T *>(dresid), static_cast<T *>(dx), n,
+                                              h, br));
         } else if (n > 0 && dx) {
-            layernorm_bwd_dx_kernel<T><<<static_cast<unsigned>(n), row_threads(h), 0, stream>>>(
-                dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c, static_cast<const T *>(dresid),
-                static_cast<T *>(dx), h, br);
-            DST_KERNEL_CHECK(cudaGetLastError());
+            DST_KERNEL_CHECK(launch_dependent(layernorm_bwd_dx_kernel<T>, static_cast<unsigned>(n), row_threads(h), 0,
+                                              stream, dy_t, xy_t, invertible, g_t, b_t, mean_c, rstd_c,
+                                              static_cast<const T *>(dresid), static_cast<T *>(dx), h, br));
         }
         return cudaSuccess;
     });

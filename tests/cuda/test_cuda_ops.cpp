@@ -1151,6 +1151,76 @@ TEST(CudaBackend, BiasGradientPathsSameBits) {
     }
 }
 
+// Kernels launched as programmatic dependents (kernels/launch.cuh) wait for the kernel before them on
+// the device. A chain in which every op reads what the previous one wrote, several in place, gives
+// the same bits with no synchronisation between the ops as with one after each (the host then
+// launches every kernel only after the previous one has finished).
+TEST(CudaBackend, DependentLaunchChainSameBitsAsSynchronized) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    Backend *raw = nullptr;
+    ASSERT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
+    std::unique_ptr<Backend> be(raw);
+    const int64_t n = 4096, h = 1024, rounds = 12;
+    for (dst_dtype dt : {DST_DTYPE_FP32, DST_DTYPE_BF16}) {
+        SCOPED_TRACE("dtype " + std::to_string(static_cast<int>(dt)));
+        const size_t es = dst_dtype_size(dt), cs = dt == DST_DTYPE_FP64 ? 8 : 4;
+        HostBuf x0(dt, n * h), g0(dt, h), b0(dt, h);
+        std::mt19937_64 rng(5);
+        std::uniform_real_distribution<double> uni(-1.0, 1.0);
+        for (int64_t i = 0; i < n * h; ++i) x0.set(i, 3.0 * uni(rng));
+        for (int64_t j = 0; j < h; ++j) {
+            g0.set(j, 1.0 + 0.25 * uni(rng));
+            b0.set(j, 0.25 * uni(rng));
+        }
+        void *x = nullptr, *y = nullptr, *gamma = nullptr, *beta = nullptr, *mean = nullptr, *rstd = nullptr,
+             *dg = nullptr, *dbt = nullptr, *db = nullptr;
+        for (void **q : {&x, &y}) ASSERT_EQ(be->alloc(n * h * es, q), DST_OK);
+        for (void **q : {&gamma, &beta, &dg, &dbt, &db}) ASSERT_EQ(be->alloc(h * es, q), DST_OK);
+        for (void **q : {&mean, &rstd}) ASSERT_EQ(be->alloc(n * cs, q), DST_OK);
+        ASSERT_EQ(be->copy(gamma, g0.data(), g0.bytes.size(), CopyKind::HostToDevice), DST_OK);
+        ASSERT_EQ(be->copy(beta, b0.data(), b0.bytes.size(), CopyKind::HostToDevice), DST_OK);
+        std::vector<unsigned char> out[2];
+        for (int sync = 0; sync < 2; ++sync) {
+            auto step = [&](dst_status st) {
+                ASSERT_EQ(st, DST_OK);
+                if (sync) {
+                    ASSERT_EQ(be->synchronize(), DST_OK);
+                }
+            };
+            ASSERT_EQ(be->copy(x, x0.data(), x0.bytes.size(), CopyKind::HostToDevice), DST_OK);
+            ASSERT_EQ(be->zero(db, h * es), DST_OK);
+            ASSERT_EQ(be->synchronize(), DST_OK);
+            for (int64_t r = 0; r < rounds; ++r) {
+                step(be->layernorm_fwd(dt, x, gamma, beta, y, mean, rstd, n, h, 1e-5));  // y = LN(x)
+                step(be->gelu_fwd(dt, DST_GELU_ERF, y, x, n * h));                        // x = GELU(y)
+                step(be->gelu_bwd(dt, DST_GELU_ERF, x, y, x, n * h));                     // x = x·GELU'(y), in place
+                step(be->linear_bwd_weight(dt, x, nullptr, nullptr, db, n, 0, h, true));  // db += Σ rows of x
+                // x = LN'(x) with y's statistics, in place (dx aliases dy), γ/β gradients first
+                step(be->layernorm_bwd(dt, x, y, true, gamma, beta, mean, rstd, nullptr, x, dg, dbt, n, h, false));
+                DropoutSite ds;
+                ds.seed = 7;
+                ds.offset = static_cast<uint64_t>(r);
+                ds.threshold = dst::dropout_threshold(0.1);
+                ds.scale = 1.0 / 0.9;
+                step(be->dropout_residual_fwd(dt, y, x, x, n * h, ds));  // x = x + dropout(y), in place
+            }
+            ASSERT_EQ(be->synchronize(), DST_OK);
+            HostBuf hx(dt, n * h), hdb(dt, h), hdg(dt, h);
+            ASSERT_EQ(be->copy(hx.data(), x, hx.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+            ASSERT_EQ(be->copy(hdb.data(), db, hdb.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+            ASSERT_EQ(be->copy(hdg.data(), dg, hdg.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+            out[sync] = hx.bytes;
+            out[sync].insert(out[sync].end(), hdb.bytes.begin(), hdb.bytes.end());
+            out[sync].insert(out[sync].end(), hdg.bytes.begin(), hdg.bytes.end());
+            bool finite = true;
+            for (int64_t i = 0; i < n * h && finite; ++i) finite = std::isfinite(hx.get(i));
+            EXPECT_TRUE(finite) << "the chain stays finite (else the comparison below is weak)";
+        }
+        EXPECT_TRUE(out[0] == out[1]) << "no synchronisation between the ops vs one after each";
+        for (void *q : {x, y, gamma, beta, mean, rstd, dg, dbt, db}) be->free(q);
+    }
+}
+
 TEST(CudaBackend, CallerStreamAndWorkspace) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     Backend *raw = nullptr;
