@@ -734,7 +734,7 @@ __global__ void flash_rowdot_vec_kernel(const Params p) {
 }
 
 // The vector form's launch when the shapes allow it (head_dim / 8 a power of two up to 32, rows and
-// pointers 16-byte aligned); false: the caller launches the scalar form.
+// pointers 16-byte aligned), its status in *err; false: nothing launched, the caller launches the scalar form.
 template <typename T>
 bool launch_rowdot_vec(const Params &p, cudaStream_t stream, cudaError_t *err) {
     const int g = p.head_dim / 8;

@@ -19,6 +19,11 @@
 #                                            # with DST_PRETRAIN_CTEST=0 to skip the tests there;
 #                                            # DST_PRETRAIN_ARGS: more arguments for it, such as
 #                                            # "--skip-hf --profile-calls")
+#   bash tools/gpu-session.sh multi OUTDIR   # on a host with several GPUs (carry .gpu-deps): dst-pretrain
+#                                            # and test_cuda_layer built, the two-device layer tests, then
+#                                            # bench/multi_gpu.py (correctness against one GPU, scaling
+#                                            # with and without overlap, a killed rank and the resume;
+#                                            # DST_MULTI_ARGS: more arguments for it, e.g. "--parts scale")
 #
 # Both share the build folder DST_GPU_BUILD_DIR (default /tmp/dst-gpu-build); `bench` builds it when
 # missing; `pretrain` reconfigures it with dst-pretrain on (the library's objects stay). Each step has a
@@ -79,7 +84,7 @@ bench)
     step compare_torch "$limit" "$out/compare_torch.txt" env DST_LIB="$lib" PYTHONUNBUFFERED=1 \
         python3 bench/compare_torch.py --budget $((limit - 40)) --out "$out" ${DST_COMPARE_ARGS:-}
     ;;
-pretrain)
+pretrain|multi)
     cases=${3:-fp16:128,fp16:512}
     deps=$root/.gpu-deps/usr
     if [ ! -f "$deps/include/jansson.h" ] || [ ! -f "$deps/include/utf8proc.h" ]; then
@@ -94,10 +99,20 @@ pretrain)
     step build 240 "$out/build.log" bash -c "cmake -S . -B '$DST_GPU_BUILD_DIR' -G Ninja \
         -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_TESTS=ON -DDST_BUILD_PRETRAIN=ON \
         -DCMAKE_PREFIX_PATH='$deps' -DPython_EXECUTABLE=\$(command -v python3) \
-        -DPython3_EXECUTABLE=\$(command -v python3) && ninja -C '$DST_GPU_BUILD_DIR' -j16 dst-pretrain"
+        -DPython3_EXECUTABLE=\$(command -v python3) && ninja -C '$DST_GPU_BUILD_DIR' -j16 dst-pretrain \
+        $([ "$mode" = multi ] && echo test_cuda_layer)"
     prog=$DST_GPU_BUILD_DIR/tools/dst-pretrain/dst-pretrain
     if [ ! -x "$prog" ]; then
         echo "gpu-session: the build did not produce $prog (see $out/build.log)" >&2
+    elif [ "$mode" = multi ]; then
+        export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off (the machine's rule)
+        step two-device 60 "$out/two_device.log" "$DST_GPU_BUILD_DIR/tests/cuda/test_cuda_layer" \
+            --gtest_filter='*AnotherDevice*:*TwoDevice*'
+        limit=$((570 - SECONDS))
+        [ "$limit" -lt 60 ] && limit=60
+        # shellcheck disable=SC2086  # DST_MULTI_ARGS is a list of options
+        step multi_gpu "$limit" "$out/multi_gpu.txt" env PYTHONUNBUFFERED=1 python3 bench/multi_gpu.py \
+            --prog "$prog" --out "$out" --work "$tmp/multi" --budget $((limit - 30)) ${DST_MULTI_ARGS:-}
     else
         if [ "${DST_PRETRAIN_CTEST:-1}" != 0 ]; then
             step pretrain-ctest 150 "$out/pretrain_ctest.log" ctest --test-dir "$DST_GPU_BUILD_DIR" -L cuda \
@@ -112,7 +127,7 @@ pretrain)
             ${DST_PRETRAIN_ARGS:-}
     fi
     ;;
-*) echo "usage: $0 tests|bench|pretrain [OUTDIR] [CASES]" >&2; exit 2 ;;
+*) echo "usage: $0 tests|bench|pretrain|multi [OUTDIR] [CASES]" >&2; exit 2 ;;
 esac
 {
     echo "== gpu-session $mode: $(date -u +%Y-%m-%dT%H:%M:%SZ)"

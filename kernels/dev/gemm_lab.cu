@@ -88,12 +88,18 @@ void describe(const cublasLtMatmulHeuristicResult_t &h, int i, float ms, float h
     std::printf("      #%-2d %7.1f us (%+5.1f%%) waves %.2f ws %zu |", i, ms * 1e3, h0 > 0 ? (ms / h0 - 1) * 100 : 0.0,
                 h.wavesCount, h.workspaceSize);
     for (size_t k = 0; k < sizeof attrs / sizeof attrs[0]; ++k) {
-        uint64_t v = 0;  // every attribute here is at most 8 bytes (int32/uint32/uint16/uint64)
-        size_t got = 0;
-        if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, attrs[k], &v, sizeof v, &got) == CUBLAS_STATUS_SUCCESS) {
-            const uint64_t mask = got >= 8 ? ~uint64_t(0) : (uint64_t(1) << (8 * got)) - 1;
-            std::printf(" %s %llu", names[k], (unsigned long long)(v & mask));
+        // The query wants the attribute's exact size (2 or 4 bytes here): ask for it first.
+        uint64_t v = 0;
+        size_t need = 0, got = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, attrs[k], nullptr, 0, &need) != CUBLAS_STATUS_SUCCESS ||
+            need == 0 || need > sizeof v) {
+            std::printf(" %s ?", names[k]);
+            continue;
         }
+        if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, attrs[k], &v, need, &got) == CUBLAS_STATUS_SUCCESS)
+            std::printf(" %s %llu", names[k], (unsigned long long)v);  // little-endian: the low bytes
+        else
+            std::printf(" %s ?", names[k]);
     }
     std::printf("\n");
 }

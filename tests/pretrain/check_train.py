@@ -56,6 +56,18 @@ def run(prog, args, env=None, expect=0, timeout=600):
     return p
 
 
+def run_gpu(prog, args, env, what):
+    """run() for a case that may need the GPU: skips the test (77) without a usable CUDA device, fails
+    on any other non-zero exit status."""
+    p = run(prog, args, env=env, expect=None)
+    if p.returncode == 5 and "no usable CUDA device" in p.stderr:
+        print("no usable CUDA device: skipped")
+        sys.exit(SKIP)
+    if p.returncode != 0:
+        fail("%s: exit status %d" % (what, p.returncode))
+    return p
+
+
 def fresh(path):
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
@@ -465,14 +477,9 @@ def nccl_world1(prog, out, configs):
     for pre_ln in (False, True):
         for comm in ("nccl", "none"):
             o = fresh(os.path.join(out, "nccl_%s_%s" % ("preln" if pre_ln else "postln", comm)))
-            p = run(prog, ["train"] + tiny(configs, pre_ln) + ["--steps", "4", "--output", o, "--backend", "cuda",
-                                                               "--comm", comm, "--eval-every", "0", "--no-export"],
-                    env=env, expect=None)
-            if p.returncode == 5 and "no usable CUDA device" in p.stderr:
-                print("no usable CUDA device: skipped")
-                sys.exit(SKIP)
-            if p.returncode != 0:
-                fail("--comm %s: exit status %d" % (comm, p.returncode))
+            p = run_gpu(prog, ["train"] + tiny(configs, pre_ln) + ["--steps", "4", "--output", o, "--backend", "cuda",
+                                                                   "--comm", comm, "--eval-every", "0", "--no-export"],
+                        env, "--comm " + comm)
             if comm == "nccl" and "gradients averaged by nccl" not in p.stdout:
                 fail("the run does not say that NCCL averages the gradients")
             tensors, _ = safetensors(os.path.join(o, "checkpoints", "global_step4", "mp_rank_00_model_states.safetensors"))
@@ -483,6 +490,48 @@ def nccl_world1(prog, out, configs):
         if sorted(a[1]) != sorted(b[1]) or any(a[1][k] != b[1][k] for k in a[1]):
             fail("the weights after 4 steps differ between --comm nccl and --comm none")
         print("%s: 4 steps, losses and %d tensors identical" % ("Pre-LN" if pre_ln else "Post-LN", len(a[1])))
+
+
+# ---- replicas --------------------------------------------------------------------------------------------
+def replicas(prog, out, configs, backend="cpu", env=None, comm=None):
+    """--check-replicas writes one "replicas" record per step (one rank: always the same), whose checksum
+    follows the weights (it changes once the learning rate is above 0, and with the seed); --no-overlap
+    (the buckets reduced after the backward) changes no loss and no weight; bad --comm-timeout values are
+    usage errors."""
+    runs = {}
+    extra = ["--comm", comm] if comm else []
+    for name, args in (("overlap", []), ("no-overlap", ["--no-overlap"]), ("seed", ["--seed", "7"])):
+        o = fresh(os.path.join(out, "replicas_" + name + ("_" + comm if comm else "")))
+        run_gpu(prog, ["train"] + tiny(configs) + ["--steps", "4", "--output", o, "--backend", backend,
+                                                   "--eval-every", "0", "--no-export", "--no-checkpoint",
+                                                   "--check-replicas", "--comm-timeout", "120"] + extra + args,
+                env, name)
+        recs = [r for r in metrics(o) if r["type"] == "replicas"]
+        if [r["step"] for r in recs] != [1, 2, 3, 4]:
+            fail("%s: replicas records for steps %s, expected 1-4" % (name, [r["step"] for r in recs]))
+        if any(r["ranks"] != 1 or r["same"] is not True or len(r["checksum"]) != 16 for r in recs):
+            fail("%s: bad replicas record in %s" % (name, recs))
+        runs[name] = ([r["checksum"] for r in recs], [(r["step"], r["mlm_loss"], r["nsp_loss"]) for r in train_records(o)])
+    sums, losses = runs["overlap"]
+    if len(set(sums)) < 2:
+        fail("the checksum never changed over 4 steps: %s" % sums)
+    if runs["no-overlap"] != runs["overlap"]:
+        fail("--no-overlap changed the weights or the losses: %s vs %s" % (runs["no-overlap"], runs["overlap"]))
+    if runs["seed"][0][0] == sums[0]:
+        fail("another seed gives the same checksum: %s" % sums[0])
+    for bad in ("-1", "x", "86401"):
+        p = run(prog, ["train"] + tiny(configs) + ["--comm-timeout", bad, "--output", os.path.join(out, "bad")],
+                expect=2)
+        if "--comm-timeout" not in p.stdout + p.stderr:
+            fail("--comm-timeout %s: the message does not name the option" % bad)
+    print("replicas: 4 records per run, %d distinct checksums, --no-overlap identical" % len(set(sums)))
+
+
+def replicas_nccl(prog, out, configs):
+    """replicas through NCCL with one rank (the comparison of the checksum is an NCCL all-reduce then, and
+    the watchdog thread runs)."""
+    replicas(prog, out, configs, backend="cuda", env={"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0"},
+             comm="nccl")
 
 
 # ---- profile -------------------------------------------------------------------------------------------
@@ -636,7 +685,8 @@ def main():
     rest = [os.path.abspath(a) for a in sys.argv[4:]]
     t = time.time()
     {"loss-falls": loss_falls, "resume": resume, "interrupt": interrupt, "errors": errors, "hf-export": hf_export,
-     "cpu-vs-cuda": cpu_vs_cuda, "packed-vs-padded": packed_vs_padded, "nccl-world1": nccl_world1, "profile": profile, "data-out": data_out}[what](
+     "cpu-vs-cuda": cpu_vs_cuda, "packed-vs-padded": packed_vs_padded, "nccl-world1": nccl_world1, "profile": profile, "data-out": data_out,
+     "replicas": replicas, "replicas-nccl": replicas_nccl}[what](
         prog, out, *rest)
     print("PASS: %s (%.1f s)" % (what, time.time() - t))
     return 0

@@ -19,6 +19,7 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
@@ -245,9 +246,17 @@ struct dstp_comm {
     ncclComm_t comm;
     cudaStream_t compute, side;
     cudaEvent_t ready, done;
-    int32_t *flags; /* device [8]: the flag bits to combine */
+    int32_t *flags;   /* device [8]: the flag bits to combine */
+    double *values;   /* device [kValues]: dstp_comm_average's values, or dstp_comm_same's two words */
 #endif
+    /* The watchdog (dstp_comm_watch): its thread, the time of the last heartbeat, its limit. */
+    int watching;
+    pthread_t watcher;
+    pthread_mutex_t lock;
+    double beat, timeout_s;
+    int stop, exit_code;
 };
+enum { kValues = 16 };
 
 const char *dstp_comm_name(const dstp_comm *c) { return c->nccl ? "nccl" : "none"; }
 int dstp_comm_world(const dstp_comm *c) { return c->world; }
@@ -283,6 +292,7 @@ static dstp_status nccl_create(dstp_comm *c, dst_context *ctx, const dstp_launch
     CUDA_TRY(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     CUDA_TRY(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     CUDA_TRY(cudaMalloc((void **)&c->flags, 8 * sizeof(int32_t)), "cudaMalloc");
+    CUDA_TRY(cudaMalloc((void **)&c->values, kValues * sizeof(double)), "cudaMalloc");
     memset(&id, 0, sizeof id);
     if (l->rank == 0) NCCL_TRY(ncclGetUniqueId(&id), "ncclGetUniqueId");
     if (l->world > 1) {
@@ -350,8 +360,11 @@ dstp_status dstp_comm_create(dst_context *ctx, const dstp_launch *launch, dstp_c
     return DSTP_OK;
 }
 
+static void watch_stop(dstp_comm *c);
+
 void dstp_comm_destroy(dstp_comm *c) {
     if (!c) return;
+    watch_stop(c);
 #ifdef DSTP_HAVE_NCCL
     if (c->side) cudaStreamSynchronize(c->side);
     if (c->nccl) ncclCommDestroy(c->comm);
@@ -359,6 +372,7 @@ void dstp_comm_destroy(dstp_comm *c) {
     if (c->done) cudaEventDestroy(c->done);
     if (c->side) cudaStreamDestroy(c->side);
     if (c->flags) cudaFree(c->flags);
+    if (c->values) cudaFree(c->values);
 #endif
     free(c);
 }
@@ -436,4 +450,139 @@ dstp_status dstp_comm_agree(dstp_comm *c, int *flags, dstp_error *err) {
     (void)err;
     return DSTP_OK;
 #endif
+}
+
+dstp_status dstp_comm_average(dstp_comm *c, double *values, int n, dstp_error *err) {
+#ifdef DSTP_HAVE_NCCL
+    int i;
+    if (!c->nccl || c->world == 1 || n <= 0) return DSTP_OK;
+    if (n > kValues) {
+        dstp_seterr(err, "dstp_comm_average: %d values, at most %d", n, (int)kValues);
+        return DSTP_ERR_ARG;
+    }
+    CUDA_TRY(cudaMemcpyAsync(c->values, values, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, c->side),
+             "cudaMemcpyAsync");
+    NCCL_TRY(ncclAllReduce(c->values, c->values, (size_t)n, ncclFloat64, ncclSum, c->comm, c->side), "ncclAllReduce");
+    CUDA_TRY(cudaMemcpyAsync(values, c->values, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, c->side),
+             "cudaMemcpyAsync");
+    CUDA_TRY(cudaStreamSynchronize(c->side), "cudaStreamSynchronize");
+    for (i = 0; i < n; ++i) values[i] /= (double)c->world;
+    return DSTP_OK;
+#else
+    (void)c;
+    (void)values;
+    (void)n;
+    (void)err;
+    return DSTP_OK;
+#endif
+}
+
+dstp_status dstp_comm_same(dstp_comm *c, uint64_t value, int *same, dstp_error *err) {
+#ifdef DSTP_HAVE_NCCL
+    uint64_t words[2];
+    *same = 1;
+    if (!c->nccl) return DSTP_OK; /* world size 1 through NCCL too: the path the tests can run on one GPU */
+    /* the largest and the smallest value over the ranks: equal exactly when every rank has the same */
+    words[0] = value;
+    words[1] = ~value;
+    CUDA_TRY(cudaMemcpyAsync(c->values, words, sizeof words, cudaMemcpyHostToDevice, c->side), "cudaMemcpyAsync");
+    NCCL_TRY(ncclAllReduce(c->values, c->values, 2, ncclUint64, ncclMax, c->comm, c->side), "ncclAllReduce");
+    CUDA_TRY(cudaMemcpyAsync(words, c->values, sizeof words, cudaMemcpyDeviceToHost, c->side), "cudaMemcpyAsync");
+    CUDA_TRY(cudaStreamSynchronize(c->side), "cudaStreamSynchronize");
+    *same = words[0] == value && ~words[1] == value; /* max(v) == v and min(v) == v */
+    return DSTP_OK;
+#else
+    (void)c;
+    (void)value;
+    (void)err;
+    *same = 1;
+    return DSTP_OK;
+#endif
+}
+
+/* ---- the watchdog ------------------------------------------------------------------------------------------- */
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Ends the process with a message: the other ranks are gone or NCCL failed, so the collectives this process
+ * waits on would never finish. The communicator is aborted first (its kernels stop), then _exit: the main
+ * thread may be blocked in a CUDA call that only the end of the process releases. */
+static void watch_fail(dstp_comm *c, const char *why) {
+    fprintf(stderr, "dst-pretrain: rank %d of %d: %s; stopping (exit %d)\n", c->rank, c->world, why, c->exit_code);
+    fflush(stderr);
+    fflush(stdout);
+#ifdef DSTP_HAVE_NCCL
+    if (c->nccl) ncclCommAbort(c->comm);
+#endif
+    _exit(c->exit_code);
+}
+
+static void *watch_main(void *arg) {
+    dstp_comm *c = (dstp_comm *)arg;
+    const struct timespec tick = {0, 250 * 1000 * 1000};
+    char why[192];
+    for (;;) {
+        double beat;
+        int stop;
+        nanosleep(&tick, NULL);
+        pthread_mutex_lock(&c->lock);
+        stop = c->stop;
+        beat = c->beat;
+        pthread_mutex_unlock(&c->lock);
+        if (stop) return NULL;
+#ifdef DSTP_HAVE_NCCL
+        {
+            ncclResult_t state = ncclSuccess;
+            if (ncclCommGetAsyncError(c->comm, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
+                snprintf(why, sizeof why, "NCCL reported an error (%s)", ncclGetErrorString(state));
+                watch_fail(c, why);
+            }
+        }
+#endif
+        if (mono_s() - beat > c->timeout_s) {
+            snprintf(why, sizeof why, "no progress for %.0f s (--comm-timeout): another rank has probably stopped",
+                     c->timeout_s);
+            watch_fail(c, why);
+        }
+    }
+}
+
+dstp_status dstp_comm_watch(dstp_comm *c, double timeout_s, int exit_code, dstp_error *err) {
+    if (!c->nccl || timeout_s <= 0 || c->watching) return DSTP_OK;
+    c->timeout_s = timeout_s;
+    c->exit_code = exit_code;
+    c->beat = mono_s();
+    c->stop = 0;
+    if (pthread_mutex_init(&c->lock, NULL) != 0) {
+        dstp_seterr(err, "communication watchdog: pthread_mutex_init failed");
+        return DSTP_ERR_STATE;
+    }
+    if (pthread_create(&c->watcher, NULL, watch_main, c) != 0) {
+        pthread_mutex_destroy(&c->lock);
+        dstp_seterr(err, "communication watchdog: pthread_create failed");
+        return DSTP_ERR_STATE;
+    }
+    c->watching = 1;
+    return DSTP_OK;
+}
+
+void dstp_comm_heartbeat(dstp_comm *c) {
+    if (!c || !c->watching) return;
+    pthread_mutex_lock(&c->lock);
+    c->beat = mono_s();
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void watch_stop(dstp_comm *c) {
+    if (!c->watching) return;
+    pthread_mutex_lock(&c->lock);
+    c->stop = 1;
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->watcher, NULL);
+    pthread_mutex_destroy(&c->lock);
+    c->watching = 0;
 }

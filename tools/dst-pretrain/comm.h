@@ -64,6 +64,20 @@ dstp_status dstp_comm_wait(dstp_comm *c, dstp_error *err);
  * with one process *flags is unchanged. */
 dstp_status dstp_comm_agree(dstp_comm *c, int *flags, dstp_error *err);
 
+/* The mean over the ranks of n ≤ 16 host values, in place (each rank gets the same means). Waits for the
+ * result; with one process the values are unchanged. */
+dstp_status dstp_comm_average(dstp_comm *c, double *values, int n, dstp_error *err);
+/* *same = 1 when every rank passed the same value, else 0 on every rank. Waits (through NCCL whenever the
+ * communicator has it, world size 1 included); without NCCL: 1. */
+dstp_status dstp_comm_same(dstp_comm *c, uint64_t value, int *same, dstp_error *err);
+
+/* The watchdog of a run through NCCL (world size 1 included; a no-op without NCCL): a thread that ends
+ * the process with a message and `exit_code` when NCCL reports an error or when no heartbeat came for
+ * timeout_s seconds (a rank that exited leaves the others waiting in a collective that never completes).
+ * The training loop calls dstp_comm_heartbeat once per micro-batch. timeout_s ≤ 0: no watchdog. */
+dstp_status dstp_comm_watch(dstp_comm *c, double timeout_s, int exit_code, dstp_error *err);
+void dstp_comm_heartbeat(dstp_comm *c);
+
 #ifdef __cplusplus
 }
 #endif

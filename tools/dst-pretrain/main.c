@@ -9,7 +9,7 @@
  *
  * `dst-pretrain --help` and `dst-pretrain train --help` list the options; docs/pretrain.md explains them,
  * the outputs and the exit codes (0 success, 1 failure, 2 usage, 3 configuration, 4 data, 5 no such
- * backend, 130 interrupted after saving a checkpoint).
+ * backend, 6 data-parallel communication failed, 130 interrupted after saving a checkpoint).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -62,7 +62,8 @@ static void usage(FILE *f) {
             "--out writes them whole, as the binary records of docs/pretrain-data.md, for other trainers).\n"
             "Defaults: --vocab %s --corpus %s --batch 8 --seq 128 --max-pred 20 --seed 42.\n"
             "Exit status: 0 success, 1 failure, 2 usage error, 3 configuration error, 4 data error,\n"
-            "5 backend not available, 130 interrupted (a checkpoint was saved first).\n",
+            "5 backend not available, 6 data-parallel communication failed, 130 interrupted (a checkpoint\n"
+            "was saved first).\n",
             prog, prog, prog, prog, prog, data_path("vocab.txt"), data_path("kjv.txt"));
 }
 
@@ -98,25 +99,36 @@ static void train_usage(FILE *f) {
             "  --threads N          CPU threads of the library's loops (default: all cores)\n"
             "  --seed N             weights, data order, masking and dropout (default 42)\n"
             "  --depth D            batches the loader thread prepares ahead (default 4)\n"
-            "  --quiet              no progress output (the files are written all the same)\n"
-            "  --comm C             gradient averaging over the processes: auto (default: NCCL with the CUDA\n"
-            "                       backend, world size 1 included), nccl, or none (one process only)\n"
-            "  --profile            time each phase of a step (data, embeddings and heads, layers, all-reduce\n"
-            "                       wait, optimizer, other) with a device synchronisation at its end: one\n"
-            "                       \"profile\" line per step in metrics.jsonl and a summary at the end\n"
-            "  --profile-calls      --profile, and every library call of the model timed with a device\n"
-            "                       synchronisation before and after it: the costliest call sites at the end\n"
-            "  --no-checkpoint      write no checkpoint (not every N steps, at the end or on a signal)\n"
-            "  --layers M           how the layers run: padded (on the padded batch, key lengths), packed (on\n"
-            "                       the real tokens only) or auto (default: packed when at most 90 %% of the\n"
-            "                       batch's positions are real tokens); the same model either way\n"
-            "Data parallelism: one process per GPU, started by mpirun or with RANK, WORLD_SIZE, LOCAL_RANK,\n"
-            "MASTER_ADDR and MASTER_PORT set (docs/pretrain.md); rank 0 prints and writes the outputs.\n"
-            "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint at the next step boundary and exits with 130; a\n"
-            "second Ctrl-C ends the process at once. Exit status: 0 success, 1 failure, 2 usage error,\n"
-            "3 configuration error (the message names the key), 4 data error, 5 backend not available.\n",
+            "  --quiet              no progress output (the files are written all the same)\n",
             prog, data_path("demo_model.json"), data_path("demo_ds.json"), data_path("vocab.txt"),
             data_path("kjv.txt"));
+    /* split in two: C99 compilers need only support string literals of 4095 characters */
+    fputs("  --comm C             gradient averaging over the processes: auto (default: NCCL with the CUDA\n"
+          "                       backend, world size 1 included), nccl, or none (one process only)\n"
+          "  --comm-timeout S     data parallelism: a rank that sees no progress for S seconds (another\n"
+          "                       rank stopped) or an NCCL error ends with a message and exit 6\n"
+          "                       (default 600; 0: wait forever)\n"
+          "  --no-overlap         all-reduce the gradients after the backward, not during it (to measure\n"
+          "                       what the overlap gains)\n"
+          "  --check-replicas     after every step, compare a checksum of the weights over the ranks: a\n"
+          "                       \"replicas\" line in metrics.jsonl, exit 1 if they differ (copies every\n"
+          "                       weight to the host: for correctness runs)\n"
+          "  --profile            time each phase of a step (data, embeddings and heads, layers, all-reduce\n"
+          "                       wait, optimizer, other) with a device synchronisation at its end: one\n"
+          "                       \"profile\" line per step in metrics.jsonl and a summary at the end\n"
+          "  --profile-calls      --profile, and every library call of the model timed with a device\n"
+          "                       synchronisation before and after it: the costliest call sites at the end\n"
+          "  --no-checkpoint      write no checkpoint (not every N steps, at the end or on a signal)\n"
+          "  --layers M           how the layers run: padded (on the padded batch, key lengths), packed (on\n"
+          "                       the real tokens only) or auto (default: packed when at most 90 % of the\n"
+          "                       batch's positions are real tokens); the same model either way\n"
+          "Data parallelism: one process per GPU, started by mpirun or with RANK, WORLD_SIZE, LOCAL_RANK,\n"
+          "MASTER_ADDR and MASTER_PORT set (docs/pretrain.md); rank 0 prints and writes the outputs.\n"
+          "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint at the next step boundary and exits with 130; a\n"
+          "second Ctrl-C ends the process at once. Exit status: 0 success, 1 failure, 2 usage error,\n"
+          "3 configuration error (the message names the key), 4 data error, 5 backend not available,\n"
+          "6 data-parallel communication failed.\n",
+          f);
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out) {
@@ -364,6 +376,9 @@ static int cmd_train(int argc, char **argv) {
         else if (strcmp(a, "--profile") == 0) o.profile = 1;
         else if (strcmp(a, "--profile-calls") == 0) o.profile = o.profile_calls = 1;
         else if (strcmp(a, "--no-checkpoint") == 0) o.no_checkpoint = 1;
+        else if (INT("--comm-timeout", 0, 86400)) o.comm_timeout = (double)v;
+        else if (strcmp(a, "--no-overlap") == 0) o.no_overlap = 1;
+        else if (strcmp(a, "--check-replicas") == 0) o.check_replicas = 1;
         else if (strcmp(a, "--layers") == 0 && next &&
                  (strcmp(next, "auto") == 0 || strcmp(next, "padded") == 0 || strcmp(next, "packed") == 0)) {
             o.layers = strcmp(next, "packed") == 0 ? DSTP_LAYERS_PACKED

@@ -105,6 +105,73 @@ static dstp_status reduce_bucket(void *user, const dst_tensor *grads, int n, dst
     return dstp_comm_reduce((dstp_comm *)user, grads, n, err);
 }
 
+/* --no-overlap: the buckets are collected during the backward and reduced together after it. */
+typedef struct deferred_grads {
+    dstp_comm *comm;
+    dst_tensor *t;
+    int n, cap;
+} deferred_grads;
+
+static dstp_status defer_bucket(void *user, const dst_tensor *grads, int n, dstp_error *err) {
+    deferred_grads *d = (deferred_grads *)user;
+    if (d->n + n > d->cap) {
+        const int cap = 2 * (d->n + n);
+        dst_tensor *t = (dst_tensor *)realloc(d->t, (size_t)cap * sizeof *t);
+        if (!t) {
+            dstp_seterr(err, "--no-overlap: out of memory for %d gradient tensors", cap);
+            return DSTP_ERR_NOMEM;
+        }
+        d->t = t;
+        d->cap = cap;
+    }
+    memcpy(d->t + d->n, grads, (size_t)n * sizeof *grads);
+    d->n += n;
+    return DSTP_OK;
+}
+
+/* FNV-1a (64 bits) of the bytes of every weight of the model as the layers use them (--check-replicas). */
+static dstp_status weights_checksum(dstp_model *m, dst_context *ctx, uint64_t *out, dstp_error *err) {
+    const int n = dstp_model_tensors(m, NULL, 0);
+    dstp_model_tensor *t = (dstp_model_tensor *)calloc((size_t)(n > 0 ? n : 1), sizeof *t);
+    unsigned char *host = NULL;
+    size_t cap = 0;
+    uint64_t h = 14695981039346656037ull;
+    dstp_status st = DSTP_OK;
+    int i;
+    if (!t) {
+        dstp_seterr(err, "--check-replicas: out of memory");
+        return DSTP_ERR_NOMEM;
+    }
+    dstp_model_tensors(m, t, n);
+    for (i = 0; i < n && st == DSTP_OK; ++i) {
+        size_t bytes = dst_dtype_size(t[i].param.dtype), j;
+        int d;
+        dst_status ls;
+        for (d = 0; d < t[i].param.ndim; ++d) bytes *= (size_t)t[i].param.shape[d];
+        if (bytes > cap) {
+            unsigned char *p = (unsigned char *)realloc(host, bytes);
+            if (!p) {
+                dstp_seterr(err, "--check-replicas: out of memory for %zu bytes", bytes);
+                st = DSTP_ERR_NOMEM;
+                break;
+            }
+            host = p;
+            cap = bytes;
+        }
+        ls = dst_memcpy(ctx, host, t[i].param.data, bytes, DST_COPY_CONTEXT_TO_HOST);
+        if (ls != DST_OK) {
+            dstp_seterr(err, "--check-replicas: dst_memcpy of %s: %s", t[i].name, dst_last_error());
+            st = DSTP_ERR_STATE;
+            break;
+        }
+        for (j = 0; j < bytes; ++j) h = (h ^ host[j]) * 1099511628211ull;
+    }
+    free(host);
+    free(t);
+    *out = h;
+    return st;
+}
+
 /* The configuration one rank's engine runs: train_batch_size divided by the world size (the whole one was
  * checked against it). NULL with a message when the text is not plain JSON. */
 static char *per_rank_config(const char *ds_text, int world) {
@@ -138,6 +205,7 @@ void dstp_train_options_default(dstp_train_options *o) {
     o->holdout_every = 20;
     o->backend = DST_BACKEND_AUTO;
     o->seed = 42;
+    o->comm_timeout = 600.0;
     o->depth = 4;
 }
 
@@ -424,6 +492,7 @@ int dstp_train(const dstp_train_options *o) {
     dstp_launch launch;
     dstp_comm *comm = NULL;
     dstp_grad_hook hook;
+    deferred_grads deferred = {NULL, NULL, 0, 0};
     char *rank_ds = NULL;
     int talk = 0, lead = 0, world = 1, k, pending_skip = 0;
     FILE *metrics = NULL;
@@ -533,8 +602,9 @@ int dstp_train(const dstp_train_options *o) {
             goto done;
         }
     }
-    hook.ready = reduce_bucket;
-    hook.user = comm;
+    deferred.comm = comm;
+    hook.ready = o->no_overlap ? defer_bucket : reduce_bucket;
+    hook.user = o->no_overlap ? (void *)&deferred : (void *)comm;
     if (!(rank_ds = per_rank_config(ds_text, world))) goto done;
     LIBCALL(dst_engine_create(ctx, rank_ds, 1, &engine), DSTP_EXIT_CONFIG);
     LIBCALL(dst_engine_get_state(engine, &es), DSTP_EXIT_FAILURE);
@@ -719,8 +789,12 @@ int dstp_train(const dstp_train_options *o) {
         fflush(metrics);
     }
 
-    /* 7. The loop, one iteration per micro-batch. */
+    /* 7. The loop, one iteration per micro-batch; the watchdog from here on (the setup above may be long). */
     install_signals();
+    if (dstp_comm_watch(comm, o->comm_timeout, DSTP_EXIT_COMM, &err) != DSTP_OK) {
+        fail_msg("%s", err.msg);
+        goto done;
+    }
     if (o->profile) {
         if (dstp_profile_start(&prof, ctx, &err) != DSTP_OK) {
             fail_msg("%s", err.msg);
@@ -750,7 +824,12 @@ int dstp_train(const dstp_train_options *o) {
         }
         LIBCALL(dst_engine_is_boundary(engine, &boundary), DSTP_EXIT_FAILURE);
         if (boundary) LIBCALL(dst_engine_get_lr(engine, 0, &lr), DSTP_EXIT_FAILURE);
+        dstp_comm_heartbeat(comm);
         st = dstp_model_train(model, b, grad_scale, boundary ? &hook : NULL, &r, &err);
+        if (st == DSTP_OK && boundary && o->no_overlap) { /* every bucket at once, after the backward */
+            st = dstp_comm_reduce(comm, deferred.t, deferred.n, &err);
+            deferred.n = 0;
+        }
         if (st == DSTP_OK && boundary) st = dstp_comm_wait(comm, &err); /* the step after every all-reduce */
         if (st == DSTP_OK && boundary) st = dstp_profile_lap(pp, DSTP_PHASE_COMM, &err);
         if (st != DSTP_OK) {
@@ -773,6 +852,43 @@ int dstp_train(const dstp_train_options *o) {
         step = es.global_steps;
         samples = es.global_samples * world;
         grad_scale = es.loss_scale / (float)es.gradient_accumulation_steps;
+        if (world > 1) { /* the step's loss and accuracy over the global batch: every rank's micro-batches */
+            double v[6];
+            v[0] = step_acc.mlm_loss_sum / (double)step_acc.micro;
+            v[1] = step_acc.nsp_loss_sum / (double)step_acc.micro;
+            v[2] = (double)step_acc.mlm_n;
+            v[3] = (double)step_acc.mlm_hits;
+            v[4] = (double)step_acc.nsp_n;
+            v[5] = (double)step_acc.nsp_hits;
+            if (dstp_comm_average(comm, v, 6, &err) != DSTP_OK) {
+                fail_msg("%s", err.msg);
+                goto done;
+            }
+            step_acc.mlm_loss_sum = v[0] * (double)step_acc.micro;
+            step_acc.nsp_loss_sum = v[1] * (double)step_acc.micro;
+            step_acc.mlm_n = llround(v[2] * world);
+            step_acc.mlm_hits = llround(v[3] * world);
+            step_acc.nsp_n = llround(v[4] * world);
+            step_acc.nsp_hits = llround(v[5] * world);
+        }
+        if (o->check_replicas) {
+            uint64_t sum = 0;
+            int same = 1;
+            if (weights_checksum(model, ctx, &sum, &err) != DSTP_OK || dstp_comm_same(comm, sum, &same, &err) != DSTP_OK) {
+                fail_msg("%s", err.msg);
+                goto done;
+            }
+            if (metrics) {
+                fprintf(metrics, "{\"type\": \"replicas\", \"step\": %lld, \"ranks\": %d, \"checksum\": \"%016llx\", "
+                        "\"same\": %s}\n", (long long)step, world, (unsigned long long)sum, same ? "true" : "false");
+                fflush(metrics);
+            }
+            if (!same) {
+                fail_msg("--check-replicas: after step %lld the weights differ between the ranks (rank %d: %016llx)",
+                         (long long)step, launch.rank, (unsigned long long)sum);
+                goto done;
+            }
+        }
         {
             const double mlm = step_acc.mlm_loss_sum / (double)step_acc.micro, nsp = step_acc.nsp_loss_sum / (double)step_acc.micro;
             last_step_loss = mlm + nsp;
@@ -973,6 +1089,7 @@ done:
     dst_context_destroy(ctx);
     dstp_vocab_free(vocab);
     free(rank_ds);
+    free(deferred.t);
     free(ds_text);
     dstp_launch_end(&launch);
     return rc;

@@ -26,6 +26,7 @@ enum {
     DSTP_EXIT_CONFIG = 3,      /* the model or the DeepSpeed configuration, or a resume that does not match it */
     DSTP_EXIT_DATA = 4,        /* the vocabulary, the corpus or the shards */
     DSTP_EXIT_BACKEND = 5,     /* the backend asked for is not available (no GPU) */
+    DSTP_EXIT_COMM = 6,        /* data parallelism: NCCL failed, or no progress within --comm-timeout */
     DSTP_EXIT_INTERRUPTED = 130 /* SIGINT or SIGTERM: a checkpoint was saved first */
 };
 
@@ -57,6 +58,9 @@ typedef struct dstp_train_options {
     int profile_calls;         /* with profile: also each library call of the model, synchronised */
     int no_checkpoint;         /* no checkpoints at all (benchmarks): not every N steps, at the end or on a signal */
     int layers;                /* dstp_layers (model.h): auto (0, default), padded or packed */
+    double comm_timeout;       /* seconds without progress before a data-parallel rank gives up; 0: never */
+    int no_overlap;            /* all-reduce the gradients after the backward instead of during it */
+    int check_replicas;        /* compare a checksum of the weights over the ranks after every step */
 } dstp_train_options;
 
 void dstp_train_options_default(dstp_train_options *o);
