@@ -107,7 +107,6 @@ static dstp_status reduce_bucket(void *user, const dst_tensor *grads, int n, dst
 
 /* --no-overlap: the buckets are collected during the backward and reduced together after it. */
 typedef struct deferred_grads {
-    dstp_comm *comm;
     dst_tensor *t;
     int n, cap;
 } deferred_grads;
@@ -492,7 +491,7 @@ int dstp_train(const dstp_train_options *o) {
     dstp_launch launch;
     dstp_comm *comm = NULL;
     dstp_grad_hook hook;
-    deferred_grads deferred = {NULL, NULL, 0, 0};
+    deferred_grads deferred = {NULL, 0, 0};
     char *rank_ds = NULL;
     int talk = 0, lead = 0, world = 1, k, pending_skip = 0;
     FILE *metrics = NULL;
@@ -602,7 +601,6 @@ int dstp_train(const dstp_train_options *o) {
             goto done;
         }
     }
-    deferred.comm = comm;
     hook.ready = o->no_overlap ? defer_bucket : reduce_bucket;
     hook.user = o->no_overlap ? (void *)&deferred : (void *)comm;
     if (!(rank_ds = per_rank_config(ds_text, world))) goto done;
