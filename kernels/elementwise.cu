@@ -159,10 +159,9 @@ __global__ void map_kernel(const T *a, const T *b, T *y, int64_t count, bool vec
 template <typename T>
 __global__ void __launch_bounds__(colsum::kTileThreads *colsum::kRowLanes)
     gelu_bwd_partial_kernel(const T *dg, const T *u, T *du, int64_t n, int64_t m, int64_t R,
-                            compute_t<T> *__restrict__ partial, dst_gelu form) {
+                            compute_t<T> *__restrict__ partial, GeluBwd op) {
     DST_GRID_DEPENDENCY();
     __shared__ compute_t<T> red[colsum::partial_smem<T>() / sizeof(compute_t<T>)];
-    const GeluBwd op{form, sizeof(T) == 2};
     colsum::partial_vec<T>(n, m, R, partial, red, [&](int64_t r, int64_t c) {
         const int64_t i = r * m + c;
         const Vec<T> a = *reinterpret_cast<const Vec<T> *>(dg + i), b = *reinterpret_cast<const Vec<T> *>(u + i);
@@ -339,11 +338,12 @@ cudaError_t gelu_bwd(cudaStream_t stream, dst_dtype dt, dst_gelu form, const voi
 cudaError_t gelu_bwd_bias_grad(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dg, const void *u,
                               void *du, int64_t n, int64_t m, void *db, bool accumulate, void *workspace) {
     if (m <= 0) return cudaSuccess;
+    const GeluBwd op{form, is_16bit(dt)};
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         const bool vec = aligned16(dg) && aligned16(u) && aligned16(du) && m % kVec<T> == 0;
         if (!vec) {  // the two passes it fuses: the same results
-            const cudaError_t e = launch_map(stream, dt, dg, u, du, n * m, GeluBwd{form, is_16bit(dt)});
+            const cudaError_t e = launch_map(stream, dt, dg, u, du, n * m, op);
             return e != cudaSuccess ? e : column_sum(stream, dt, du, db, n, m, accumulate, workspace);
         }
         if (colsum::chunk_count(n) > 0) {
@@ -351,7 +351,7 @@ cudaError_t gelu_bwd_bias_grad(cudaStream_t stream, dst_dtype dt, dst_gelu form,
                                               colsum::partial_block(), 0, stream, static_cast<const T *>(dg),
                                               static_cast<const T *>(u), static_cast<T *>(du), n, m,
                                               colsum::rows_per_chunk(n), static_cast<compute_t<T> *>(workspace),
-                                              form));
+                                              op));
         }
         return column_sum_finalize(stream, dt, workspace, db, n, m, accumulate);
     });
@@ -404,7 +404,6 @@ cudaError_t launch_dropout(cudaStream_t stream, dst_dtype dt, const void *a, con
                                               static_cast<T *>(y), count, site.seed, site.offset, site.threshold,
                                               static_cast<C>(site.scale), quad));
         }
-        DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });
 }

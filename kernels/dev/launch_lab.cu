@@ -2,15 +2,15 @@
 // dependent launch (PDL) and CUDA graphs take off it. A chain of dependent elementwise kernels
 // (y = 1.0001·x + 1, buffers alternating) is timed per kernel
 //   plain   <<<>>> launches on one stream
-//   pdl     cudaLaunchKernelEx with programmatic stream serialization; the kernel lets its dependents
-//           launch at once (griddepcontrol.launch_dependents) and waits for its producer
-//           (griddepcontrol.wait) before it reads
+//   pdl     the library's launch_dependent (kernels/launch.cuh: programmatic stream serialization;
+//           the kernel begins with DST_GRID_DEPENDENCY(), as the library's kernels do)
 //   graph / graph+pdl   the same chain captured once and replayed
 // at three sizes, against the kernel's own time (one launch, timed alone); then the layer's pattern,
 // a cuBLASLt GEMM (8192×1024 · 1024×1024, bf16) followed by the elementwise kernel on its output,
 // plain and with the elementwise kernel launched as a PDL dependent of the GEMM.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 kernels/dev/launch_lab.cu -lcublasLt -o /tmp/launch_lab
+//   nvcc -O3 -std=c++17 -arch=sm_90 -I. kernels/dev/launch_lab.cu -lcublasLt -o /tmp/launch_lab
+// (run without DST_PDL=0 in the environment, or the pdl columns are plain launches)
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "kernels/launch.cuh"
 
 #define CK(x)                                                                                      \
     do {                                                                                           \
@@ -35,12 +37,9 @@
         }                                                                                          \
     } while (0)
 
-template <bool kPdl, typename T>
+template <typename T>
 __global__ void step_kernel(const T *x, T *y, int64_t n) {
-    if constexpr (kPdl) {
-        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-        asm volatile("griddepcontrol.wait;" ::: "memory");
-    }
+    DST_GRID_DEPENDENCY();  // a no-op for the plain launches
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         y[i] = T(float(x[i]) * 1.0001f + 1.0f);
 }
@@ -48,20 +47,10 @@ __global__ void step_kernel(const T *x, T *y, int64_t n) {
 template <bool kPdl, typename T>
 void launch(cudaStream_t s, const T *x, T *y, int64_t n) {
     const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 132 * 8));
-    if constexpr (!kPdl) {
-        step_kernel<false, T><<<blocks, 256, 0, s>>>(x, y, n);
-    } else {
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = blocks;
-        cfg.blockDim = 256;
-        cfg.stream = s;
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&cfg, step_kernel<true, T>, x, y, n));
-    }
+    if constexpr (!kPdl)
+        step_kernel<T><<<blocks, 256, 0, s>>>(x, y, n);
+    else
+        CK(dst::cuda::launch_dependent(step_kernel<T>, blocks, 256, 0, s, x, y, n));
 }
 
 template <typename F>
@@ -100,6 +89,8 @@ cudaGraphExec_t capture(cudaStream_t s, F &&f) {
 }
 
 int main() {
+    if (!dst::cuda::dependent_launch_enabled())
+        std::printf("note: programmatic launches are off (DST_PDL=0 or below sm_90): the pdl columns are plain\n");
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const int chain = 400;
