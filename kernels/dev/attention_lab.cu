@@ -8,7 +8,7 @@
 //   call); attention_lab profile [B S] runs one production forward and backward (for ncu); philox
 //   measures the Philox rate of the kernels' generator alone (the floor of dropout regeneration).
 //
-// Versions (fp16, d = 64, dropout 0.1, no mask, 8×2048; timings in bench/RESULTS.md, "attention
+// Versions (fp16, d = 64, dropout 0.1, no mask, 8×2048 and 64×128; timings in bench/RESULTS.md, "attention
 // lab"). Earlier kernels (2026-12-01, separate dK/dV and dQ backward kernels, one Philox block per
 // 4 elements traded through shuffles) reached 81.5 TFLOP/s forward, 115.8 dK/dV, 106.8 dQ.
 //   fwd  f1 (BN 64, 4 warps, 4 blocks/SM)  f2 = f1 at 3 blocks/SM  f3 (BN 128, 4 warps, 2)
@@ -27,7 +27,8 @@
 //        than fit on the GPU at once)
 //        b6 (wgmma: Sᵀ, dP̃ᵀ, dV and dK on warpgroup MMAs, dQ on mma.sync; BM 64, 1 warpgroup = 64
 //        keys, 2/SM; sm_90a only)  b8 = b6 with two warpgroups per block (128 keys, 1/SM): one dQ
-//        partial per 128 keys
+//        partial per 128 keys  b9 = b8 persistent (S ≤ 128 only: one block per SM walks the (batch,
+//        head) items, loading the next item's K, V and first query tile during its last tile)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -371,8 +372,8 @@ void check_dropped_set(bool bf16, int S, bool det) {
 }
 
 // Two backward runs bit-identical (deterministic), or close (stochastic).
-void check_determinism(bool det) {
-    Case c{4, 1000, 4, 64, 2, false, 0.1, det, false};
+void check_determinism(bool det, int B, int S) {
+    Case c{B, S, 4, 64, 2, false, 0.1, det, false};
     Dev dv;
     dv.alloc(c);
     const Inputs in = make_inputs(c, 5);
@@ -390,8 +391,8 @@ void check_determinism(bool det) {
     for (size_t i = 0; i < r1.size(); ++i) diff += r1[i] != r2[i];
     const bool ok = det ? diff == 0 : true;
     if (!ok) ++g_failures;
-    std::printf("%-4s %s backward twice: %zu of %zu elements differ\n", ok ? "ok" : "FAIL", det ? "deterministic" : "stochastic",
-                diff, r1.size());
+    std::printf("%-4s %s backward twice, %dx%d: %zu of %zu elements differ\n", ok ? "ok" : "FAIL",
+                det ? "deterministic" : "stochastic", B, S, diff, r1.size());
     dv.free_all();
 }
 
@@ -535,6 +536,7 @@ struct FwdVersion {
 struct BwdVersion {
     const char *name;
     int bm, nw, mb;
+    int max_s;  // the longest sequence it runs (0: any)
     std::function<cudaError_t(const flash::Params &, const flash::BwdScratch &)> run;
     std::function<int()> occ;
 };
@@ -551,7 +553,7 @@ FwdVersion fwd_version(const char *name) {
 template <typename T, int BM, int NW, int MB, int kOrder = -1>
 BwdVersion bwd_version(const char *name) {
     using Tr = flash::BwdTraits<T, 64, BM, NW>;
-    return {name, BM, NW, MB,
+    return {name, BM, NW, MB, 0,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
                 return e != cudaSuccess ? e : flash::launch_bwd<T, 64, BM, NW, MB>(p, 0, kOrder);
@@ -588,17 +590,18 @@ std::vector<FwdVersion> fwd_versions() {
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma backward (kernels/attention_flash_wgmma.cuh): WGS warpgroups, 64·WGS keys, BM queries, MB blocks/SM.
-template <typename T, int BM, int MB, int WGS>
+// PERSIST: the persistent form (one key block per (batch, head) only: S ≤ 64·WGS).
+template <typename T, int BM, int MB, int WGS, bool PERSIST = false>
 BwdVersion bwd_wgmma_version(const char *name) {
-    using Tr = flash::WgBwdTraits<BM, WGS>;
-    return {name, BM, 4 * WGS, MB,
+    using Tr = flash::WgBwdTraits<BM, WGS, PERSIST>;
+    return {name, BM, 4 * WGS, MB, PERSIST ? 64 * WGS : 0,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS>(p, 0);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, PERSIST>(p, 0);
             },
             [] {
-                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS>, Tr::kSmem));
-                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS>, Tr::kThreads, Tr::kSmem);
+                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, PERSIST>, Tr::kSmem));
+                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, PERSIST>, Tr::kThreads, Tr::kSmem);
             }};
 }
 #endif
@@ -611,15 +614,19 @@ std::vector<BwdVersion> bwd_versions() {
 #if defined(DST_LAB_SM90A)
     v.push_back(bwd_wgmma_version<T, 64, 2, 1>("b6"));
     v.push_back(bwd_wgmma_version<T, 64, 1, 2>("b8"));
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, true>("b9"));
 #endif
     return v;
 }
 
-// Every numbered version against the fp64 reference on one awkward case (both modes of the backward).
+// Every numbered version against the fp64 reference on two awkward cases (both modes of the backward): S = 300
+// (several key blocks), and S = 128 with more (batch, head) items than SMs (a persistent version's blocks take
+// several each, one of them with no keys). A version skips sequences longer than it runs.
 template <typename T>
 void check_versions(bool bf16) {
-    for (int det : {1, 0}) {
-        Case c{3, 300, 2, 64, 2, false, 0.1, bool(det), bf16};
+    for (int k = 0; k < 4; ++k) {
+        const int det = k % 2 == 0;
+        Case c = k < 2 ? Case{3, 300, 2, 64, 2, false, 0.1, bool(det), bf16} : Case{40, 128, 4, 64, 2, false, 0.1, bool(det), bf16};
         Dev dv;
         dv.alloc(c);
         const Inputs in = make_inputs(c, 77);
@@ -633,7 +640,7 @@ void check_versions(bool bf16) {
         const std::vector<double> ctx0 = download(dv.ctx, N * H, bf16);
         const Ref r = reference(c, in, a, ctx0);
         const double tol = bf16 ? 1e-2 : 1e-3;
-        if (det) {
+        if (det && k == 0) {
             for (const FwdVersion &v : fwd_versions<T>()) {
                 CK(cudaMemset(dv.ctx, 0xff, N * H * 2));
                 CK(v.run(p));
@@ -647,6 +654,7 @@ void check_versions(bool bf16) {
             CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // the reference's ctx again
         }
         for (const BwdVersion &v : bwd_versions<T>()) {
+            if (v.max_s && c.S > v.max_s) continue;
             CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
             CK(v.run(p, flash::BwdScratch(a)));
             CK(cudaDeviceSynchronize());
@@ -670,6 +678,7 @@ void time_versions(Bench &bn) {
                     occ, ms, bn.fwd_flops / (ms * 1e-3) / 1e12);
     }
     for (const BwdVersion &v : bwd_versions<T>()) {
+        if (v.max_s && bn.c.S > v.max_s) continue;
         const int occ = v.occ();
         float ms[2];
         for (int det : {1, 0}) {
@@ -748,12 +757,16 @@ int main(int argc, char **argv) {
             cases.push_back({1, 1000, 2, 64, 2, true, 0.1, true, bool(bf)});
             cases.push_back({3, 250, 2, 128, 1, true, 0.1, false, bool(bf)});
             cases.push_back({1, 4097, 1, 64, 0, false, 0.1, true, bool(bf)});
+            // More (batch, head) items than SMs at one key block each (the persistent backward), every mask.
+            cases.push_back({40, 128, 4, 64, 2, false, 0.1, true, bool(bf)});
+            cases.push_back({24, 100, 8, 64, 1, true, 0.1, false, bool(bf)});
         }
         for (const Case &c : cases) check_case(c);
         for (int bf : {0, 1})
             for (int S : {128, 100}) check_dropped_set(bool(bf), S, S == 128);
-        check_determinism(true);
-        check_determinism(false);
+        check_determinism(true, 4, 1000);
+        check_determinism(false, 4, 1000);
+        check_determinism(true, 40, 128);
         if (!bf16_only) check_versions<__half>(false);
         if (!fp16_only) check_versions<__nv_bfloat16>(true);
         std::printf("check: %d failure(s)\n", g_failures);
@@ -769,7 +782,7 @@ int main(int argc, char **argv) {
                     char label[64];
                     std::snprintf(label, sizeof label, "%s %dx%d %s", bf ? "bf16" : "fp16", s.B, s.S, mask ? "lengths" : "no mask");
                     time_production(bn, label);
-                    if (s.S == 2048 && mask == 0) {
+                    if ((s.S == 2048 || s.S == 128) && mask == 0) {
                         if (bf) time_versions<__nv_bfloat16>(bn);
                         else time_versions<__half>(bn);
                         Bench nd(Case{s.B, s.S, 16, 64, 0, false, 0.0, true, bool(bf)});

@@ -546,7 +546,7 @@ void add_attention_cases(std::vector<OpCase> &out) {
     // odd head counts, every head dim the flash kernels are built for (32, 64, 96, 128), dims in
     // between (5, 12, 24, 80: zero padding; 5 and 12 also element-wise loads), heads wider than
     // 128 (200, 256, 800), every mask kind, fully masked rows, causal, dropout on and off;
-    // BERT-Large heads at S = 128 and 512.
+    // BERT-Large heads at S = 128 and 512, and at S ≤ 128 with 160 and 192 (batch, head) pairs.
     const AttnShape shapes[] = {
         {2, 1, 3, 5, DST_MASK_NONE, false, false, 0.0, true, false},
         {2, 7, 3, 5, DST_MASK_ADDITIVE, false, true, 0.0, true, false},
@@ -576,6 +576,10 @@ void add_attention_cases(std::vector<OpCase> &out) {
         {2, 65, 2, 200, DST_MASK_KEY_LENGTHS, false, true, 0.1, true, false},
         {3, 33, 1, 800, DST_MASK_ADDITIVE, false, false, 0.1, true, true},
         {1, 129, 2, 256, DST_MASK_NONE, false, false, 0.0, true, false},
+        // More (batch, head) pairs than an H200 has SMs at S ≤ 128: the persistent backward's blocks
+        // take several each and load the next one's tiles while they compute.
+        {12, 128, 16, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
+        {10, 100, 16, 64, DST_MASK_ADDITIVE, false, true, 0.1, true, true},
     };
     for (dst_dtype dt : kDtypes)
         for (const AttnShape &a : shapes) {
