@@ -41,7 +41,6 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include <algorithm>
 #include <type_traits>
 
 #include "kernels/attention_args.h"

@@ -172,24 +172,14 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // per SM as two blocks of one (b6).
 // K and V rows are stored in rho16 order within each 16 keys (row r holds key rho16(r)), so that the
 // accumulator rows of lane g are keys 2g and 2g + 1, the layout bwd_tile and the Philox pairing assume.
-//
-// Persistent form (PERSIST, b9; only when a (batch, head) is one key block, S ≤ 64·WGS): a grid of one
-// block per SM walks the (batch, head) items of the ticket counter, and the last query tile of an item
-// loads the next item's K, V and first Q | dctx tile into the other of two K | V buffers while it
-// computes. A block of the plain form loads its item with nothing to overlap (one block per SM), so at
-// short S, where an item is two query tiles, that load and the block's start were a large part of its
-// time. Tickets are taken one item ahead (thread 0, published by the next barrier); an item whose key
-// length is 0 writes its zeros and loads nothing. Items own disjoint outputs and there is one key block
-// per (batch, head): no dQ order to keep, and the results do not depend on which block takes an item.
-template <int BM, int WGS, bool PERSIST = false>
+template <int BM, int WGS>
 struct WgBwdTraits {
     static constexpr int kBN = 64 * WGS, kThreads = 128 * WGS, kRow = 128, kLds = 64 + 8, kLdsS = BM + 8;
-    static constexpr int kKVBuffers = PERSIST ? 2 : 1;
     static constexpr size_t kKV = size_t(kBN) * kRow, kQ = size_t(BM) * kRow;
-    // Swizzled region (1024-byte aligned): the K | V buffers, two stages of [Q | dctx]; then K padded (one
-    // per K | V buffer), the row statistics (two stages of [lse2 | D]), dSᵀ and the tickets.
-    static constexpr size_t kSw = kKVBuffers * 2 * kKV + 4 * kQ;
-    static constexpr size_t kSmem = 1024 + kSw + size_t(kKVBuffers) * kBN * kLds * 2 + size_t(4 * BM) * sizeof(float) +
+    // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx]; then K padded, the row
+    // statistics (two stages of [lse2 | D]), dSᵀ and the ticket.
+    static constexpr size_t kSw = 2 * kKV + 4 * kQ;
+    static constexpr size_t kSmem = 1024 + kSw + size_t(kBN) * kLds * 2 + size_t(4 * BM) * sizeof(float) +
                                     size_t(kBN) * kLdsS * 2 + 16;
     static_assert(BM == 64, "query tiles of 64 rows (the generated m64nBMk16 shapes)");
     static_assert(WGS == 1 || WGS == 2, "one or two warpgroups");
@@ -198,242 +188,183 @@ struct WgBwdTraits {
 // Inverse of rho16: the row (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 
-// One work item of the backward: key block jb of (batch b, head h), and where its tensors start.
-template <typename T>
-struct WgBwdItem {
-    int b, h, bh, jb, k0, q_rows, kv_len;
-    const T *gq, *gk, *gv, *gdo;
-    T *gdq;
-};
-
-template <typename T>
-DST_WGA_DEV WgBwdItem<T> wg_bwd_item(const Params &p, int item, int BN) {
-    WgBwdItem<T> it;
-    it.jb = item % p.m_blocks;
-    it.bh = item / p.m_blocks;
-    it.b = it.bh / p.heads;
-    it.h = it.bh % p.heads;
-    it.k0 = it.jb * BN;
-    it.q_rows = seq_rows(p, it.b);
-    it.kv_len = key_limit(p, it.b);
-    const int64_t ld = 3 * int64_t(p.hidden), row0 = seq_row0(p, it.b);
-    it.gq = static_cast<const T *>(p.qkv) + row0 * ld + int64_t(it.h) * 64;
-    it.gk = it.gq + p.hidden;
-    it.gv = it.gq + 2 * p.hidden;
-    it.gdo = static_cast<const T *>(p.dctx) + row0 * p.hidden + int64_t(it.h) * 64;
-    it.gdq = static_cast<T *>(p.dqkv) + row0 * ld + int64_t(it.h) * 64;
-    return it;
-}
-
-template <typename T, int BM, int MB, int WGS, bool PERSIST = false>
+template <typename T, int BM, int MB, int WGS>
 __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Params p) {
     DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Tr = WgBwdTraits<BM, WGS, PERSIST>;
+    using Tr = WgBwdTraits<BM, WGS>;
     using Dq = BwdTraits<T, 64, BM, 4 * WGS>;  // the dQ product's split over the warps
     constexpr int BN = Tr::kBN, NTQ = BM / 8, DT = 8, LDS = Tr::kLds, LDSS = Tr::kLdsS, DQT = Dq::kDqT;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     unsigned char *const gen = smem_raw + (base - smem_addr(smem_raw));  // the same address, generic
-    // K | V buffer kb: K at base + 2·kb·kKV, V after it; K padded at sKp0 + kb·BN·LDS.
-    const uint32_t sQ0 = base + uint32_t(Tr::kKVBuffers * 2 * Tr::kKV);
-    T *sKp0 = reinterpret_cast<T *>(gen + Tr::kSw);                          // K [BN][64 + 8], key order
-    float *sStat = reinterpret_cast<float *>(sKp0 + Tr::kKVBuffers * BN * LDS);  // 2 stages of [lse2 | D]
-    T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                            // dSᵀ [BN][BM + 8]
-    int *sTicket = reinterpret_cast<int *>(sS + BN * LDSS);                   // [2]: this item's, the next's
+    const uint32_t sK = base, sV = base + uint32_t(Tr::kKV), sQ0 = base + uint32_t(2 * Tr::kKV);
+    T *sKp = reinterpret_cast<T *>(gen + Tr::kSw);                       // K [BN][64 + 8], key order
+    float *sStat = reinterpret_cast<float *>(sKp + BN * LDS);           // 2 stages of [lse2 | D]
+    T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                       // dSᵀ [BN][BM + 8]
+    int *sTicket = reinterpret_cast<int *>(sS + BN * LDSS);
 
-    const int64_t ld = 3 * int64_t(p.hidden);
-    const int items = p.m_blocks * p.batch * p.heads;
     int *ticket = p.counters + int64_t(p.batch) * p.heads * p.q_tiles;
-    if (threadIdx.x == 0) sTicket[0] = atomicAdd(ticket, 1);
+    if (threadIdx.x == 0) *sTicket = atomicAdd(ticket, 1);
     __syncthreads();
+    const int item = *sTicket;
+    const int jb = item % p.m_blocks, bh = item / p.m_blocks;
+    const int b = bh / p.heads, h = bh % p.heads, S = p.seq;
+    const int k0 = jb * BN, q_rows = seq_rows(p, b);
+    const int64_t ld = 3 * int64_t(p.hidden), row0 = seq_row0(p, b);
+    const T *gq = static_cast<const T *>(p.qkv) + row0 * ld + int64_t(h) * 64;
+    const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
+    const T *gdo = static_cast<const T *>(p.dctx) + row0 * p.hidden + int64_t(h) * 64;
+    T *gdq = static_cast<T *>(p.dqkv) + row0 * ld + int64_t(h) * 64;
+    const int kv_len = key_limit(p, b);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wgi = warp >> 2, wrow = (warp & 3) * 16;
-    const int wm = warp % Dq::kWM, wn = warp / Dq::kWM;  // this warp's [16][DQT·8] block of the dQ tile
-    const int g = lane >> 2, t = lane & 3;
+    const int k0w = k0 + 64 * wgi;  // this warpgroup's first key
+    const uint64_t row_base = uint64_t(bh) * uint64_t(S);
+
+    if (k0 >= kv_len) {  // keys past the length: zero dK and dV (and, with no key at all, dQ)
+        for (int x = threadIdx.x; x < BN * 64; x += Tr::kThreads) {
+            const int j = k0 + x / 64, c = x % 64;
+            if (j < q_rows) gdq[int64_t(j) * ld + p.hidden + c] = gdq[int64_t(j) * ld + 2 * p.hidden + c] = from_float<T>(0.0f);
+        }
+        if (jb == 0)
+            for (int64_t x = threadIdx.x; x < int64_t(q_rows) * 64; x += Tr::kThreads)
+                gdq[(x / 64) * ld + x % 64] = from_float<T>(0.0f);
+        return;
+    }
+    const int nk = (kv_len + BN - 1) / BN;
+    const int nq = bwd_q_tiles(p, q_rows, BM), m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
+    auto tile_at = [&](int step) { return p.causal || !p.dq_order ? m_first + step : (jb + step) % nq; };
+    const float *lse2 = p.lse2 + row_base, *dsum = p.dsum + row_base;
+
     // Copies: thread x owns 16-byte chunk x & 7 of rows (x >> 3) + CR·k, CR = threads / 8 (a multiple
     // of 16, so a thread's row inside each 16-row group is fixed).
     constexpr int CR = Tr::kThreads / 8;
     const int cchunk = threadIdx.x & 7, crow = threadIdx.x >> 3;  // crow 0 … CR − 1
-
-    auto q_tiles_of = [&](const WgBwdItem<T> &it) { return bwd_q_tiles(p, it.q_rows, BM); };
-    auto tile_at = [&](const WgBwdItem<T> &it, int step) {
-        return p.causal || !p.dq_order ? (p.causal ? it.k0 / BM : 0) + step : (it.jb + step) % q_tiles_of(it);
-    };
-    auto stage = [&](const WgBwdItem<T> &it, int mb, int st) {  // Q, dctx and the row statistics of query tile mb
+    auto stage = [&](int mb, int st) {  // Q, dctx and the row statistics of query tile mb
         const uint32_t q = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), o = q + uint32_t(Tr::kQ);
 #pragma unroll
         for (int k = 0; k < BM / CR; ++k) {
             const int r = CR * k + crow, i = mb * BM + r;
-            const bool ok = i < it.q_rows;
-            cp_async16(q + sw128(r, cchunk), it.gq + (ok ? int64_t(i) * ld + cchunk * 8 : 0), ok ? 16 : 0);
-            cp_async16(o + sw128(r, cchunk), it.gdo + (ok ? int64_t(i) * p.hidden + cchunk * 8 : 0), ok ? 16 : 0);
+            const bool ok = i < q_rows;
+            cp_async16(q + sw128(r, cchunk), gq + (ok ? int64_t(i) * ld + cchunk * 8 : 0), ok ? 16 : 0);
+            cp_async16(o + sw128(r, cchunk), gdo + (ok ? int64_t(i) * p.hidden + cchunk * 8 : 0), ok ? 16 : 0);
         }
         float *st2 = sStat + st * 2 * BM;
-        const uint64_t rb = uint64_t(it.bh) * uint64_t(p.seq);
         for (int r = threadIdx.x; r < BM; r += Tr::kThreads) {
             const int i = mb * BM + r;
-            if (i < it.q_rows) {
-                cp_async4(smem_addr(st2 + r), p.lse2 + rb + i);
-                cp_async4(smem_addr(st2 + BM + r), p.dsum + rb + i);
+            if (i < q_rows) {
+                cp_async4(smem_addr(st2 + r), lse2 + i);
+                cp_async4(smem_addr(st2 + BM + r), dsum + i);
             } else {  // rows past the sequence: P = 0
                 st2[r] = INFINITY;
                 st2[BM + r] = 0.0f;
             }
         }
     };
-    auto stage_kv = [&](const WgBwdItem<T> &it, int kb) {  // K (swizzled, rho16 rows, and padded in key order), V
-        const uint32_t sK = base + uint32_t(2 * kb) * uint32_t(Tr::kKV), sV = sK + uint32_t(Tr::kKV);
-        T *sKp = sKp0 + kb * BN * LDS;
+    {  // K (swizzled, rho16 rows, and padded in key order) and V (swizzled, rho16 rows)
         const int srow = (crow & ~15) + rho16_inv(crow & 15);
 #pragma unroll
         for (int k = 0; k < BN / CR; ++k) {
-            const int jl = CR * k + crow, j = it.k0 + jl;
-            const bool ok = j < it.q_rows;
+            const int jl = CR * k + crow, j = k0 + jl;
+            const bool ok = j < q_rows;
             const int64_t off = ok ? int64_t(j) * ld + cchunk * 8 : 0;
             const uint32_t o = sw128(CR * k + srow, cchunk);
-            cp_async16(sK + o, it.gk + off, ok ? 16 : 0);
-            cp_async16(sV + o, it.gv + off, ok ? 16 : 0);
-            cp_async16(smem_addr(sKp + jl * LDS + cchunk * 8), it.gk + off, ok ? 16 : 0);
+            cp_async16(sK + o, gk + off, ok ? 16 : 0);
+            cp_async16(sV + o, gv + off, ok ? 16 : 0);
+            cp_async16(smem_addr(sKp + jl * LDS + cchunk * 8), gk + off, ok ? 16 : 0);
         }
-    };
-
-    int item = sTicket[0];
-    int n = 0, gstep = 0;   // items this block has taken; query tiles it has computed (the stage parity)
-    bool staged = false;    // this item's K | V and first tile were loaded by the item before it
-    while (item < items) {
-        if (PERSIST && threadIdx.x == 0) sTicket[(n + 1) & 1] = atomicAdd(ticket, 1);
-        const WgBwdItem<T> it = wg_bwd_item<T>(p, item, BN);
-        if (it.k0 >= it.kv_len) {  // keys past the length: zero dK and dV (and, with no key at all, dQ)
-            for (int x = threadIdx.x; x < BN * 64; x += Tr::kThreads) {
-                const int j = it.k0 + x / 64, c = x % 64;
-                if (j < it.q_rows)
-                    it.gdq[int64_t(j) * ld + p.hidden + c] = it.gdq[int64_t(j) * ld + 2 * p.hidden + c] = from_float<T>(0.0f);
-            }
-            if (it.jb == 0)
-                for (int64_t x = threadIdx.x; x < int64_t(it.q_rows) * 64; x += Tr::kThreads)
-                    it.gdq[(x / 64) * ld + x % 64] = from_float<T>(0.0f);
-            if (!PERSIST) return;
-            __syncthreads();  // the next ticket, visible
-            item = sTicket[(n + 1) & 1];
-            ++n;
-            staged = false;
-            continue;
-        }
-        const int kb = PERSIST ? (n & 1) : 0;
-        const uint32_t sK = base + uint32_t(2 * kb) * uint32_t(Tr::kKV), sV = sK + uint32_t(Tr::kKV);
-        const T *sKp = sKp0 + kb * BN * LDS;
-        const int nk = (it.kv_len + BN - 1) / BN;
-        const int n_steps = q_tiles_of(it) - (p.causal ? it.k0 / BM : 0);
-        if (!staged) {
-            stage_kv(it, kb);
-            stage(it, tile_at(it, 0), gstep & 1);
-            cp_async_commit();
-        }
-        bool staged_next = false;
-
-        const int k0w = it.k0 + 64 * wgi;  // this warpgroup's first key
-        const BwdKeys keys = bwd_keys(p, it.b, it.bh, k0w, wrow, it.kv_len);
-        // This warpgroup's 64 rows of K and V (8 KB apart, 1024-byte aligned).
-        const uint32_t wg_rows = uint32_t(wgi * 64 * Tr::kRow);
-        const uint64_t dk_desc = wg::desc_sw128(sK + wg_rows), dv_desc = wg::desc_sw128(sV + wg_rows);
-        float dk[DT][4], dv[DT][4];
-        zero(dk);
-        zero(dv);
-
-        DqOwed owed;
-        for (int step = 0; step < n_steps; ++step, ++gstep) {
-            const int mb = tile_at(it, step), st = gstep & 1, i0 = mb * BM;
-            cp_async_wait<0>();
-            wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
-            __syncthreads();          // everyone's; every MMA of the other stage has completed; sS is free; the
-                                      // last step's dQ adds are done (released below, while the MMAs run)
-            if (step + 1 < n_steps) {
-                stage(it, tile_at(it, step + 1), st ^ 1);
-            } else if (PERSIST) {  // the next item's K | V (the other buffer, free since the barrier above)
-                const int next = sTicket[(n + 1) & 1];
-                if (next < items) {
-                    const WgBwdItem<T> nx = wg_bwd_item<T>(p, next, BN);
-                    if (nx.k0 < nx.kv_len) {
-                        stage_kv(nx, kb ^ 1);
-                        stage(nx, tile_at(nx, 0), st ^ 1);
-                        staged_next = true;
-                    }
-                }
-            }
-            cp_async_commit();
-            const uint32_t sq = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), sdo = sq + uint32_t(Tr::kQ);
-            const uint64_t dq_desc = wg::desc_sw128(sq), do_desc = wg::desc_sw128(sdo);
-            const float *sL = sStat + st * 2 * BM, *sD = sL + BM;
-
-            // Sᵀ = K·Qᵀ, dP̃ᵀ = V·dctxᵀ: four k16 steps along the head dim each.
-            float s[NTQ][4], dp[NTQ][4];
-            wg::fence_regs(s);
-            wg::fence_regs(dp);
-            wg::wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(s, dk_desc + 2 * kk, dq_desc + 2 * kk, kk > 0);
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(dp, dv_desc + 2 * kk, do_desc + 2 * kk, kk > 0);
-            wg::wgmma_commit();
-            dq_publish(owed);
-            wg::wgmma_wait<0>();
-            wg::fence_regs(s);
-            wg::fence_regs(dp);
-
-            bwd_tile(p, keys, k0w, wrow, i0, sL, sD, s, dp);
-
-            // The A fragments of P̃ᵀ/σ and dSᵀ; dSᵀ to shared memory for the dQ product (rows in key order).
-            uint32_t ap[NTQ / 2][4], as[NTQ / 2][4];
-            to_a<T, NTQ>(ap, s);
-            to_a<T, NTQ>(as, dp);
-#pragma unroll
-            for (int kk = 0; kk < NTQ / 2; ++kk) {
-                T *r0 = sS + (64 * wgi + wrow + 2 * g) * LDSS + kk * 16 + 2 * t, *r1 = r0 + LDSS;
-                *reinterpret_cast<uint32_t *>(r0) = as[kk][0];
-                *reinterpret_cast<uint32_t *>(r1) = as[kk][1];
-                *reinterpret_cast<uint32_t *>(r0 + 8) = as[kk][2];
-                *reinterpret_cast<uint32_t *>(r1 + 8) = as[kk][3];
-            }
-
-            // dV·(1/σ) += (P̃ᵀ/σ)·dctx and dK += dSᵀ·Q: k16 step G covers queries 16G …, 2048 bytes apart.
-            wg::fence_regs(dv);
-            wg::fence_regs(dk);
-            wg::wgmma_fence();
-#pragma unroll
-            for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dv, ap[G], do_desc + uint64_t(G) * (2048 >> 4), 1);
-#pragma unroll
-            for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dk, as[G], dq_desc + uint64_t(G) * (2048 >> 4), 1);
-            wg::wgmma_commit();
-            __syncthreads();  // dSᵀ of every warp visible
-
-            // Partial dQ of the tile (while the dV and dK MMAs run): rows 16·wm …, columns wn·DQT·8 … of dS·K.
-            float dqp[1][DQT][4];
-            zero(dqp[0]);
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) {
-                uint32_t af[1][1][4];
-                ldsm_x4_t(af[0][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 +
-                                              ((lane >> 3) & 1) * 8));
-                mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
-            }
-            bwd_dq_add<T, 64, DQT>(p, dqp, it.bh, it.jb, BN, mb, BM, nk, wm, wn, it.gdq, ld, it.q_rows, owed);
-            wg::wgmma_wait<0>();
-            wg::fence_regs(dv);
-            wg::fence_regs(dk);
-            wg::fence_a(ap);  // the A registers stay untouched until the MMAs reading them are done
-            wg::fence_a(as);
-        }
-        if (!PERSIST) cp_async_wait<0>();  // (persistent: the next item's loads stay in flight)
-        if (owed.cnt) {  // uniform: every thread holds the same
-            __syncthreads();
-            dq_publish(owed);
-        }
-        bwd_store_kv(p, keys, it.gdq, ld, dk, dv);
-        if (!PERSIST) return;
-        item = sTicket[(n + 1) & 1];
-        ++n;
-        staged = staged_next;
     }
+    stage(tile_at(0), 0);
+    cp_async_commit();
+
+    const BwdKeys keys = bwd_keys(p, b, bh, k0w, wrow, kv_len);
+    // This warpgroup's 64 rows of K and V (8 KB apart, 1024-byte aligned).
+    const uint32_t wg_rows = uint32_t(wgi * 64 * Tr::kRow);
+    const uint64_t dk_desc = wg::desc_sw128(sK + wg_rows), dv_desc = wg::desc_sw128(sV + wg_rows);
+    float dk[DT][4], dv[DT][4];
+    zero(dk);
+    zero(dv);
+    const int wm = warp % Dq::kWM, wn = warp / Dq::kWM;  // this warp's [16][DQT·8] block of the dQ tile
+    const int g = lane >> 2, t = lane & 3;
+
+    DqOwed owed;
+    for (int step = 0; step < n_steps; ++step) {
+        const int mb = tile_at(step), st = step & 1, i0 = mb * BM;
+        cp_async_wait<0>();
+        wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
+        __syncthreads();          // everyone's; every MMA of the other stage has completed; sS is free; the
+                                  // last step's dQ adds are done (released below, while the MMAs run)
+        if (step + 1 < n_steps) stage(tile_at(step + 1), st ^ 1);
+        cp_async_commit();
+        const uint32_t sq = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), sdo = sq + uint32_t(Tr::kQ);
+        const uint64_t dq_desc = wg::desc_sw128(sq), do_desc = wg::desc_sw128(sdo);
+        const float *sL = sStat + st * 2 * BM, *sD = sL + BM;
+
+        // Sᵀ = K·Qᵀ, dP̃ᵀ = V·dctxᵀ: four k16 steps along the head dim each.
+        float s[NTQ][4], dp[NTQ][4];
+        wg::fence_regs(s);
+        wg::fence_regs(dp);
+        wg::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(s, dk_desc + 2 * kk, dq_desc + 2 * kk, kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(dp, dv_desc + 2 * kk, do_desc + 2 * kk, kk > 0);
+        wg::wgmma_commit();
+        dq_publish(owed);
+        wg::wgmma_wait<0>();
+        wg::fence_regs(s);
+        wg::fence_regs(dp);
+
+        bwd_tile(p, keys, k0w, wrow, i0, sL, sD, s, dp);
+
+        // The A fragments of P̃ᵀ/σ and dSᵀ; dSᵀ to shared memory for the dQ product (rows in key order).
+        uint32_t ap[NTQ / 2][4], as[NTQ / 2][4];
+        to_a<T, NTQ>(ap, s);
+        to_a<T, NTQ>(as, dp);
+#pragma unroll
+        for (int kk = 0; kk < NTQ / 2; ++kk) {
+            T *r0 = sS + (64 * wgi + wrow + 2 * g) * LDSS + kk * 16 + 2 * t, *r1 = r0 + LDSS;
+            *reinterpret_cast<uint32_t *>(r0) = as[kk][0];
+            *reinterpret_cast<uint32_t *>(r1) = as[kk][1];
+            *reinterpret_cast<uint32_t *>(r0 + 8) = as[kk][2];
+            *reinterpret_cast<uint32_t *>(r1 + 8) = as[kk][3];
+        }
+
+        // dV·(1/σ) += (P̃ᵀ/σ)·dctx and dK += dSᵀ·Q: k16 step G covers queries 16G …, 2048 bytes apart.
+        wg::fence_regs(dv);
+        wg::fence_regs(dk);
+        wg::wgmma_fence();
+#pragma unroll
+        for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dv, ap[G], do_desc + uint64_t(G) * (2048 >> 4), 1);
+#pragma unroll
+        for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dk, as[G], dq_desc + uint64_t(G) * (2048 >> 4), 1);
+        wg::wgmma_commit();
+        __syncthreads();  // dSᵀ of every warp visible
+
+        // Partial dQ of the tile (while the dV and dK MMAs run): rows 16·wm …, columns wn·DQT·8 … of dS·K.
+        float dqp[1][DQT][4];
+        zero(dqp[0]);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            uint32_t af[1][1][4];
+            ldsm_x4_t(af[0][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 +
+                                          ((lane >> 3) & 1) * 8));
+            mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
+        }
+        bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
+        wg::wgmma_wait<0>();
+        wg::fence_regs(dv);
+        wg::fence_regs(dk);
+        wg::fence_a(ap);  // the A registers stay untouched until the MMAs reading them are done
+        wg::fence_a(as);
+    }
+    cp_async_wait<0>();
+    if (owed.cnt) {  // uniform: every thread holds the same
+        __syncthreads();
+        dq_publish(owed);
+    }
+
+    bwd_store_kv(p, keys, gdq, ld, dk, dv);
 #else
     (void)p;
     __trap();  // built for another target: launched only from sm_90a objects (the lab: DST_LAB_SM90A)
@@ -441,29 +372,19 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
 }
 
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue). The prologue (bwd_prologue)
-// must have run; order as in launch_bwd. PERSIST: only when a (batch, head) is one key block (else
-// cudaErrorInvalidValue); one block per SM, at most one per item.
-template <typename T, int BM, int MB, int WGS, bool PERSIST = false>
+// must have run; order as in launch_bwd.
+template <typename T, int BM, int MB, int WGS>
 cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
-    using Tr = WgBwdTraits<BM, WGS, PERSIST>;
+    using Tr = WgBwdTraits<BM, WGS>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBN));
     p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
-    if (PERSIST && p.m_blocks != 1) return cudaErrorInvalidValue;
-    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS, PERSIST>;
+    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;
-    int64_t grid = p.m_blocks * int64_t(p.batch) * p.heads;
-    if (PERSIST) {
-        int per_sm = 0, sms = 0, dev = 0;
-        e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, Tr::kSmem);
-        if (e != cudaSuccess) return e;
-        grid = std::min<int64_t>(grid, std::max(1, per_sm) * int64_t(sms));
-    }
-    e = launch_dependent(kernel, static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmem, stream, p);
+    e = launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads,
+                         Tr::kSmem, stream, p);
     return e != cudaSuccess ? e : bwd_dq_convert<T, 64>(p, stream);
 }
 

@@ -27,8 +27,8 @@
 //        than fit on the GPU at once)
 //        b6 (wgmma: Sᵀ, dP̃ᵀ, dV and dK on warpgroup MMAs, dQ on mma.sync; BM 64, 1 warpgroup = 64
 //        keys, 2/SM; sm_90a only)  b8 = b6 with two warpgroups per block (128 keys, 1/SM): one dQ
-//        partial per 128 keys  b9 = b8 persistent (S ≤ 128 only: one block per SM walks the (batch,
-//        head) items, loading the next item's K, V and first query tile during its last tile)
+//        partial per 128 keys  (b9, b8 persistent at S ≤ 128 with the next item's tiles loaded
+//        during the last tile, measured no faster and was removed: commit 306aea1)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -536,7 +536,6 @@ struct FwdVersion {
 struct BwdVersion {
     const char *name;
     int bm, nw, mb;
-    int max_s;  // the longest sequence it runs (0: any)
     std::function<cudaError_t(const flash::Params &, const flash::BwdScratch &)> run;
     std::function<int()> occ;
 };
@@ -553,7 +552,7 @@ FwdVersion fwd_version(const char *name) {
 template <typename T, int BM, int NW, int MB, int kOrder = -1>
 BwdVersion bwd_version(const char *name) {
     using Tr = flash::BwdTraits<T, 64, BM, NW>;
-    return {name, BM, NW, MB, 0,
+    return {name, BM, NW, MB,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
                 return e != cudaSuccess ? e : flash::launch_bwd<T, 64, BM, NW, MB>(p, 0, kOrder);
@@ -590,18 +589,17 @@ std::vector<FwdVersion> fwd_versions() {
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma backward (kernels/attention_flash_wgmma.cuh): WGS warpgroups, 64·WGS keys, BM queries, MB blocks/SM.
-// PERSIST: the persistent form (one key block per (batch, head) only: S ≤ 64·WGS).
-template <typename T, int BM, int MB, int WGS, bool PERSIST = false>
+template <typename T, int BM, int MB, int WGS>
 BwdVersion bwd_wgmma_version(const char *name) {
-    using Tr = flash::WgBwdTraits<BM, WGS, PERSIST>;
-    return {name, BM, 4 * WGS, MB, PERSIST ? 64 * WGS : 0,
+    using Tr = flash::WgBwdTraits<BM, WGS>;
+    return {name, BM, 4 * WGS, MB,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, PERSIST>(p, 0);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS>(p, 0);
             },
             [] {
-                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, PERSIST>, Tr::kSmem));
-                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, PERSIST>, Tr::kThreads, Tr::kSmem);
+                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS>, Tr::kSmem));
+                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS>, Tr::kThreads, Tr::kSmem);
             }};
 }
 #endif
@@ -614,14 +612,13 @@ std::vector<BwdVersion> bwd_versions() {
 #if defined(DST_LAB_SM90A)
     v.push_back(bwd_wgmma_version<T, 64, 2, 1>("b6"));
     v.push_back(bwd_wgmma_version<T, 64, 1, 2>("b8"));
-    v.push_back(bwd_wgmma_version<T, 64, 1, 2, true>("b9"));
 #endif
     return v;
 }
 
 // Every numbered version against the fp64 reference on two awkward cases (both modes of the backward): S = 300
-// (several key blocks), and S = 128 with more (batch, head) items than SMs (a persistent version's blocks take
-// several each, one of them with no keys). A version skips sequences longer than it runs.
+// (several key blocks), and S = 128 with more (batch, head) items than SMs (one key block each, one
+// sequence with no keys).
 template <typename T>
 void check_versions(bool bf16) {
     for (int k = 0; k < 4; ++k) {
@@ -654,7 +651,6 @@ void check_versions(bool bf16) {
             CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // the reference's ctx again
         }
         for (const BwdVersion &v : bwd_versions<T>()) {
-            if (v.max_s && c.S > v.max_s) continue;
             CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
             CK(v.run(p, flash::BwdScratch(a)));
             CK(cudaDeviceSynchronize());
@@ -678,7 +674,6 @@ void time_versions(Bench &bn) {
                     occ, ms, bn.fwd_flops / (ms * 1e-3) / 1e12);
     }
     for (const BwdVersion &v : bwd_versions<T>()) {
-        if (v.max_s && bn.c.S > v.max_s) continue;
         const int occ = v.occ();
         float ms[2];
         for (int det : {1, 0}) {

@@ -13,13 +13,9 @@ cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
     return bf16 ? launch_fwd_wgmma<__nv_bfloat16, 64, 3>(p, stream) : launch_fwd_wgmma<__half, 64, 3>(p, stream);
 }
 
-// The lab's b8: two warpgroups, 128 keys per block, query tiles of 64, 1 block per SM; when a (batch,
-// head) is one such block (S ≤ 128), its persistent form b9.
+// The lab's b8: two warpgroups, 128 keys per block, query tiles of 64, 1 block per SM.
 cudaError_t bwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
     constexpr int kW = kWgBwdWarpgroups;
-    if (p.seq <= 64 * kW)
-        return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, true>(p, stream)
-                    : launch_bwd_wgmma<__half, 64, 1, kW, true>(p, stream);
     return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW>(p, stream) : launch_bwd_wgmma<__half, 64, 1, kW>(p, stream);
 }
 

@@ -576,8 +576,7 @@ void add_attention_cases(std::vector<OpCase> &out) {
         {2, 65, 2, 200, DST_MASK_KEY_LENGTHS, false, true, 0.1, true, false},
         {3, 33, 1, 800, DST_MASK_ADDITIVE, false, false, 0.1, true, true},
         {1, 129, 2, 256, DST_MASK_NONE, false, false, 0.0, true, false},
-        // More (batch, head) pairs than an H200 has SMs at S ≤ 128: the persistent backward's blocks
-        // take several each and load the next one's tiles while they compute.
+        // More (batch, head) pairs than an H200 has SMs at S ≤ 128 (one backward key block each).
         {12, 128, 16, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
         {10, 100, 16, 64, DST_MASK_ADDITIVE, false, true, 0.1, true, true},
     };
