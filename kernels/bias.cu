@@ -37,41 +37,22 @@ __global__ void __launch_bounds__(kTileCols * kRowLanes) column_partial_vec_kern
 }
 
 template <typename T>
-__global__ void column_partial_kernel(const T *__restrict__ dy, compute_t<T> *__restrict__ partial,
-                                      int64_t n, int64_t m, int64_t rows_per_chunk) {
+__global__ void __launch_bounds__(kTileCols * kRowLanes) column_partial_kernel(const T *__restrict__ dy,
+                                                                              compute_t<T> *__restrict__ partial,
+                                                                              int64_t n, int64_t m, int64_t R) {
     DST_GRID_DEPENDENCY();
-    using C = compute_t<T>;
-    __shared__ C red[kRowLanes][kTileCols + 1];
-    const int64_t col = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
-    const int64_t r0 = blockIdx.y * rows_per_chunk;
-    const int64_t r1 = r0 + rows_per_chunk < n ? r0 + rows_per_chunk : n;
-    C s = 0;
-    if (col < m)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) s += to_compute(dy[r * m + col]);
-    red[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < m) {
-        C t = red[0][threadIdx.x];
-        for (int k = 1; k < kRowLanes; ++k) t += red[k][threadIdx.x];
-        partial[blockIdx.y * m + col] = t;
-    }
+    colsum::partial_scalar<T>(n, m, R, partial, [&](int64_t r, int64_t c) { return dy[r * m + c]; });
 }
 
 template <typename T>
-__global__ void column_finalize_kernel(const compute_t<T> *__restrict__ partial, T *db, int64_t m,
-                                       int64_t chunks, bool accumulate) {
+__global__ void __launch_bounds__(kTileCols * kRowLanes) column_finalize_kernel(const compute_t<T> *__restrict__ partial,
+                                                                               T *db, int64_t m, int64_t chunks,
+                                                                               bool accumulate) {
     DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
-    __shared__ C red[kRowLanes][kTileCols + 1];
     const int64_t col = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
-    C s = 0;
-    if (col < m)
-        for (int64_t c = threadIdx.y; c < chunks; c += kRowLanes) s += partial[c * m + col];
-    red[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
+    C t = colsum::finalize_column(partial, m, chunks, col);
     if (threadIdx.y == 0 && col < m) {
-        C t = red[0][threadIdx.x];
-        for (int k = 1; k < kRowLanes; ++k) t += red[k][threadIdx.x];
         if (accumulate) t = to_compute(db[col]) + t;
         db[col] = to_storage<T>(t);
     }

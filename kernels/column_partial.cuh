@@ -86,6 +86,48 @@ __device__ __forceinline__ void partial_vec(int64_t n, int64_t m, int64_t R, com
     }
 }
 
+// The scalar form, for block (blockIdx.x = column tile of kTileThreads columns, blockIdx.y = chunk):
+// `produce(r, c)` returns the stored value of row r, column c; the sums go to partial[chunk · m + c].
+template <typename T, typename Produce>
+__device__ __forceinline__ void partial_scalar(int64_t n, int64_t m, int64_t R, compute_t<T> *__restrict__ partial,
+                                               Produce &&produce) {
+    using C = compute_t<T>;
+    __shared__ C red[kRowLanes][kTileThreads + 1];
+    const int64_t col = blockIdx.x * int64_t(kTileThreads) + threadIdx.x;
+    const int64_t r0 = blockIdx.y * R, r1 = r0 + R < n ? r0 + R : n;
+    C s = 0;
+    if (col < m)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) s += to_compute(produce(r, col));
+    red[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < m) {
+        C t = red[0][threadIdx.x];
+        for (int k = 1; k < kRowLanes; ++k) t += red[k][threadIdx.x];
+        partial[blockIdx.y * m + col] = t;
+    }
+}
+
+// The second pass for column `col` (< m or not) of a block of kTileThreads columns × kRowLanes chunk
+// lanes: lane y adds the partials of chunks y, y + kRowLanes, … in order, then the lanes are added in
+// order. Thread (x, 0) of a column below m gets the column's sum, the others 0. Every thread of the
+// block calls it (it synchronises the block; a block may call it more than once).
+template <typename C>
+__device__ __forceinline__ C finalize_column(const C *__restrict__ partial, int64_t m, int64_t chunks, int64_t col) {
+    __shared__ C red[kRowLanes][kTileThreads + 1];
+    C s = 0;
+    if (col < m)
+        for (int64_t c = threadIdx.y; c < chunks; c += kRowLanes) s += partial[c * m + col];
+    __syncthreads();  // red may still be read by the block's previous call
+    red[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    C t = 0;
+    if (threadIdx.y == 0 && col < m) {
+        t = red[0][threadIdx.x];
+        for (int k = 1; k < kRowLanes; ++k) t += red[k][threadIdx.x];
+    }
+    return t;
+}
+
 }  // namespace colsum
 }  // namespace cuda
 }  // namespace dst

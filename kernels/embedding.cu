@@ -12,28 +12,29 @@
 //     the id's row. A run of m tokens costs its block at most 2·kChunk rows and m / kChunk partials
 //     (one block summed all m rows before: 12 ms per step for the [PAD] run of a 16×512 BERT batch).
 //     Deterministic; the order differs from the CPU twin's plain token order only by the grouping.
-//   type_partial_kernel + type_finalize_kernel: per (chunk of tokens, type) partial sums in token
-//     order, then chunks added in order (T is small; the bias column sums use the same scheme).
+//     Steps (2) and (3) take kVec<T> adjacent columns per thread (16-byte accesses) when H is a
+//     multiple of it and the tensors are 16-byte aligned: the same order per column, the same bits,
+//     and a run's serial chain of row loads walked once per vector instead of once per column.
+//   type_partial_kernel + type_finalize_kernel: the column sums of kernels/column_partial.cuh (row
+//     chunks, lanes, chunks added in order) over the rows of each type, the other rows read as zeros,
+//     one grid layer per type. (One block per (chunk of 256 tokens, type) before, each thread summing
+//     its columns token by token: 64 blocks at 64×128 tokens, a serial chain of 2048 loads per thread.)
 //   position_kernel: one thread per (s, column) sums over the batch in order.
 #include "kernels/embedding.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include "kernels/column_partial.cuh"
 #include "kernels/dispatch.cuh"
 
 namespace dst {
 namespace cuda {
 namespace {
 
-constexpr int kThreads = 256, kRowThreads = 128, kMaxChunks = 128;
+constexpr int kThreads = 256, kRowThreads = 128;
 constexpr int64_t kChunk = 32;  // sorted positions per partial sum of the word-table backward
 
 size_t align256(size_t v) { return (v + 255) / 256 * 256; }
-
-int64_t chunk_count(int64_t n) {
-    const int64_t c = (n + 255) / 256;
-    return c < 1 ? 1 : (c < kMaxChunks ? c : kMaxChunks);
-}
 
 // Bits a radix sort of ids in [0, V) needs.
 int key_bits(int64_t V) {
@@ -68,25 +69,46 @@ __global__ void iota_kernel(int32_t *v, int64_t n) {
         v[i] = static_cast<int32_t>(i);
 }
 
+// Columns c … c + W − 1 of row r of a [rows, H] tensor: one 16-byte vector (W = kVec<T>) or one element.
+template <typename T, int W>
+__device__ __forceinline__ void load_cols(const T *__restrict__ x, int64_t r, int64_t H, int64_t c, compute_t<T> (&v)[W]) {
+    if constexpr (W == 1) {
+        v[0] = to_compute(x[r * H + c]);
+    } else {
+        const Vec<T> q = *reinterpret_cast<const Vec<T> *>(x + r * H + c);
+#pragma unroll
+        for (int k = 0; k < W; ++k) v[k] = to_compute(q.v[k]);
+    }
+}
+
 // Block c: when the kChunk sorted positions of chunk c are all there and hold one id, sums their dout
-// rows in order into partial[c·H + j]; other chunks are summed row by row by word_rows_kernel.
-template <typename T>
+// rows in order into partial[c·H + j]; other chunks are summed row by row by word_rows_kernel. A thread
+// takes W adjacent columns (1, or kVec<T> with H a multiple of it and dout 16-byte aligned).
+template <typename T, int W>
 __global__ void chunk_sum_kernel(const T *__restrict__ dout, const int32_t *__restrict__ keys,
                                  const int32_t *__restrict__ tokens, compute_t<T> *__restrict__ partial, int64_t n,
                                  int64_t H) {
     using C = compute_t<T>;
     const int64_t r0 = blockIdx.x * kChunk;
     if (r0 + kChunk > n || keys[r0] != keys[r0 + kChunk - 1]) return;
-    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
-        C acc = 0;
-        for (int64_t r = r0; r < r0 + kChunk; ++r) acc += to_compute(dout[int64_t(tokens[r]) * H + j]);
-        partial[blockIdx.x * H + j] = acc;
+    for (int64_t j = threadIdx.x * int64_t(W); j < H; j += int64_t(blockDim.x) * W) {
+        C acc[W], v[W];
+#pragma unroll
+        for (int k = 0; k < W; ++k) acc[k] = 0;
+        for (int64_t r = r0; r < r0 + kChunk; ++r) {
+            load_cols<T, W>(dout, tokens[r], H, j, v);
+#pragma unroll
+            for (int k = 0; k < W; ++k) acc[k] += v[k];
+        }
+#pragma unroll
+        for (int k = 0; k < W; ++k) partial[blockIdx.x * H + j + k] = acc[k];
     }
 }
 
 // Block i: when sorted position i starts a run of equal ids, sums the run's rows into that id's row,
 // a full chunk inside the run through its partial sum (keys are sorted, so such a chunk holds one id).
-template <typename T>
+// W as in chunk_sum_kernel (dword 16-byte aligned too).
+template <typename T, int W>
 __global__ void word_rows_kernel(const T *__restrict__ dout, const int32_t *__restrict__ keys,
                                  const int32_t *__restrict__ tokens, const compute_t<T> *__restrict__ partial,
                                  T *dword, int64_t n, int64_t H, bool accumulate) {
@@ -103,19 +125,35 @@ __global__ void word_rows_kernel(const T *__restrict__ dout, const int32_t *__re
         end += same;
         if (same < static_cast<int>(blockDim.x)) break;
     }
-    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
-        C acc = 0;
+    for (int64_t j = threadIdx.x * int64_t(W); j < H; j += int64_t(blockDim.x) * W) {
+        C acc[W], v[W];
+#pragma unroll
+        for (int k = 0; k < W; ++k) acc[k] = 0;
         for (int64_t r = i; r < end;) {
             if (r % kChunk == 0 && r + kChunk <= end) {
-                acc += partial[(r / kChunk) * H + j];
+#pragma unroll
+                for (int k = 0; k < W; ++k) acc[k] += partial[(r / kChunk) * H + j + k];
                 r += kChunk;
             } else {
-                acc += to_compute(dout[int64_t(tokens[r]) * H + j]);
+                load_cols<T, W>(dout, tokens[r], H, j, v);
+#pragma unroll
+                for (int k = 0; k < W; ++k) acc[k] += v[k];
                 ++r;
             }
         }
-        T *d = dword + int64_t(id) * H + j;
-        *d = to_storage<T>(accumulate ? to_compute(*d) + acc : acc);
+        if (accumulate) {
+            load_cols<T, W>(dword, id, H, j, v);
+#pragma unroll
+            for (int k = 0; k < W; ++k) acc[k] = v[k] + acc[k];
+        }
+        if constexpr (W == 1) {
+            dword[int64_t(id) * H + j] = to_storage<T>(acc[0]);
+        } else {
+            Vec<T> q;
+#pragma unroll
+            for (int k = 0; k < W; ++k) q.v[k] = to_storage<T>(acc[k]);
+            *reinterpret_cast<Vec<T> *>(dword + int64_t(id) * H + j) = q;
+        }
     }
 }
 
@@ -135,35 +173,55 @@ __global__ void position_kernel(const T *__restrict__ dout, T *dpos, int64_t B, 
     }
 }
 
-// Block (chunk c, type k): partial[(c·T + k)·H + j] = Σ_{t in chunk c, types[t] = k} dout[t, j].
-template <typename T>
-__global__ void type_partial_kernel(const T *__restrict__ dout, const int32_t *__restrict__ types,
-                                    compute_t<T> *__restrict__ partial, int64_t n, int64_t T_rows, int64_t H,
-                                    int64_t per_chunk) {
+// Block (column tile, chunk, type layer z): for the types k = z, z + gridDim.z, …, the column sums'
+// partials (kernels/column_partial.cuh) of dout over the rows of type k, the other rows read as zeros
+// (adding a zero leaves every sum as it is), into partial[(k · chunks + chunk) · H + column]. VEC: the
+// vector form (H a multiple of kVec<T>, dout 16-byte aligned), else the scalar form.
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(colsum::kTileThreads *colsum::kRowLanes) type_partial_kernel(
+    const T *__restrict__ dout, const int32_t *__restrict__ types, compute_t<T> *__restrict__ partial, int64_t n,
+    int64_t T_rows, int64_t H, int64_t R) {
     using C = compute_t<T>;
-    const int64_t c = blockIdx.x, k = blockIdx.y;
-    const int64_t t0 = c * per_chunk, t1 = t0 + per_chunk < n ? t0 + per_chunk : n;
-    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
-        C acc = 0;
-        for (int64_t t = t0; t < t1; ++t)
-            if ((types ? types[t] : 0) == k) acc += to_compute(dout[t * H + j]);
-        partial[(c * T_rows + k) * H + j] = acc;
+    for (int64_t k = blockIdx.z; k < T_rows; k += gridDim.z) {
+        auto of_type = [&](int64_t r) { return (types ? types[r] : 0) == k; };
+        C *pk = partial + k * int64_t(gridDim.y) * H;
+        if constexpr (VEC) {
+            __shared__ C red[colsum::partial_smem<T>() / sizeof(C)];
+            __syncthreads();  // red may still be read for the previous type
+            colsum::partial_vec<T>(n, H, R, pk, red, [&](int64_t r, int64_t c) {
+                Vec<T> q;
+                if (of_type(r)) {
+                    q = *reinterpret_cast<const Vec<T> *>(dout + r * H + c);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < kVec<T>; ++e) q.v[e] = to_storage<T>(C(0));
+                }
+                return q;
+            });
+        } else {
+            __syncthreads();
+            colsum::partial_scalar<T>(n, H, R, pk,
+                                      [&](int64_t r, int64_t c) { return of_type(r) ? dout[r * H + c] : to_storage<T>(C(0)); });
+        }
     }
 }
 
+// Block (column tile, type layer z): dtype[k, :] for k = z, z + gridDim.y, … from the chunks' partials in
+// order (colsum::finalize_column); accumulating, a type no token has keeps its row as it was.
 template <typename T>
-__global__ void type_finalize_kernel(const compute_t<T> *__restrict__ partial, T *dtype, int64_t chunks, int64_t T_rows,
-                                     int64_t H, bool accumulate, const int32_t *__restrict__ used) {
+__global__ void __launch_bounds__(colsum::kTileThreads *colsum::kRowLanes) type_finalize_kernel(
+    const compute_t<T> *__restrict__ partial, T *dtype, int64_t chunks, int64_t T_rows, int64_t H, bool accumulate,
+    const int32_t *__restrict__ used) {
     using C = compute_t<T>;
-    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < T_rows * H; e += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t k = e / H, j = e - k * H;
-        C acc = 0;
-        for (int64_t c = 0; c < chunks; ++c) acc += partial[(c * T_rows + k) * H + j];
-        if (accumulate) {
-            if (used[k]) dtype[e] = to_storage<T>(to_compute(dtype[e]) + acc);
-        } else {
-            dtype[e] = to_storage<T>(acc);
-        }
+    const int64_t col = blockIdx.x * int64_t(colsum::kTileThreads) + threadIdx.x;
+    for (int64_t k = blockIdx.y; k < T_rows; k += gridDim.y) {
+        C t = colsum::finalize_column(partial + k * chunks * H, H, chunks, col);
+        if (threadIdx.y != 0 || col >= H) continue;
+        T *d = dtype + k * H + col;
+        if (!accumulate)
+            *d = to_storage<T>(t);
+        else if (used[k])
+            *d = to_storage<T>(to_compute(*d) + t);
     }
 }
 
@@ -198,7 +256,7 @@ size_t embedding_bwd_workspace(dst_dtype dt, int64_t tokens, int64_t V, int64_t 
         s += 3 * align256(static_cast<size_t>(tokens) * sizeof(int32_t)) + align256(sort_temp_bytes(tokens, V)) +
              align256(static_cast<size_t>((tokens + kChunk - 1) / kChunk * H) * compute_size(dt));
     if (T > 0)
-        s += align256(static_cast<size_t>(chunk_count(tokens) * T * H) * compute_size(dt)) +
+        s += align256(static_cast<size_t>(colsum::chunk_count(tokens) * T * H) * compute_size(dt)) +
              align256(static_cast<size_t>(T) * sizeof(int32_t));
     return s;
 }
@@ -233,11 +291,22 @@ cudaError_t embedding_bwd(cudaStream_t stream, dst_dtype dt, const void *dout, c
             C *partial = reinterpret_cast<C *>(p);
             p += align256(static_cast<size_t>(chunks * H) * sizeof(C));
             if (!accumulate) DST_KERNEL_CHECK(cudaMemsetAsync(dword, 0, static_cast<size_t>(V * H) * esize, stream));
-            chunk_sum_kernel<T_><<<static_cast<unsigned>(chunks), kRowThreads, 0, stream>>>(
-                static_cast<const T_ *>(dout), keys, tokens, partial, n, H);
-            DST_KERNEL_CHECK(cudaGetLastError());
-            word_rows_kernel<T_><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(
-                static_cast<const T_ *>(dout), keys, tokens, partial, static_cast<T_ *>(dword), n, H, accumulate);
+            const T_ *src = static_cast<const T_ *>(dout);
+            T_ *dst = static_cast<T_ *>(dword);
+            if (H % kVec<T_> == 0 && aligned16(dout) && aligned16(dword)) {
+                constexpr int W = kVec<T_>;
+                chunk_sum_kernel<T_, W><<<static_cast<unsigned>(chunks), kRowThreads, 0, stream>>>(src, keys, tokens,
+                                                                                                 partial, n, H);
+                DST_KERNEL_CHECK(cudaGetLastError());
+                word_rows_kernel<T_, W><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(src, keys, tokens, partial,
+                                                                                              dst, n, H, accumulate);
+            } else {
+                chunk_sum_kernel<T_, 1><<<static_cast<unsigned>(chunks), kRowThreads, 0, stream>>>(src, keys, tokens,
+                                                                                                 partial, n, H);
+                DST_KERNEL_CHECK(cudaGetLastError());
+                word_rows_kernel<T_, 1><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(src, keys, tokens, partial,
+                                                                                              dst, n, H, accumulate);
+            }
             DST_KERNEL_CHECK(cudaGetLastError());
         }
         if (dpos) {
@@ -246,17 +315,23 @@ cudaError_t embedding_bwd(cudaStream_t stream, dst_dtype dt, const void *dout, c
             DST_KERNEL_CHECK(cudaGetLastError());
         }
         if (dtype) {
-            const int64_t chunks = chunk_count(n), per_chunk = (n + chunks - 1) / chunks;
+            const int64_t chunks = colsum::chunk_count(n), R = colsum::rows_per_chunk(n);
             C *partial = reinterpret_cast<C *>(p);
             p += align256(static_cast<size_t>(chunks * T * H) * sizeof(C));
             int32_t *used = reinterpret_cast<int32_t *>(p);
             DST_KERNEL_CHECK(cudaMemsetAsync(used, 0, static_cast<size_t>(T) * sizeof(int32_t), stream));
             type_used_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(types, n, used);
             DST_KERNEL_CHECK(cudaGetLastError());
-            type_partial_kernel<T_><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(T)), kRowThreads, 0,
-                                      stream>>>(static_cast<const T_ *>(dout), types, partial, n, T, H, per_chunk);
+            const bool vec = H % kVec<T_> == 0 && aligned16(dout);
+            const unsigned layers = static_cast<unsigned>(T < 65535 ? T : 65535);
+            dim3 grid = colsum::partial_grid<T_>(n, H, vec);
+            grid.z = layers;
+            (vec ? type_partial_kernel<T_, true> : type_partial_kernel<T_, false>)<<<grid, colsum::partial_block(), 0,
+                                                                                     stream>>>(
+                static_cast<const T_ *>(dout), types, partial, n, T, H, R);
             DST_KERNEL_CHECK(cudaGetLastError());
-            type_finalize_kernel<T_><<<grid_blocks(T * H, kThreads), kThreads, 0, stream>>>(
+            const unsigned tiles = static_cast<unsigned>((H + colsum::kTileThreads - 1) / colsum::kTileThreads);
+            type_finalize_kernel<T_><<<dim3(tiles, layers), colsum::partial_block(), 0, stream>>>(
                 partial, static_cast<T_ *>(dtype), chunks, T, H, accumulate, used);
             DST_KERNEL_CHECK(cudaGetLastError());
         }
