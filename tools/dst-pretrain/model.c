@@ -108,6 +108,8 @@ struct dstp_model {
     param p[P_COUNT];
     int present[P_COUNT];  /* Pre-LN has the final LN, NSP the pooler and classifier */
     /* activations and their gradients, [max_batch·seq, H] unless noted */
+    /* The batch's int32 arrays: regions of one context block, filled from one host staging block by
+     * one copy per micro-batch (each dst_memcpy waits for the copy, so nine copies were nine waits). */
     void *ids, *types, *lengths, *rows, *labels, *cls_rows, *nsp_labels; /* int32 */
     void *emb, *x0, *act[2], *fin, *stats_emb, *stats_fin;               /* stats: fp32 [2, N] */
     void *hm, *t_pre, *t_g, *t_ln, *stats_t;                             /* [M_max, H], stats [2, M_max] */
@@ -118,7 +120,10 @@ struct dstp_model {
     int64_t real;        /* the batch's real tokens (the packed rows) */
     void *enc_out;       /* the last layer's output in the padded layout */
     int packed;          /* this batch's layers run packed (opt.layers) */
-    int32_t *host_i32;                                                   /* staging */
+    void *batch_dev;      /* the block holding ids … places */
+    int32_t *batch_host;  /* its host staging copy */
+    size_t batch_ints;    /* its size, in int32 */
+    int32_t *h_ids, *h_types, *h_lengths, *h_rows, *h_labels, *h_cls_rows, *h_nsp, *h_cu, *h_places; /* regions */
     dstp_profile *prof;                                                  /* NULL: not profiling */
 };
 
@@ -293,11 +298,10 @@ int64_t dstp_model_num_parameters(const dstp_model *m) {
 void dstp_model_destroy(dstp_model *m) {
     int i;
     if (!m) return;  /* before the addresses below are taken */
-    void **bufs[] = {&m->ids,  &m->types, &m->lengths, &m->rows,  &m->labels, &m->cls_rows, &m->nsp_labels,
-                     &m->emb,  &m->x0,    &m->act[0],  &m->act[1], &m->fin,   &m->stats_emb, &m->stats_fin,
-                     &m->hm,   &m->t_pre, &m->t_g,     &m->t_ln,  &m->stats_t, &m->cls,     &m->p_pre,
-                     &m->pooled, &m->loss, &m->counts, &m->g_t,   &m->g_t2,   &m->g_hm,     &m->g_pooled,
-                     &m->g_cls, &m->g_seq, &m->g_a,    &m->g_b,    &m->cu,    &m->places};
+    void **bufs[] = {&m->batch_dev, &m->emb, &m->x0,    &m->act[0],  &m->act[1], &m->fin,   &m->stats_emb,
+                     &m->stats_fin, &m->hm,  &m->t_pre, &m->t_g,     &m->t_ln,   &m->stats_t, &m->cls,
+                     &m->p_pre,  &m->pooled, &m->loss, &m->counts, &m->g_t,    &m->g_t2,   &m->g_hm,
+                     &m->g_pooled, &m->g_cls, &m->g_seq, &m->g_a,  &m->g_b};
     for (i = 0; i < (int)(sizeof bufs / sizeof bufs[0]); ++i) dst_free(m->ctx, *bufs[i]);
     for (i = 0; i < P_COUNT; ++i) {
         dst_free(m->ctx, m->p[i].data);
@@ -305,7 +309,7 @@ void dstp_model_destroy(dstp_model *m) {
     }
     for (i = 0; m->layers && i < m->L; ++i) dst_layer_destroy(m->layers[i]);
     free(m->layers);
-    free(m->host_i32);
+    free(m->batch_host);
     free(m);
 }
 
@@ -371,11 +375,37 @@ static dstp_status create(dstp_model *m, dstp_error *err) {
         LIB(dst_layer_create(m->ctx, &lc, &m->layers[i]));
     }
 
+    /* The batch block: each region starts on 256 bytes (64 int32). */
+    {
+        const size_t sizes[9] = {(size_t)N, (size_t)N, (size_t)B, (size_t)B, (size_t)Mx, (size_t)Mx, (size_t)B,
+                                 (size_t)B + 1, (size_t)N};
+        size_t at[9], total = 0;
+        for (i = 0; i < 9; ++i) {
+            at[i] = total;
+            total += (sizes[i] + 63) / 64 * 64;
+        }
+        m->batch_ints = total;
+        m->batch_host = (int32_t *)calloc(total, sizeof(int32_t));
+        if (!m->batch_host) {
+            dstp_seterr(err, "model: out of host memory");
+            return DSTP_ERR_NOMEM;
+        }
+        if (alloc(m, total * sizeof(int32_t), &m->batch_dev, err)) return DSTP_ERR_STATE;
+        {
+            int32_t *const d = (int32_t *)m->batch_dev, *const h = m->batch_host;
+            m->ids = d + at[0], m->h_ids = h + at[0];
+            m->types = d + at[1], m->h_types = h + at[1];
+            m->lengths = d + at[2], m->h_lengths = h + at[2];
+            m->nsp_labels = d + at[3], m->h_nsp = h + at[3];
+            m->rows = d + at[4], m->h_rows = h + at[4];
+            m->labels = d + at[5], m->h_labels = h + at[5];
+            m->cls_rows = d + at[6], m->h_cls_rows = h + at[6];
+            m->cu = d + at[7], m->h_cu = h + at[7];
+            m->places = d + at[8], m->h_places = h + at[8];
+        }
+    }
     /* Activations. */
-    if (alloc(m, (size_t)N * 4, &m->ids, err) || alloc(m, (size_t)N * 4, &m->types, err) ||
-        alloc(m, (size_t)B * 4, &m->lengths, err) || alloc(m, (size_t)Mx * 4, &m->rows, err) ||
-        alloc(m, (size_t)Mx * 4, &m->labels, err) || alloc(m, (size_t)B * 4, &m->cls_rows, err) ||
-        alloc(m, (size_t)B * 4, &m->nsp_labels, err) || alloc(m, act, &m->emb, err) || alloc(m, act, &m->x0, err) ||
+    if (alloc(m, act, &m->emb, err) || alloc(m, act, &m->x0, err) ||
         alloc(m, act, &m->act[0], err) || alloc(m, act, &m->act[1], err) || alloc(m, act, &m->fin, err) ||
         alloc(m, (size_t)(2 * N) * 8, &m->stats_emb, err) || alloc(m, (size_t)(2 * N) * 8, &m->stats_fin, err) ||
         alloc(m, rows, &m->hm, err) || alloc(m, rows, &m->t_pre, err) || alloc(m, rows, &m->t_g, err) ||
@@ -384,14 +414,8 @@ static dstp_status create(dstp_model *m, dstp_error *err) {
         alloc(m, 16, &m->loss, err) || alloc(m, 16, &m->counts, err) || alloc(m, rows, &m->g_t, err) ||
         alloc(m, rows, &m->g_t2, err) || alloc(m, rows, &m->g_hm, err) || alloc(m, cls, &m->g_pooled, err) ||
         alloc(m, cls, &m->g_cls, err) || alloc(m, act, &m->g_seq, err) || alloc(m, act, &m->g_a, err) ||
-        alloc(m, act, &m->g_b, err) || alloc(m, (size_t)(B + 1) * 4, &m->cu, err) ||
-        alloc(m, (size_t)N * 4, &m->places, err))
+        alloc(m, act, &m->g_b, err))
         return DSTP_ERR_STATE;
-    m->host_i32 = (int32_t *)malloc((size_t)(N > Mx ? N : Mx) * sizeof(int32_t) + (size_t)(B + 1) * sizeof(int32_t) + 64);
-    if (!m->host_i32) {
-        dstp_seterr(err, "model: out of host memory");
-        return DSTP_ERR_NOMEM;
-    }
     return DSTP_OK;
 }
 
@@ -504,8 +528,8 @@ dstp_status dstp_model_register(dstp_model *m, dst_engine *engine, dstp_error *e
 
 /* ---- forward and backward ----------------------------------------------------------------------------- */
 
-static dstp_status upload_i32(dstp_model *m, void *dst, const int32_t *src, size_t n, dstp_error *err) {
-    LIB(dst_memcpy(m->ctx, dst, src, n * sizeof(int32_t), DST_COPY_HOST_TO_CONTEXT));
+static dstp_status upload_batch_block(dstp_model *m, dstp_error *err) {
+    LIB(dst_memcpy(m->ctx, m->batch_dev, m->batch_host, m->batch_ints * sizeof(int32_t), DST_COPY_HOST_TO_CONTEXT));
     return DSTP_OK;
 }
 
@@ -594,26 +618,26 @@ static dstp_status upload(dstp_model *m, const dstp_batch *b, dstp_error *err) {
                         (int)b->seq);
             return DSTP_ERR_ARG;
         }
-    if (upload_i32(m, m->ids, b->ids, N, err) || upload_i32(m, m->types, b->types, N, err) ||
-        upload_i32(m, m->lengths, b->lengths, (size_t)b->batch, err) || upload_i32(m, m->nsp_labels, b->nsp, (size_t)b->batch, err))
-        return DSTP_ERR_STATE;
-    if (b->nrows > 0 &&
-        (upload_i32(m, m->rows, b->rows, (size_t)b->nrows, err) || upload_i32(m, m->labels, b->labels, (size_t)b->nrows, err)))
-        return DSTP_ERR_STATE;
-    for (i = 0; i < b->batch; ++i) m->host_i32[i] = i * b->seq;
-    if (upload_i32(m, m->cls_rows, m->host_i32, (size_t)b->batch, err)) return DSTP_ERR_STATE;
+    memcpy(m->h_ids, b->ids, N * sizeof(int32_t));
+    memcpy(m->h_types, b->types, N * sizeof(int32_t));
+    memcpy(m->h_lengths, b->lengths, (size_t)b->batch * sizeof(int32_t));
+    memcpy(m->h_nsp, b->nsp, (size_t)b->batch * sizeof(int32_t));
+    if (b->nrows > 0) {
+        memcpy(m->h_rows, b->rows, (size_t)b->nrows * sizeof(int32_t));
+        memcpy(m->h_labels, b->labels, (size_t)b->nrows * sizeof(int32_t));
+    }
+    for (i = 0; i < b->batch; ++i) m->h_cls_rows[i] = i * b->seq;
     /* Packed layers: the offsets of the real tokens, and each one's padded row. */
     m->real = 0;
-    m->host_i32[0] = 0;
-    for (i = 0; i < b->batch; ++i) m->host_i32[i + 1] = m->host_i32[i] + b->lengths[i];
-    if (upload_i32(m, m->cu, m->host_i32, (size_t)b->batch + 1, err)) return DSTP_ERR_STATE;
+    m->h_cu[0] = 0;
+    for (i = 0; i < b->batch; ++i) m->h_cu[i + 1] = m->h_cu[i] + b->lengths[i];
     for (i = 0; i < b->batch; ++i) {
         int32_t s;
-        for (s = 0; s < b->lengths[i]; ++s) m->host_i32[m->real++] = i * b->seq + s;
+        for (s = 0; s < b->lengths[i]; ++s) m->h_places[m->real++] = i * b->seq + s;
     }
     m->packed = m->opt.layers == DSTP_LAYERS_PACKED ||
                 (m->opt.layers == DSTP_LAYERS_AUTO && m->real * 10 <= (int64_t)b->batch * b->seq * 9);
-    return upload_i32(m, m->places, m->host_i32, (size_t)m->real, err);
+    return upload_batch_block(m, err);
 }
 
 /* Writes zeros into n bytes of context memory (a gradient no op wrote). */
