@@ -26,9 +26,10 @@ size_t embedding_bwd_workspace(dst_dtype dt, int64_t tokens, int64_t V, int64_t 
 // dword[v] = Σ_{ids[t]=v} dout[t], dpos[s] = Σ_b dout[b, s], dtype[k] = Σ_{types[t]=k} dout[t]
 // (each may be nullptr); accumulate adds to the used rows, otherwise every row is written (unused
 // rows 0). Word rows: a stable radix sort of (id, token) pairs (cub), then one block per distinct id
-// sums its tokens' rows in increasing token order. Types: per-chunk partials in token order, then an
-// ordered sum over chunks (as the column sums of kernels/bias.cu). Positions: one thread per element
-// sums over b in order. Deterministic: no floating-point atomics.
+// sums its tokens' rows in increasing token order (full chunks of one id through partial sums).
+// Types: the column sums of kernels/column_partial.cuh over the rows of each type (other rows read as
+// zeros), chunks added in order. Positions: one thread per element sums over b in order.
+// Deterministic: no floating-point atomics.
 cudaError_t embedding_bwd(cudaStream_t stream, dst_dtype dt, const void *dout, const int32_t *ids,
                          const int32_t *types, void *dword, void *dpos, void *dtype, int64_t B, int64_t S, int64_t H,
                          int64_t V, int64_t P, int64_t T, bool accumulate, void *workspace, size_t workspace_bytes);
