@@ -502,12 +502,6 @@ dstp_status dstp_comm_same(dstp_comm *c, uint64_t value, int *same, dstp_error *
 
 /* ---- the watchdog ------------------------------------------------------------------------------------------- */
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Ends the process with a message: the other ranks are gone or NCCL failed, so the collectives this process
  * waits on would never finish. The communicator is aborted first (its kernels stop), then _exit: the main
  * thread may be blocked in a CUDA call that only the end of the process releases. */
@@ -543,7 +537,7 @@ static void *watch_main(void *arg) {
             }
         }
 #endif
-        if (mono_s() - beat > c->timeout_s) {
+        if (dstp_mono_s() - beat > c->timeout_s) {
             snprintf(why, sizeof why, "no progress for %.0f s (--comm-timeout): another rank has probably stopped",
                      c->timeout_s);
             watch_fail(c, why);
@@ -555,7 +549,7 @@ dstp_status dstp_comm_watch(dstp_comm *c, double timeout_s, int exit_code, dstp_
     if (!c->nccl || timeout_s <= 0 || c->watching) return DSTP_OK;
     c->timeout_s = timeout_s;
     c->exit_code = exit_code;
-    c->beat = mono_s();
+    c->beat = dstp_mono_s();
     c->stop = 0;
     if (pthread_mutex_init(&c->lock, NULL) != 0) {
         dstp_seterr(err, "communication watchdog: pthread_mutex_init failed");
@@ -573,7 +567,7 @@ dstp_status dstp_comm_watch(dstp_comm *c, double timeout_s, int exit_code, dstp_
 void dstp_comm_heartbeat(dstp_comm *c) {
     if (!c || !c->watching) return;
     pthread_mutex_lock(&c->lock);
-    c->beat = mono_s();
+    c->beat = dstp_mono_s();
     pthread_mutex_unlock(&c->lock);
 }
 

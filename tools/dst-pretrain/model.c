@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 void dstp_seterr(dstp_error *err, const char *fmt, ...);
 
@@ -40,12 +39,11 @@ void dstp_seterr(dstp_error *err, const char *fmt, ...);
 /* The profile whose per-call timing is on (dstp_model_set_profile; one per process), else NULL. A failed
  * synchronisation here is left to the next library call, which reports the context's error. */
 static dstp_profile *s_call_profile;
-static double mono_s(void);
 
 static double call_begin(void) {
     if (!s_call_profile) return 0.0;
     (void)dst_context_synchronize(s_call_profile->ctx);
-    return mono_s();
+    return dstp_mono_s();
 }
 
 static void call_end(double t0, const char *call, int line) {
@@ -62,7 +60,7 @@ static void call_end(double t0, const char *call, int line) {
         site->line = line;
     }
     if (!site) return;
-    site->seconds += mono_s() - t0;
+    site->seconds += dstp_mono_s() - t0;
     ++site->count;
 }
 
@@ -535,17 +533,11 @@ static dstp_status upload_batch_block(dstp_model *m, dstp_error *err) {
 
 /* ---- profiling ------------------------------------------------------------------------------------ */
 
-static double mono_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 dstp_status dstp_profile_start(dstp_profile *p, dst_context *ctx, dstp_error *err) {
     memset(p, 0, sizeof *p);
     p->ctx = ctx;
     LIB(dst_context_synchronize(ctx));
-    p->mark = mono_s();
+    p->mark = dstp_mono_s();
     return DSTP_OK;
 }
 
@@ -557,7 +549,7 @@ dstp_status dstp_profile_lap(dstp_profile *p, dstp_phase phase, dstp_error *err)
         return DSTP_ERR_ARG;
     }
     LIB(dst_context_synchronize(p->ctx));
-    t = mono_s();
+    t = dstp_mono_s();
     p->seconds[phase] += t - p->mark;
     p->mark = t;
     return DSTP_OK;

@@ -34,6 +34,9 @@ typedef struct dstp_error {
     char msg[512];
 } dstp_error;
 
+/* Seconds on the monotonic clock (for durations only). */
+double dstp_mono_s(void);
+
 /* splitmix64 (Steele, Lea, Flood 2014): state += 0x9E3779B97F4A7C15, then a fixed mix of the state. */
 typedef struct dstp_rng {
     uint64_t state;

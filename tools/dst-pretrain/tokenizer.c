@@ -1,13 +1,15 @@
 /*
  * WordPiece tokenization compatible with BERT's BasicTokenizer + WordpieceTokenizer (Hugging Face
  * transformers' BertTokenizer), on Debian's utf8proc for the Unicode tables (categories, NFC/NFD,
- * lower-case mapping); plus the small shared pieces of the data side (errors, splitmix64, id arrays).
+ * lower-case mapping); plus the small shared pieces of the data side (errors, a monotonic clock,
+ * splitmix64, id arrays).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include <utf8proc.h>
 
@@ -22,6 +24,12 @@ void dstp_seterr(dstp_error *err, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+}
+
+double dstp_mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 void dstp_rng_seed(dstp_rng *r, uint64_t seed, uint64_t stream) {

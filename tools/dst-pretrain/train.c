@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <jansson.h>
 
@@ -54,12 +53,6 @@ static void fail_msg(const char *fmt, ...) {
             goto done;                                                                                       \
         }                                                                                                    \
     } while (0)
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static const char *duration(double s, char *buf, size_t n) {
     const long t = (long)(s + 0.5);
@@ -802,18 +795,18 @@ int dstp_train(const dstp_train_options *o) {
         prof.per_call = o->profile_calls;
         dstp_model_set_profile(model, pp);
     }
-    t_start = t_print = now_s();
+    t_start = t_print = dstp_mono_s();
     grad_scale = es.loss_scale / (float)es.gradient_accumulation_steps;
     while (step < steps) {
         const dstp_batch *b = NULL;
         dstp_result r;
         double t0;
         dstp_status st = dstp_profile_lap(pp, DSTP_PHASE_OTHER, &err); /* the previous iteration's tail */
-        t0 = now_s();
+        t0 = dstp_mono_s();
         /* This rank's batch of the stream: the rest of the previous round, then `rank` others, then its own. */
         for (k = 0; k <= pending_skip + launch.rank && st == DSTP_OK; ++k) st = dstp_loader_next(loader, &b, &err);
         pending_skip = world - 1 - launch.rank;
-        t_wait += now_s() - t0;
+        t_wait += dstp_mono_s() - t0;
         if (st == DSTP_OK) st = dstp_profile_lap(pp, DSTP_PHASE_DATA, &err);
         if (st != DSTP_OK) {
             fail_msg("data: %s", err.msg);
@@ -897,7 +890,7 @@ int dstp_train(const dstp_train_options *o) {
                     (long long)step, (long long)rs.epoch, (long long)samples, last_step_loss, mlm,
                     ratio(step_acc.mlm_hits, step_acc.mlm_n), nsp, ratio(step_acc.nsp_hits, step_acc.nsp_n), (double)lr,
                     (double)es.loss_scale, es.last_step_applied ? "false" : "true", (long long)step_acc.tokens,
-                    now_s() - t_start);
+                    dstp_mono_s() - t_start);
             if (metrics) fflush(metrics);
             if (first_step_seen < 0) first_step_seen = step, first_loss = mlm, first_acc = ratio(step_acc.mlm_hits, step_acc.mlm_n);
         }
@@ -929,7 +922,7 @@ int dstp_train(const dstp_train_options *o) {
         print_acc.tokens += step_acc.tokens;
         memset(&step_acc, 0, sizeof step_acc);
         if (step % print_every == 0 || step == steps) {
-            const double t = now_s(), dt = t - t_print, per_step = (t - t_start) / (double)(step - start_step);
+            const double t = dstp_mono_s(), dt = t - t_print, per_step = (t - t_start) / (double)(step - start_step);
             /* the end's summary quotes the last interval: one step's loss is noisy */
             last_loss = print_acc.mlm_loss_sum / (double)print_acc.micro;
             last_acc = ratio(print_acc.mlm_hits, print_acc.mlm_n);
@@ -950,9 +943,9 @@ int dstp_train(const dstp_train_options *o) {
             t_print = t;
         }
         if (lead && ev.n && o->eval_every > 0 && (step % o->eval_every == 0 || step == steps)) {
-            const double te = now_s();
+            const double te = dstp_mono_s();
             const dstp_status st2 = evaluate(model, &ev, &last_eval, &err);
-            t_print += now_s() - te; /* the throughput of the next progress line is the training's */
+            t_print += dstp_mono_s() - te; /* the throughput of the next progress line is the training's */
             if (st2 != DSTP_OK) {
                 fail_msg("evaluation: %s", err.msg);
                 goto done;
@@ -979,7 +972,7 @@ int dstp_train(const dstp_train_options *o) {
             }
         }
         {   /* every rank stops at the same step: the flags of all of them */
-            int flags = (g_stop != 0) | (o->max_time > 0 && now_s() - t_start >= o->max_time && step < steps) << 1;
+            int flags = (g_stop != 0) | (o->max_time > 0 && dstp_mono_s() - t_start >= o->max_time && step < steps) << 1;
             if (dstp_comm_agree(comm, &flags, &err) != DSTP_OK) {
                 fail_msg("%s", err.msg);
                 goto done;
@@ -1014,7 +1007,7 @@ int dstp_train(const dstp_train_options *o) {
 
     /* 8. The end: summary, the Hugging Face export, the plot. */
     {
-        const double total = now_s() - t_start;
+        const double total = dstp_mono_s() - t_start;
         const int64_t done_steps = step - start_step;
         if (talk) {
             const char *saved_note = o->no_checkpoint ? "no checkpoint (--no-checkpoint)" : "checkpoint saved";
