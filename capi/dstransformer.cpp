@@ -307,6 +307,24 @@ dst_status dst_context_get_num_threads(const dst_context *ctx, int *threads) {
     return DST_OK;
 }
 
+dst_status dst_context_set_index_checks(dst_context *ctx, dst_index_checks mode) {
+    static const char fn[] = "dst_context_set_index_checks";
+    DST_REQUIRE(fn, ctx);
+    if (mode != DST_INDEX_CHECKS_EAGER && mode != DST_INDEX_CHECKS_DEFERRED)
+        return set_error(DST_ERR_INVALID_ARGUMENT,
+                         "%s: mode is %d, expected DST_INDEX_CHECKS_EAGER or DST_INDEX_CHECKS_DEFERRED", fn, (int)mode);
+    ctx->impl->deferred_index_checks = mode == DST_INDEX_CHECKS_DEFERRED;
+    return DST_OK;
+}
+
+dst_status dst_context_get_index_checks(const dst_context *ctx, dst_index_checks *mode) {
+    static const char fn[] = "dst_context_get_index_checks";
+    DST_REQUIRE(fn, ctx);
+    DST_REQUIRE(fn, mode);
+    *mode = ctx->impl->deferred_index_checks ? DST_INDEX_CHECKS_DEFERRED : DST_INDEX_CHECKS_EAGER;
+    return DST_OK;
+}
+
 dst_status dst_cuda_device_count(int *count) {
     DST_REQUIRE("dst_cuda_device_count", count);
     *count = 0;

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/context.h"     // defines: Context
+#include "core/error.h"       // defines: set_error
 #include "layer/layer.h"      // defines: Layer, Saved
 #include "optim/optimizer.h"  // defines: Optimizer
 #include "train/engine.h"     // defines: Engine
@@ -27,5 +28,16 @@ struct dst_engine {
     std::unique_ptr<dst::Engine> impl;
     dst_optimizer optimizer;
 };
+
+namespace dst::capi {
+
+// The start of a call that queues work on a context: the context is not NULL, then a failed
+// device-side check of an earlier call on it is reported (once) before anything is done.
+inline dst_status begin_context_call(const char *fn, dst_context *ctx) {
+    if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+    return ctx->impl->backend->take_deferred_error(fn);
+}
+
+}  // namespace dst::capi
 
 #endif  // DST_CAPI_HANDLES_H

@@ -11,6 +11,7 @@
 #include "core/error.h"       // defines: set_error, DST_TRY
 
 using dst::set_error;
+using dst::capi::begin_context_call;
 using dst::capi::guarded;
 using dst::capi::views_overlap;
 
@@ -91,7 +92,7 @@ dst_status dst_layernorm_forward(dst_context *ctx, const dst_tensor *x, const ds
                                  const dst_tensor *beta, float eps, dst_tensor *y, dst_tensor *stats) {
     static const char fn[] = "dst_layernorm_forward";
     return guarded(fn, [&]() -> dst_status {
-        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        DST_TRY(begin_context_call(fn, ctx));
         Dims d;
         DST_TRY(check_input(fn, "x", x, &d));
         DST_TRY(check_vector(fn, "gamma", gamma, x->dtype, d.h));
@@ -118,7 +119,7 @@ dst_status dst_layernorm_backward(dst_context *ctx, const dst_tensor *dy, const 
                                   dst_tensor *dx, dst_tensor *dgamma, dst_tensor *dbeta, dst_grad_mode mode) {
     static const char fn[] = "dst_layernorm_backward";
     return guarded(fn, [&]() -> dst_status {
-        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        DST_TRY(begin_context_call(fn, ctx));
         Dims d;
         DST_TRY(check_input(fn, "x", x, &d));
         DST_TRY(check_same(fn, "dy", dy, x, "x"));

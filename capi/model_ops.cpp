@@ -4,6 +4,7 @@
 // Every check happens before the first write, so a refused call leaves every output as it was.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "core/error.h"       // defines: set_error, DST_TRY
 
 using dst::set_error;
+using dst::capi::begin_context_call;
 using dst::capi::guarded;
 using dst::capi::views_overlap;
 
@@ -113,21 +115,17 @@ dst_status check_no_overlap(const char *fn, const char *out_name, const dst_tens
     return DST_OK;
 }
 
-// The values of an index tensor, checked on the backend: every value in [lo, hi) (and distinct).
-dst_status check_index_values(const char *fn, const char *arg, dst::Backend &be, const dst_tensor *t, int64_t count,
+// The values of an index tensor, checked on the context's backend: every value in [lo, hi) (and
+// distinct). Eager: the failure is this call's; deferred (dst_context_set_index_checks), a CUDA
+// context queues the check and a later call reports it.
+dst_status check_index_values(const char *fn, const char *arg, dst_context *ctx, const dst_tensor *t, int64_t count,
                               int32_t lo, int32_t hi, bool distinct) {
+    char what[96];
+    std::snprintf(what, sizeof what, "%s: %s", fn, arg);
+    dst::Backend &be = *ctx->impl->backend;
     const int32_t *idx = static_cast<const int32_t *>(t->data);
-    int64_t bad = -1, repeat = -1;
-    DST_TRY(be.check_indices(idx, count, lo, hi, distinct, &bad, distinct ? &repeat : nullptr));
-    const int64_t at = bad >= 0 ? bad : repeat;
-    if (at < 0) return DST_OK;
-    int32_t value = 0;
-    DST_TRY(be.copy(&value, idx + at, sizeof value, dst::CopyKind::DeviceToHost));
-    if (bad >= 0)
-        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s[%lld] is %d, expected a value in [%d, %d)", fn, arg,
-                         (long long)bad, (int)value, (int)lo, (int)hi);
-    return set_error(DST_ERR_INVALID_ARGUMENT, "%s: %s[%lld] is %d, which occurs more than once (must be distinct)",
-                     fn, arg, (long long)repeat, (int)value);
+    if (ctx->impl->deferred_index_checks) return be.check_indices_deferred(idx, count, lo, hi, distinct, what);
+    return be.check_index_values(idx, count, lo, hi, distinct, what);
 }
 
 // The context's workspace: `own` bytes for the caller of the ops, then the backend's scratch for `need`.
@@ -227,7 +225,7 @@ dst_status dst_embedding_forward(dst_context *ctx, const dst_tensor *ids, const 
                                  dst_tensor *out) {
     static const char fn[] = "dst_embedding_forward";
     return guarded(fn, [&]() -> dst_status {
-        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        DST_TRY(begin_context_call(fn, ctx));
         int64_t count = 0, tcount = 0;
         DST_TRY(check_ids_types(fn, ids, types, &count, &tcount));
         const int64_t B = ids->shape[0], S = ids->shape[1];
@@ -252,12 +250,12 @@ dst_status dst_embedding_forward(dst_context *ctx, const dst_tensor *ids, const 
         need.dt = dt;
         need.index_check = true;
         DST_TRY(take_workspace(ctx, need, 0, nullptr));
-        DST_TRY(check_index_values(fn, "ids", be, ids, count, 0, static_cast<int32_t>(V), false));
+        DST_TRY(check_index_values(fn, "ids", ctx, ids, count, 0, static_cast<int32_t>(V), false));
         if (types)
-            DST_TRY(check_index_values(fn, "types", be, types, tcount, 0, static_cast<int32_t>(type->shape[0]), false));
+            DST_TRY(check_index_values(fn, "types", ctx, types, tcount, 0, static_cast<int32_t>(type->shape[0]), false));
         return be.embedding_fwd(dt, static_cast<const int32_t *>(ids->data),
                                 types ? static_cast<const int32_t *>(types->data) : nullptr, word->data,
-                                position->data, type->data, out->data, B, S, H);
+                                position->data, type->data, out->data, B, S, H, V, type->shape[0]);
     });
 }
 
@@ -266,7 +264,7 @@ dst_status dst_embedding_backward(dst_context *ctx, const dst_tensor *dout, cons
                                   dst_tensor *dtype, dst_grad_mode mode) {
     static const char fn[] = "dst_embedding_backward";
     return guarded(fn, [&]() -> dst_status {
-        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        DST_TRY(begin_context_call(fn, ctx));
         int64_t count = 0, tcount = 0;
         DST_TRY(check_ids_types(fn, ids, types, &count, &tcount));
         const int64_t B = ids->shape[0], S = ids->shape[1];
@@ -309,8 +307,8 @@ dst_status dst_embedding_backward(dst_context *ctx, const dst_tensor *dout, cons
         need.emb_width = H;
         need.index_check = true;
         DST_TRY(take_workspace(ctx, need, 0, nullptr));
-        if (dword) DST_TRY(check_index_values(fn, "ids", be, ids, count, 0, static_cast<int32_t>(V), false));
-        if (dtype && types) DST_TRY(check_index_values(fn, "types", be, types, tcount, 0, static_cast<int32_t>(T), false));
+        if (dword) DST_TRY(check_index_values(fn, "ids", ctx, ids, count, 0, static_cast<int32_t>(V), false));
+        if (dtype && types) DST_TRY(check_index_values(fn, "types", ctx, types, tcount, 0, static_cast<int32_t>(T), false));
         if (!dword && !dposition && !dtype) return DST_OK;
         return be.embedding_bwd(dt, dout->data, static_cast<const int32_t *>(ids->data),
                                 types ? static_cast<const int32_t *>(types->data) : nullptr,
@@ -323,7 +321,7 @@ dst_status dst_dense_forward(dst_context *ctx, const dst_tensor *x, const dst_te
                              dst_activation activation, dst_tensor *y, dst_tensor *pre_act) {
     static const char fn[] = "dst_dense_forward";
     return guarded(fn, [&]() -> dst_status {
-        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        DST_TRY(begin_context_call(fn, ctx));
         int64_t n = 0, k = 0, m = 0;
         DST_TRY(check_dense_xw(fn, x, w, &n, &k, &m));
         const dst_dtype dt = x->dtype;
@@ -361,7 +359,7 @@ dst_status dst_dense_backward(dst_context *ctx, const dst_tensor *dy, const dst_
                               dst_tensor *db, dst_grad_mode mode) {
     static const char fn[] = "dst_dense_backward";
     return guarded(fn, [&]() -> dst_status {
-        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        DST_TRY(begin_context_call(fn, ctx));
         int64_t n = 0, k = 0, m = 0;
         DST_TRY(check_dense_xw(fn, x, w, &n, &k, &m));
         const dst_dtype dt = x->dtype;
@@ -406,7 +404,7 @@ dst_status dst_dense_backward(dst_context *ctx, const dst_tensor *dy, const dst_
 dst_status dst_gather_rows(dst_context *ctx, const dst_tensor *src, const dst_tensor *index, dst_tensor *dst) {
     static const char fn[] = "dst_gather_rows";
     return guarded(fn, [&]() -> dst_status {
-        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        DST_TRY(begin_context_call(fn, ctx));
         DST_TRY(check_float(fn, "src", src, 2, 2));
         const dst_dtype dt = src->dtype;
         const int64_t N = src->shape[0], H = src->shape[1];
@@ -420,8 +418,8 @@ dst_status dst_gather_rows(dst_context *ctx, const dst_tensor *src, const dst_te
         need.dt = dt;
         need.index_check = true;
         DST_TRY(take_workspace(ctx, need, 0, nullptr));
-        DST_TRY(check_index_values(fn, "index", be, index, M, 0, static_cast<int32_t>(N), false));
-        return be.gather_rows(dt, src->data, static_cast<const int32_t *>(index->data), dst->data, M, H);
+        DST_TRY(check_index_values(fn, "index", ctx, index, M, 0, static_cast<int32_t>(N), false));
+        return be.gather_rows(dt, src->data, static_cast<const int32_t *>(index->data), dst->data, N, M, H);
     });
 }
 
@@ -429,7 +427,7 @@ dst_status dst_scatter_rows(dst_context *ctx, const dst_tensor *src, const dst_t
                             dst_grad_mode mode) {
     static const char fn[] = "dst_scatter_rows";
     return guarded(fn, [&]() -> dst_status {
-        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        DST_TRY(begin_context_call(fn, ctx));
         DST_TRY(check_float(fn, "src", src, 2, 2));
         const dst_dtype dt = src->dtype;
         const int64_t M = src->shape[0], H = src->shape[1];
@@ -449,7 +447,7 @@ dst_status dst_scatter_rows(dst_context *ctx, const dst_tensor *src, const dst_t
         need.index_check = true;
         need.index_range = N;
         DST_TRY(take_workspace(ctx, need, 0, nullptr));
-        DST_TRY(check_index_values(fn, "index", be, index, M, 0, static_cast<int32_t>(N), true));
+        DST_TRY(check_index_values(fn, "index", ctx, index, M, 0, static_cast<int32_t>(N), true));
         return be.scatter_rows(dt, src->data, static_cast<const int32_t *>(index->data), dst->data, N, M, H,
                                mode == DST_GRAD_ACCUMULATE);
     });
@@ -461,7 +459,7 @@ dst_status dst_linear_cross_entropy(dst_context *ctx, const dst_tensor *x, const
                                     dst_tensor *dw, dst_tensor *db, dst_grad_mode mode) {
     static const char fn[] = "dst_linear_cross_entropy";
     return guarded(fn, [&]() -> dst_status {
-        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        DST_TRY(begin_context_call(fn, ctx));
         DST_TRY(check_float(fn, "x", x, 2, 2));
         const dst_dtype dt = x->dtype;
         const int64_t N = x->shape[0], H = x->shape[1];
@@ -525,8 +523,8 @@ dst_status dst_linear_cross_entropy(dst_context *ctx, const dst_tensor *x, const
         need.cross_entropy = true;
         need.ce = p;
         DST_TRY(take_workspace(ctx, need, 0, nullptr));
-        if (rows) DST_TRY(check_index_values(fn, "rows", be, rows, M, 0, static_cast<int32_t>(N), true));
-        DST_TRY(check_index_values(fn, "labels", be, labels, M, -1, static_cast<int32_t>(V), false));
+        if (rows) DST_TRY(check_index_values(fn, "rows", ctx, rows, M, 0, static_cast<int32_t>(N), true));
+        DST_TRY(check_index_values(fn, "labels", ctx, labels, M, -1, static_cast<int32_t>(V), false));
         return be.linear_cross_entropy(dt, p);
     });
 }
@@ -536,7 +534,7 @@ dst_status dst_dropout_forward(dst_context *ctx, const dst_tensor *x, float p, d
                                uint64_t *offset) {
     static const char fn[] = "dst_dropout_forward";
     return guarded(fn, [&]() -> dst_status {
-        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        DST_TRY(begin_context_call(fn, ctx));
         int64_t count = 0;
         DST_TRY(check_dropout_args(fn, "x", x, "y", y, p, &count));
         dst::Context &c = *ctx->impl;
@@ -558,7 +556,7 @@ dst_status dst_dropout_backward(dst_context *ctx, const dst_tensor *dy, float p,
                                 dst_tensor *dx) {
     static const char fn[] = "dst_dropout_backward";
     return guarded(fn, [&]() -> dst_status {
-        if (!ctx) return set_error(DST_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+        DST_TRY(begin_context_call(fn, ctx));
         int64_t count = 0;
         DST_TRY(check_dropout_args(fn, "dy", dy, "dx", dx, p, &count));
         return ctx->impl->backend->dropout_bwd(dy->dtype, dy->data, dx->data, count, dropout_site(seed, offset, p));

@@ -27,13 +27,7 @@ __device__ void find_and_record(const T *v, int64_t count, Fails fails, Deferred
         }
     __syncthreads();
     if (threadIdx.x != 0 || first == ~0ull) return;
-    volatile DeferredCheck *s = slot;
-    if (s->state != 0) return;  // an earlier failure is still waiting for the host
-    s->id = id;
-    s->index = static_cast<int64_t>(first);
-    s->value = as_double(v[first]);
-    __threadfence_system();
-    s->state = 1;
+    record_failure(slot, id, static_cast<int64_t>(first), as_double(v[first]));
 }
 
 __global__ void check_range_kernel(const int32_t *v, int64_t count, int32_t lo, int32_t hi, DeferredCheck *slot,
@@ -60,13 +54,7 @@ __global__ void check_offsets_kernel(const int32_t *cu, int64_t B, int64_t n, in
     }
     __syncthreads();
     if (threadIdx.x != 0 || first == ~0ull) return;
-    volatile DeferredCheck *sl = slot;
-    if (sl->state != 0) return;
-    sl->id = id;
-    sl->index = static_cast<int64_t>(first);
-    sl->value = static_cast<double>(int64_t(cu[first + 1]) - cu[first]);
-    __threadfence_system();
-    sl->state = 1;
+    record_failure(slot, id, static_cast<int64_t>(first), static_cast<double>(int64_t(cu[first + 1]) - cu[first]));
 }
 
 }  // namespace

@@ -24,6 +24,20 @@ struct DeferredCheck {
     double value;   // its value
 };
 
+#if defined(__CUDACC__)
+// Fills the slot unless it still holds an earlier failure: the fields first, then a system-wide fence,
+// then state = 1. One thread calls it; kernels on one stream run in order, so no two write at once.
+__device__ __forceinline__ void record_failure(DeferredCheck *slot, uint32_t id, int64_t index, double value) {
+    volatile DeferredCheck *s = slot;
+    if (s->state != 0) return;  // an earlier failure is still waiting for the host
+    s->id = id;
+    s->index = index;
+    s->value = value;
+    __threadfence_system();
+    s->state = 1;
+}
+#endif
+
 // Checks lo <= v[i] <= hi for i < count. Asynchronous; `slot` is a device pointer to mapped host memory.
 cudaError_t check_range_deferred(cudaStream_t stream, const int32_t *v, int64_t count, int32_t lo, int32_t hi,
                                  DeferredCheck *slot, uint32_t id);

@@ -1,5 +1,5 @@
 // Softmax cross-entropy over the logits of the selected rows.
-//   count_kernel: one block counts the valid labels (an integer sum: exact).
+//   count_kernel: one block counts the valid labels, those in [0, v) (an integer sum: exact).
 //   ce_row_kernel: one block per row: (max, first argmax) by a fixed tree, Σ exp(z − max) by
 //     block_sum, lse = max + log Σ; row loss lse − z[label] and hit; then the gradient row
 //     g = (exp(z − lse) − [c = label])·grad_scale/count rounded to storage (0 for ignored rows).
@@ -19,10 +19,10 @@ size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 
 // ================================ kernels ========================================================
 
-__global__ void count_kernel(const int32_t *__restrict__ labels, int64_t m, int32_t *count) {
+__global__ void count_kernel(const int32_t *__restrict__ labels, int64_t m, int64_t v, int32_t *count) {
     __shared__ int32_t scratch[33];
     int32_t c = 0;
-    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) c += labels[i] >= 0;
+    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) c += labels[i] >= 0 && labels[i] < v;
     c = block_sum(c, scratch);
     if (threadIdx.x == 0) *count = c;
 }
@@ -77,7 +77,7 @@ __global__ void ce_row_kernel(const compute_t<T> *z, const T *__restrict__ b, co
     const C *zr = z + row * v;
     const int32_t y = labels[row];
     auto logit = [&](int64_t c) { return zr[c] + (b ? to_compute(b[c]) : C(0)); };
-    if (y < 0) {
+    if (y < 0 || y >= v) {  // −1; a label outside [0, v) (a deferred check reports it) is ignored too
         if (threadIdx.x == 0) {
             row_loss[row] = C(0);
             row_hit[row] = 0;
@@ -158,7 +158,7 @@ cudaError_t cross_entropy(cudaStream_t stream, dst_dtype dt, const void *z, cons
         int32_t *row_hit = reinterpret_cast<int32_t *>(p);
         p += align256(static_cast<size_t>(m) * 4);
         int32_t *count = reinterpret_cast<int32_t *>(p);
-        count_kernel<<<1, 1024, 0, stream>>>(labels, m, count);
+        count_kernel<<<1, 1024, 0, stream>>>(labels, m, v, count);
         DST_KERNEL_CHECK(cudaGetLastError());
         ce_row_kernel<T><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
             static_cast<const C *>(z), static_cast<const T *>(b), labels, v, static_cast<C>(grad_scale), count,

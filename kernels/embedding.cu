@@ -56,11 +56,15 @@ size_t sort_temp_bytes(int64_t n, int64_t V) {
 template <typename T>
 __global__ void embedding_fwd_kernel(const int32_t *__restrict__ ids, const int32_t *__restrict__ types,
                                      const T *__restrict__ word, const T *__restrict__ pos, const T *__restrict__ type,
-                                     T *__restrict__ out, int64_t S, int64_t H, int64_t total) {
+                                     T *__restrict__ out, int64_t S, int64_t H, int64_t V, int64_t T_rows,
+                                     int64_t total) {
+    using C = compute_t<T>;
     for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
         const int64_t t = e / H, j = e - t * H;
         const int64_t v = ids[t], s = t % S, k = types ? types[t] : 0;
-        out[e] = to_storage<T>(to_compute(word[v * H + j]) + to_compute(pos[s * H + j]) + to_compute(type[k * H + j]));
+        const C w = v >= 0 && v < V ? to_compute(word[v * H + j]) : C(0);  // out of range: a zero row
+        const C y = k >= 0 && k < T_rows ? to_compute(type[k * H + j]) : C(0);
+        out[e] = to_storage<T>(w + to_compute(pos[s * H + j]) + y);
     }
 }
 
@@ -111,11 +115,11 @@ __global__ void chunk_sum_kernel(const T *__restrict__ dout, const int32_t *__re
 template <typename T, int W>
 __global__ void word_rows_kernel(const T *__restrict__ dout, const int32_t *__restrict__ keys,
                                  const int32_t *__restrict__ tokens, const compute_t<T> *__restrict__ partial,
-                                 T *dword, int64_t n, int64_t H, bool accumulate) {
+                                 T *dword, int64_t n, int64_t H, int64_t V, bool accumulate) {
     using C = compute_t<T>;
     const int64_t i = blockIdx.x;
     const int32_t id = keys[i];
-    if (i > 0 && keys[i - 1] == id) return;
+    if ((i > 0 && keys[i - 1] == id) || id < 0 || id >= V) return;  // an id outside the table is skipped
     // The run's end: keys are sorted, so "keys[r] == id" holds on a prefix of r > i; the block tests
     // blockDim.x positions at a time and counts them.
     int64_t end = i + 1;
@@ -226,9 +230,11 @@ __global__ void __launch_bounds__(colsum::kTileThreads *colsum::kRowLanes) type_
 }
 
 // used[k] = whether some token has type k (accumulate mode leaves unused rows as they are).
-__global__ void type_used_kernel(const int32_t *__restrict__ types, int64_t n, int32_t *used) {
-    for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n; t += int64_t(gridDim.x) * blockDim.x)
-        used[types ? types[t] : 0] = 1;  // every writer stores the same value
+__global__ void type_used_kernel(const int32_t *__restrict__ types, int64_t n, int64_t T_rows, int32_t *used) {
+    for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n; t += int64_t(gridDim.x) * blockDim.x) {
+        const int32_t k = types ? types[t] : 0;
+        if (k >= 0 && k < T_rows) used[k] = 1;  // every writer stores the same value
+    }
 }
 
 }  // namespace
@@ -237,14 +243,14 @@ __global__ void type_used_kernel(const int32_t *__restrict__ types, int64_t n, i
 
 cudaError_t embedding_fwd(cudaStream_t stream, dst_dtype dt, const int32_t *ids, const int32_t *types,
                          const void *word, const void *pos, const void *type, void *out, int64_t B, int64_t S,
-                         int64_t H) {
+                         int64_t H, int64_t V, int64_t T_rows) {
     const int64_t total = B * S * H;
     if (total <= 0) return cudaSuccess;
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         embedding_fwd_kernel<T><<<grid_blocks(total, kThreads), kThreads, 0, stream>>>(
             ids, types, static_cast<const T *>(word), static_cast<const T *>(pos), static_cast<const T *>(type),
-            static_cast<T *>(out), S, H, total);
+            static_cast<T *>(out), S, H, V, T_rows, total);
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });
@@ -299,13 +305,13 @@ cudaError_t embedding_bwd(cudaStream_t stream, dst_dtype dt, const void *dout, c
                                                                                                  partial, n, H);
                 DST_KERNEL_CHECK(cudaGetLastError());
                 word_rows_kernel<T_, W><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(src, keys, tokens, partial,
-                                                                                              dst, n, H, accumulate);
+                                                                                              dst, n, H, V, accumulate);
             } else {
                 chunk_sum_kernel<T_, 1><<<static_cast<unsigned>(chunks), kRowThreads, 0, stream>>>(src, keys, tokens,
                                                                                                  partial, n, H);
                 DST_KERNEL_CHECK(cudaGetLastError());
                 word_rows_kernel<T_, 1><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(src, keys, tokens, partial,
-                                                                                              dst, n, H, accumulate);
+                                                                                              dst, n, H, V, accumulate);
             }
             DST_KERNEL_CHECK(cudaGetLastError());
         }
@@ -320,7 +326,7 @@ cudaError_t embedding_bwd(cudaStream_t stream, dst_dtype dt, const void *dout, c
             p += align256(static_cast<size_t>(chunks * T * H) * sizeof(C));
             int32_t *used = reinterpret_cast<int32_t *>(p);
             DST_KERNEL_CHECK(cudaMemsetAsync(used, 0, static_cast<size_t>(T) * sizeof(int32_t), stream));
-            type_used_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(types, n, used);
+            type_used_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(types, n, T, used);
             DST_KERNEL_CHECK(cudaGetLastError());
             const bool vec = H % kVec<T_> == 0 && aligned16(dout);
             const unsigned layers = static_cast<unsigned>(T < 65535 ? T : 65535);

@@ -14,10 +14,11 @@
 namespace dst {
 namespace cuda {
 
-// out[t, :] = word[ids[t], :] + pos[t mod S, :] + type[types[t], :] (types nullptr: row 0), t < B·S.
+// out[t, :] = word[ids[t], :] + pos[t mod S, :] + type[types[t], :] (types nullptr: row 0), t < B·S,
+// from word [V, H] and type [T, H]; an id or type outside its table contributes a zero row.
 cudaError_t embedding_fwd(cudaStream_t stream, dst_dtype dt, const int32_t *ids, const int32_t *types,
                          const void *word, const void *pos, const void *type, void *out, int64_t B, int64_t S,
-                         int64_t H);
+                         int64_t H, int64_t V, int64_t T);
 
 // Workspace bytes of embedding_bwd for `tokens` tokens, V word rows (0: no word table), T type rows
 // (0: no type table) of width H.

@@ -4,10 +4,11 @@
 #   quick: configure + build (Release, sm_90, bindings and examples off), then the CUDA op tests
 #          (ctest -L cuda).
 #   full:  quick, then compute-sanitizer memcheck and racecheck over short filtered subsets of the
-#          op tests.
+#          op tests, and memcheck over the model ops' bad-index tests.
 #   bench: quick, then the benchmark (not part of this version: reported as skipped).
 # Logs go to OUTDIR (default ./gpu-check-out): configure.log, build.log, ctest.log, sanitizer.log,
-# racecheck.log, summary.txt. The summary is printed last. Exit status: 0 when every step run passed.
+# sanitizer_model_ops.log, racecheck.log, summary.txt. The summary is printed last. Exit status: 0
+# when every step run passed.
 # Environment: DST_GPU_BUILD_DIR (default /tmp/dst-gpu-build), DST_GPU_JOBS (16), DST_GPU_TARGETS
 # (ninja targets, default: all; e.g. test_cuda_ops to build only what the cuda label needs).
 set -u -o pipefail
@@ -44,6 +45,9 @@ finish() {
         if [ -f "$out/sanitizer.log" ]; then
             grep -E "^\[  (PASSED|FAILED)  \]|ERROR SUMMARY" "$out/sanitizer.log" | tail -4
         fi
+        if [ -f "$out/sanitizer_model_ops.log" ]; then
+            grep -E "^\[  (PASSED|FAILED)  \]|ERROR SUMMARY" "$out/sanitizer_model_ops.log" | tail -4
+        fi
         if [ -f "$out/racecheck.log" ]; then
             grep -E "^\[  (PASSED|FAILED)  \]|RACECHECK SUMMARY|ERROR SUMMARY" "$out/racecheck.log" | tail -4
         fi
@@ -70,6 +74,10 @@ if [ "$mode" = full ]; then
         # API errors are not reported: the suite provokes some on purpose (out-of-memory test).
         step memcheck "$out/sanitizer.log" "$sanitizer" --tool memcheck --report-api-errors no \
             --error-exitcode 1 "$bin" --gtest_filter="$filter"
+        # The model ops with bad indices under deferred checks: their kernels must skip what is out of range.
+        mbin=$(find "$build" -name test_cuda_model_ops -type f -perm -u+x | head -1)
+        [ -n "$mbin" ] && step memcheck-idx "$out/sanitizer_model_ops.log" "$sanitizer" --tool memcheck \
+            --report-api-errors no --error-exitcode 1 "$mbin" --gtest_filter='CudaModelOpsErrors.*'
         # Shared-memory races in the tiled kernels (attention, reductions).
         step racecheck "$out/racecheck.log" "$sanitizer" --tool racecheck --report-api-errors no \
             --error-exitcode 1 "$bin" \

@@ -27,6 +27,21 @@ dst_status Backend::check_range_deferred(const int32_t *v, int64_t count, int32_
     return DST_OK;
 }
 
+dst_status Backend::check_index_values(const int32_t *idx, int64_t count, int32_t lo, int32_t hi, bool distinct,
+                                       const char *what) {
+    int64_t bad = -1, repeat = -1;
+    DST_TRY(check_indices(idx, count, lo, hi, distinct, &bad, distinct ? &repeat : nullptr));
+    const int64_t at = bad >= 0 ? bad : repeat;
+    if (at < 0) return DST_OK;
+    int32_t value = 0;
+    DST_TRY(copy(&value, idx + at, sizeof value, CopyKind::DeviceToHost));
+    if (bad >= 0)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s[%lld] is %d, expected a value in [%d, %d)", what,
+                         (long long)bad, (int)value, (int)lo, (int)hi);
+    return set_error(DST_ERR_INVALID_ARGUMENT, "%s[%lld] is %d, which occurs more than once (must be distinct)", what,
+                     (long long)repeat, (int)value);
+}
+
 dst_status Backend::check_nonzero_deferred(dst_dtype dt, const void *x, int64_t count, const char *what,
                                            const char *detail) {
     bool ok = true;

@@ -260,20 +260,35 @@ public:
     // backend waits for the answer.
     virtual dst_status check_indices(const int32_t *idx, int64_t count, int32_t lo, int32_t hi, bool distinct,
                                      int64_t *first_bad, int64_t *first_repeat) = 0;
-    // out[b,s,:] = word[ids[b,s]] + pos[s] + type[types[b,s]] (types nullptr: type row 0), one rounding.
+    // The model ops' index check with its message: check_indices now, and a failure returned as
+    // DST_ERR_INVALID_ARGUMENT "<what>[i] is v, expected a value in [lo, hi)" (or "... occurs more than
+    // once"). `what` names the call and the tensor ("dst_gather_rows: index").
+    dst_status check_index_values(const int32_t *idx, int64_t count, int32_t lo, int32_t hi, bool distinct,
+                                  const char *what);
+    // The same check without waiting for the device (dst_context_set_index_checks): this default, the
+    // CPU backend's, is check_index_values; the CUDA backend queues the check and a failure is
+    // returned by take_deferred_error() of a later call. Kernels that take indices stay within their
+    // tensors for any index values, so the queued op is safe to run whatever the check finds.
+    virtual dst_status check_indices_deferred(const int32_t *idx, int64_t count, int32_t lo, int32_t hi,
+                                              bool distinct, const char *what) {
+        return check_index_values(idx, count, lo, hi, distinct, what);
+    }
+    // out[b,s,:] = word[ids[b,s]] + pos[s] + type[types[b,s]] (types nullptr: type row 0), one rounding;
+    // V and T are the rows of word and type (an id or type outside them contributes a zero row).
     virtual dst_status embedding_fwd(dst_dtype dt, const int32_t *ids, const int32_t *types, const void *word,
-                                     const void *pos, const void *type, void *out, int64_t B, int64_t S,
-                                     int64_t H) = 0;
+                                     const void *pos, const void *type, void *out, int64_t B, int64_t S, int64_t H,
+                                     int64_t V, int64_t T) = 0;
     // dword[v] = Σ_{t: ids[t]=v} dout[t], dpos[s] = Σ_b dout[b,s], dtype[k] = Σ_{t: types[t]=k} dout[t],
     // each in token order in the compute type, rounded once (accumulate: old + sum on used rows;
     // write: every row, unused rows 0). Any of the three outputs may be nullptr.
     virtual dst_status embedding_bwd(dst_dtype dt, const void *dout, const int32_t *ids, const int32_t *types,
                                      void *dword, void *dpos, void *dtype, int64_t B, int64_t S, int64_t H,
                                      int64_t V, int64_t P, int64_t T, bool accumulate) = 0;
-    // dst[i,:] = src[idx[i],:] for i < m.
-    virtual dst_status gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
-                                   int64_t h) = 0;
-    // dst[idx[i],:] (+)= src[i,:] for i < m, idx distinct; write: the other rows of dst [n, h] become 0.
+    // dst[i,:] = src[idx[i],:] for i < m, src [n, h] (an index outside it gives a zero row).
+    virtual dst_status gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n,
+                                   int64_t m, int64_t h) = 0;
+    // dst[idx[i],:] (+)= src[i,:] for i < m, idx distinct; write: the other rows of dst [n, h] become 0
+    // (an index outside [0, n) is skipped).
     virtual dst_status scatter_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n,
                                     int64_t m, int64_t h, bool accumulate) = 0;
     // Packed sequences: from offsets cu[0..B] (sequence b is rows cu[b] .. cu[b+1]-1 of N), idx[r] =

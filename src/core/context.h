@@ -22,6 +22,8 @@ struct Context {
     uint64_t rng_seed = 0;
     uint64_t rng_offset = 0;
     int next_layer_id = 0;
+    // The model ops' index checks: queued on the device without waiting (dst_context_set_index_checks).
+    bool deferred_index_checks = false;
 
     void *workspace = nullptr;
     size_t workspace_capacity = 0;

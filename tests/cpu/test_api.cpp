@@ -254,6 +254,32 @@ TEST(Context, ThreadCount) {
     EXPECT_EQ(t, 1);
 }
 
+TEST(Context, IndexChecksMode) {
+    Ctx ctx = make_ctx();
+    dst_index_checks m = DST_INDEX_CHECKS_DEFERRED;
+    DST_ASSERT_OK(dst_context_get_index_checks(ctx.get(), &m));
+    EXPECT_EQ(m, DST_INDEX_CHECKS_EAGER) << "the default is eager";
+    DST_ASSERT_OK(dst_context_set_index_checks(ctx.get(), DST_INDEX_CHECKS_DEFERRED));
+    DST_ASSERT_OK(dst_context_get_index_checks(ctx.get(), &m));
+    EXPECT_EQ(m, DST_INDEX_CHECKS_DEFERRED);
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "mode is 2",
+                 dst_context_set_index_checks(ctx.get(), static_cast<dst_index_checks>(2)));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "mode is -1",
+                 dst_context_set_index_checks(ctx.get(), static_cast<dst_index_checks>(-1)));
+    DST_ASSERT_OK(dst_context_get_index_checks(ctx.get(), &m));
+    EXPECT_EQ(m, DST_INDEX_CHECKS_DEFERRED) << "a refused mode changed the one in effect";
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "ctx", dst_context_set_index_checks(nullptr, DST_INDEX_CHECKS_EAGER));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "ctx", dst_context_get_index_checks(nullptr, &m));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "mode", dst_context_get_index_checks(ctx.get(), nullptr));
+    // Per context.
+    Ctx other = make_ctx();
+    DST_ASSERT_OK(dst_context_get_index_checks(other.get(), &m));
+    EXPECT_EQ(m, DST_INDEX_CHECKS_EAGER);
+    DST_ASSERT_OK(dst_context_set_index_checks(ctx.get(), DST_INDEX_CHECKS_EAGER));
+    DST_ASSERT_OK(dst_context_get_index_checks(ctx.get(), &m));
+    EXPECT_EQ(m, DST_INDEX_CHECKS_EAGER);
+}
+
 // ---- configuration --------------------------------------------------------------------------------
 TEST(Config, Defaults) {
     dst_layer_config cfg;

@@ -348,78 +348,83 @@ void expect_refused(dst_context *ctx, const ModelOpCase &c, dst_status want, con
 }
 
 TEST(ModelOps, BadInputIsRefusedWithoutWriting) {
-    Ctx ctx = make_ctx();
+    // A CPU context checks index values before the call in both modes (dst_context_set_index_checks).
     const dst_status bad = DST_ERR_INVALID_ARGUMENT;
-    {  // ids out of range (both ends), types out of range, short position table, wrong dtype
-        ModelOpCase c = embedding_fwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, 1);
-        c.slots[0].t.set(4, 5);
-        expect_refused(ctx.get(), c, bad, "ids[4] is 5");
-        c.slots[0].t.set(4, -1);
-        expect_refused(ctx.get(), c, bad, "ids[4] is -1");
-        c.slots[0].t.set(4, 0);
-        c.slots[1].t.set(2, 2);
-        expect_refused(ctx.get(), c, bad, "types[2] is 2");
-        ModelOpCase p = embedding_fwd_case(DST_DTYPE_FP32, 2, 4, 4, 5, 3, 2, true, 1);
-        expect_refused(ctx.get(), p, bad, "position has 3 rows");
-        ModelOpCase d = embedding_fwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, 1);
-        d.slots[3].t = HostTensor(DST_DTYPE_FP16, {3, 4});
-        expect_refused(ctx.get(), d, bad, "position");
-        d = embedding_fwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, 1);
-        d.slots[0].t = HostTensor(DST_DTYPE_FP32, {2, 3});
-        expect_refused(ctx.get(), d, bad, "ids->dtype");
-        d = embedding_fwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, 1);
-        d.slots[0].present = false;
-        expect_refused(ctx.get(), d, bad, "ids is NULL");
-    }
-    {  // backward: bad mode, id out of range
-        ModelOpCase c = embedding_bwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, false, 1);
-        c.slots[1].t.set(0, 7);
-        expect_refused(ctx.get(), c, bad, "ids[0] is 7");
-        ModelOpCase m = embedding_bwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, false, 1);
-        m.call = [](dst_context *x, std::vector<dst_tensor *> &v) {
-            return dst_embedding_backward(x, v[0], v[1], v[2], v[3], v[4], v[5], static_cast<dst_grad_mode>(7));
-        };
-        expect_refused(ctx.get(), m, bad, "mode is 7");
-    }
-    {  // dense: missing pre_act, wrong weight shape, bad activation
-        ModelOpCase c = dense_bwd_case(DST_DTYPE_FP32, 3, 4, 5, DST_ACTIVATION_GELU_ERF, false, 1);
-        c.slots[3].present = false;
-        expect_refused(ctx.get(), c, bad, "pre_act is NULL");
-        ModelOpCase w = dense_fwd_case(DST_DTYPE_FP32, 3, 4, 5, DST_ACTIVATION_NONE, true, 1);
-        w.slots[1].t = HostTensor(DST_DTYPE_FP32, {5, 3});
-        expect_refused(ctx.get(), w, bad, "w is [5, 3]");
-        ModelOpCase a = dense_fwd_case(DST_DTYPE_FP32, 3, 4, 5, static_cast<dst_activation>(9), true, 1);
-        expect_refused(ctx.get(), a, bad, "activation is 9");
-    }
-    {  // rows: out of range, repeated
-        ModelOpCase g = gather_case(DST_DTYPE_FP32, 4, 3, 2, 1);
-        g.slots[1].t.set(1, 4);
-        expect_refused(ctx.get(), g, bad, "index[1] is 4");
-        ModelOpCase s = scatter_case(DST_DTYPE_FP32, 6, 3, 2, false, 1);
-        s.slots[1].t.set(2, s.slots[1].t.get(0));
-        expect_refused(ctx.get(), s, bad, "index[0]");
-        expect_refused(ctx.get(), s, bad, "more than once");
-    }
-    {  // cross-entropy: label out of range (−2, V), repeated row, rows out of range, non-finite scale,
-       // loss of the wrong dtype, db without b
-        ModelOpCase c = cross_entropy_case(DST_DTYPE_FP32, 8, 4, 3, 5, true, true, true, false, 1.0, 1);
-        c.slots[4].t.set(3, 5);
-        expect_refused(ctx.get(), c, bad, "labels[3] is 5");
-        c.slots[4].t.set(3, -2);
-        expect_refused(ctx.get(), c, bad, "labels[3] is -2");
-        c.slots[4].t.set(3, 0);
-        c.slots[1].t.set(3, c.slots[1].t.get(1));
-        expect_refused(ctx.get(), c, bad, "more than once");
-        c.slots[1].t.set(3, 8);
-        expect_refused(ctx.get(), c, bad, "rows[3] is 8");
-        ModelOpCase s = cross_entropy_case(DST_DTYPE_FP32, 8, 4, 3, 5, true, true, true, false, INFINITY, 1);
-        expect_refused(ctx.get(), s, bad, "grad_scale");
-        ModelOpCase l = cross_entropy_case(DST_DTYPE_FP32, 8, 4, 3, 5, true, true, true, false, 1.0, 1);
-        l.slots[5].t = HostTensor(DST_DTYPE_FP64, {1});
-        expect_refused(ctx.get(), l, bad, "loss must be [1] of dtype fp32");
-        ModelOpCase b = cross_entropy_case(DST_DTYPE_FP32, 8, 4, 3, 5, true, true, true, false, 1.0, 1);
-        b.slots[3].present = false;
-        expect_refused(ctx.get(), b, bad, "db is given but b is NULL");
+    for (dst_index_checks mode : {DST_INDEX_CHECKS_EAGER, DST_INDEX_CHECKS_DEFERRED}) {
+        SCOPED_TRACE(mode == DST_INDEX_CHECKS_EAGER ? "eager index checks" : "deferred index checks");
+        Ctx ctx = make_ctx();
+        ASSERT_EQ(dst_context_set_index_checks(ctx.get(), mode), DST_OK);
+        {  // ids out of range (both ends), types out of range, short position table, wrong dtype
+            ModelOpCase c = embedding_fwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, 1);
+            c.slots[0].t.set(4, 5);
+            expect_refused(ctx.get(), c, bad, "ids[4] is 5");
+            c.slots[0].t.set(4, -1);
+            expect_refused(ctx.get(), c, bad, "ids[4] is -1");
+            c.slots[0].t.set(4, 0);
+            c.slots[1].t.set(2, 2);
+            expect_refused(ctx.get(), c, bad, "types[2] is 2");
+            ModelOpCase p = embedding_fwd_case(DST_DTYPE_FP32, 2, 4, 4, 5, 3, 2, true, 1);
+            expect_refused(ctx.get(), p, bad, "position has 3 rows");
+            ModelOpCase d = embedding_fwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, 1);
+            d.slots[3].t = HostTensor(DST_DTYPE_FP16, {3, 4});
+            expect_refused(ctx.get(), d, bad, "position");
+            d = embedding_fwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, 1);
+            d.slots[0].t = HostTensor(DST_DTYPE_FP32, {2, 3});
+            expect_refused(ctx.get(), d, bad, "ids->dtype");
+            d = embedding_fwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, 1);
+            d.slots[0].present = false;
+            expect_refused(ctx.get(), d, bad, "ids is NULL");
+        }
+        {  // backward: bad mode, id out of range
+            ModelOpCase c = embedding_bwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, false, 1);
+            c.slots[1].t.set(0, 7);
+            expect_refused(ctx.get(), c, bad, "ids[0] is 7");
+            ModelOpCase m = embedding_bwd_case(DST_DTYPE_FP32, 2, 3, 4, 5, 3, 2, true, false, 1);
+            m.call = [](dst_context *x, std::vector<dst_tensor *> &v) {
+                return dst_embedding_backward(x, v[0], v[1], v[2], v[3], v[4], v[5], static_cast<dst_grad_mode>(7));
+            };
+            expect_refused(ctx.get(), m, bad, "mode is 7");
+        }
+        {  // dense: missing pre_act, wrong weight shape, bad activation
+            ModelOpCase c = dense_bwd_case(DST_DTYPE_FP32, 3, 4, 5, DST_ACTIVATION_GELU_ERF, false, 1);
+            c.slots[3].present = false;
+            expect_refused(ctx.get(), c, bad, "pre_act is NULL");
+            ModelOpCase w = dense_fwd_case(DST_DTYPE_FP32, 3, 4, 5, DST_ACTIVATION_NONE, true, 1);
+            w.slots[1].t = HostTensor(DST_DTYPE_FP32, {5, 3});
+            expect_refused(ctx.get(), w, bad, "w is [5, 3]");
+            ModelOpCase a = dense_fwd_case(DST_DTYPE_FP32, 3, 4, 5, static_cast<dst_activation>(9), true, 1);
+            expect_refused(ctx.get(), a, bad, "activation is 9");
+        }
+        {  // rows: out of range, repeated
+            ModelOpCase g = gather_case(DST_DTYPE_FP32, 4, 3, 2, 1);
+            g.slots[1].t.set(1, 4);
+            expect_refused(ctx.get(), g, bad, "index[1] is 4");
+            ModelOpCase s = scatter_case(DST_DTYPE_FP32, 6, 3, 2, false, 1);
+            s.slots[1].t.set(2, s.slots[1].t.get(0));
+            expect_refused(ctx.get(), s, bad, "index[0]");
+            expect_refused(ctx.get(), s, bad, "more than once");
+        }
+        {  // cross-entropy: label out of range (−2, V), repeated row, rows out of range, non-finite scale,
+           // loss of the wrong dtype, db without b
+            ModelOpCase c = cross_entropy_case(DST_DTYPE_FP32, 8, 4, 3, 5, true, true, true, false, 1.0, 1);
+            c.slots[4].t.set(3, 5);
+            expect_refused(ctx.get(), c, bad, "labels[3] is 5");
+            c.slots[4].t.set(3, -2);
+            expect_refused(ctx.get(), c, bad, "labels[3] is -2");
+            c.slots[4].t.set(3, 0);
+            c.slots[1].t.set(3, c.slots[1].t.get(1));
+            expect_refused(ctx.get(), c, bad, "more than once");
+            c.slots[1].t.set(3, 8);
+            expect_refused(ctx.get(), c, bad, "rows[3] is 8");
+            ModelOpCase s = cross_entropy_case(DST_DTYPE_FP32, 8, 4, 3, 5, true, true, true, false, INFINITY, 1);
+            expect_refused(ctx.get(), s, bad, "grad_scale");
+            ModelOpCase l = cross_entropy_case(DST_DTYPE_FP32, 8, 4, 3, 5, true, true, true, false, 1.0, 1);
+            l.slots[5].t = HostTensor(DST_DTYPE_FP64, {1});
+            expect_refused(ctx.get(), l, bad, "loss must be [1] of dtype fp32");
+            ModelOpCase b = cross_entropy_case(DST_DTYPE_FP32, 8, 4, 3, 5, true, true, true, false, 1.0, 1);
+            b.slots[3].present = false;
+            expect_refused(ctx.get(), b, bad, "db is given but b is NULL");
+        }
     }
     EXPECT_EQ(dst_embedding_forward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), bad);
     EXPECT_EQ(dst_linear_cross_entropy(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1.0f, nullptr, nullptr,

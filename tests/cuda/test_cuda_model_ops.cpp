@@ -3,11 +3,14 @@
 // ‖gpu − cpu‖/‖cpu‖ ≤ DESIGN.md §5 bounds (FP64 1e-12, FP32 1e-5, FP16 1e-3, BF16 1e-2); outputs are
 // poisoned with NaN first, so an unwritten element fails; NaN never passes. Every case runs twice on
 // the GPU and must be bit-identical (no floating-point atomics). Shapes are awkward on purpose: odd
-// B, S = 1, 7, 129, V not a multiple of 8, H not a multiple of 64. Bad indices on device memory give
-// the same error as on the CPU and leave the outputs untouched. Skips without a GPU.
+// B, S = 1, 7, 129, V not a multiple of 8, H not a multiple of 64. Each case runs once more with deferred
+// index checks, which must give the same bytes. Bad indices on device memory give the same error as
+// on the CPU and leave the outputs untouched; with deferred checks a later call reports them. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -129,11 +132,18 @@ TEST_P(CudaModelOps, MatchesCpuAndIsDeterministic) {
     ASSERT_EQ(run_case(cpu.get(), c, false, &ref, &err), DST_OK) << "cpu: " << err;
     ASSERT_EQ(run_case(gpu.get(), c, true, &got, &err), DST_OK) << "cuda: " << err;
     ASSERT_EQ(run_case(gpu.get(), c, true, &again, &err), DST_OK) << "cuda (second run): " << err;
+    // Deferred index checks (dst_context_set_index_checks) change when the indices are checked, not
+    // what the op computes.
+    std::vector<HostTensor> deferred;
+    ASSERT_EQ(dst_context_set_index_checks(gpu.get(), DST_INDEX_CHECKS_DEFERRED), DST_OK);
+    ASSERT_EQ(run_case(gpu.get(), c, true, &deferred, &err), DST_OK) << "cuda (deferred checks): " << err;
+    ASSERT_EQ(dst_context_synchronize(gpu.get()), DST_OK) << dst_last_error();
     const double tol = design_tolerance(c.dt) * c.tol_scale;
     for (size_t s = 0; s < c.slots.size(); ++s) {
         const OpSlot &sl = c.slots[s];
         if (!sl.out || !sl.present) continue;
         EXPECT_TRUE(got[s].same_bytes(again[s].bytes())) << sl.name << ": two GPU runs differ";
+        EXPECT_TRUE(got[s].same_bytes(deferred[s].bytes())) << sl.name << ": deferred index checks changed the result";
         if (sl.name == "counts") {
             EXPECT_EQ(got[s].get(0), ref[s].get(0)) << "valid-label count";
             // A near-tie of the two largest logits may resolve differently under another summation order.
@@ -185,6 +195,116 @@ TEST(CudaModelOpsErrors, BadIndicesOnTheDevice) {
                        true, &r, &err),
               DST_OK)
         << err;
+}
+
+// Deferred index checks: a call with bad indices returns DST_OK without waiting; the failure comes,
+// once, from the next call on the context (dst_context_synchronize here, a model op below) with the
+// call, the tensor, the element and the value. Every value class: one past the end, −1 (or −2 for
+// labels), INT32_MIN, INT32_MAX; `compute-sanitizer --tool memcheck` on this test checks that the
+// kernels stay inside their tensors (tools/gpu-check.sh full runs it).
+TEST(CudaModelOpsErrors, DeferredIndexChecksReportLater) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    dst_context *g = nullptr;
+    ASSERT_EQ(dst_context_create(DST_BACKEND_CUDA, 0, &g), DST_OK) << dst_last_error();
+    Ctx gpu(g);
+    ASSERT_EQ(dst_context_set_index_checks(gpu.get(), DST_INDEX_CHECKS_DEFERRED), DST_OK);
+    auto expect_reported = [&](const ModelOpCase &c, const std::string &needle, std::vector<HostTensor> *r) {
+        std::string err;
+        EXPECT_EQ(run_case(gpu.get(), c, true, r, &err), DST_OK) << c.name << ": " << err;
+        EXPECT_EQ(dst_context_synchronize(gpu.get()), DST_ERR_INVALID_ARGUMENT) << c.name << " was not reported";
+        const std::string msg = dst_last_error();
+        EXPECT_NE(msg.find("dst_context_synchronize: an earlier call, "), std::string::npos) << msg;
+        EXPECT_NE(msg.find(needle), std::string::npos) << "message: " << msg;
+        EXPECT_EQ(dst_context_synchronize(gpu.get()), DST_OK) << "reported twice: " << dst_last_error();
+    };
+    const int32_t extremes[] = {-1, INT32_MIN, INT32_MAX};
+    std::vector<HostTensor> r;
+    {
+        ModelOpCase e = embedding_fwd_case(DST_DTYPE_FP32, 3, 7, 40, 37, 8, 2, true, 1);
+        e.slots[0].t.set(20, 37);
+        expect_reported(e, "dst_embedding_forward: ids value 37 at index 20 is outside 0..36", &r);
+        for (int32_t v : extremes) {
+            e.slots[0].t.set(20, v);
+            expect_reported(e, "ids value " + std::to_string(v) + " at index 20", &r);
+        }
+        e.slots[0].t.set(20, 0);
+        e.slots[1].t.set(4, 2);
+        expect_reported(e, "dst_embedding_forward: types value 2 at index 4 is outside 0..1", &r);
+    }
+    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_FP32}) {  // the vector and the element word sums
+        for (bool acc : {false, true}) {
+            ModelOpCase b = embedding_bwd_case(dt, 3, 129, 72, 1001, 130, 3, true, acc, 1);
+            for (int32_t v : extremes) {
+                b.slots[1].t.set(7, v);
+                b.slots[1].t.set(300, v);
+                expect_reported(b, "dst_embedding_backward: ids value " + std::to_string(v) + " at index 7", &r);
+            }
+            b.slots[1].t.set(7, 0);
+            b.slots[1].t.set(300, 0);
+            b.slots[2].t.set(11, -1);
+            expect_reported(b, "dst_embedding_backward: types value -1 at index 11 is outside 0..2", &r);
+        }
+    }
+    {  // gather: a bad index reads as a row of zeros (the output was poisoned with NaN)
+        ModelOpCase ga = gather_case(DST_DTYPE_BF16, 50, 9, 1024, 1);
+        for (int32_t v : {50, -1, INT32_MIN, INT32_MAX}) {
+            ga.slots[1].t.set(4, v);
+            expect_reported(ga, "dst_gather_rows: index value " + std::to_string(v) + " at index 4 is outside 0..49",
+                            &r);
+            for (int64_t j = 0; j < 1024; ++j) ASSERT_EQ(r[2].get(4 * 1024 + j), 0.0) << "gathered row 4, column " << j;
+        }
+    }
+    {  // scatter: a bad index is skipped; a repeated one is reported as such
+        ModelOpCase sc = scatter_case(DST_DTYPE_FP32, 50, 9, 8, false, 1);
+        const double kept = sc.slots[1].t.get(3);
+        sc.slots[1].t.set(3, 50);
+        expect_reported(sc, "dst_scatter_rows: index value 50 at index 3 is outside 0..49", &r);
+        for (int64_t j = 0; j < 8; ++j) EXPECT_EQ(r[2].get(static_cast<int64_t>(kept) * 8 + j), 0.0) << "row not skipped";
+        sc.slots[1].t.set(3, INT32_MIN);
+        expect_reported(sc, "index value -2147483648 at index 3", &r);
+        sc.slots[1].t.set(3, sc.slots[1].t.get(5));
+        expect_reported(sc, "dst_scatter_rows: index value " + std::to_string(static_cast<int>(sc.slots[1].t.get(5))) +
+                                " at index 3 occurs more than once", &r);
+        ModelOpCase sa = scatter_case(DST_DTYPE_FP16, 50, 9, 100, true, 1);
+        sa.slots[1].t.set(0, INT32_MAX);
+        expect_reported(sa, "dst_scatter_rows: index value 2147483647 at index 0", &r);
+    }
+    {  // cross-entropy: a label outside [0, V) is ignored (not counted), a bad row reported
+        ModelOpCase x = cross_entropy_case(DST_DTYPE_FP32, 40, 9, 8, 13, true, true, true, false, 1.0, 1);
+        int valid = 0;
+        for (int64_t i = 0; i < 9; ++i) valid += x.slots[4].t.get(i) >= 0 && i != 6;
+        for (int32_t v : {13, -2, INT32_MIN, INT32_MAX}) {
+            x.slots[4].t.set(6, v);
+            expect_reported(x, "dst_linear_cross_entropy: labels value " + std::to_string(v) + " at index 6 is outside -1..12",
+                            &r);
+            EXPECT_EQ(r[6].get(0), valid) << "the bad label was counted";
+        }
+        x.slots[4].t.set(6, 0);
+        for (int32_t v : {40, -1, INT32_MAX}) {
+            x.slots[1].t.set(2, v);
+            expect_reported(x, "dst_linear_cross_entropy: rows value " + std::to_string(v) + " at index 2 is outside 0..39",
+                            &r);
+        }
+        x.slots[1].t.set(2, x.slots[1].t.get(0));
+        expect_reported(x, "rows value", &r);
+        ModelOpCase ok = cross_entropy_case(DST_DTYPE_FP32, 40, 9, 8, 13, true, true, true, false, 1.0, 1);
+        std::string err;
+        ASSERT_EQ(run_case(gpu.get(), ok, true, &r, &err), DST_OK) << err;
+        ASSERT_EQ(dst_context_synchronize(gpu.get()), DST_OK) << "a good call reported: " << dst_last_error();
+    }
+    {  // The next model op reports it, before doing anything.
+        ModelOpCase ga = gather_case(DST_DTYPE_FP32, 50, 9, 8, 1);
+        ModelOpCase bad = gather_case(DST_DTYPE_FP32, 50, 9, 8, 1);
+        bad.slots[1].t.set(1, -7);
+        std::string err;
+        ASSERT_EQ(run_case(gpu.get(), bad, true, &r, &err), DST_OK) << err;  // read back: the device has run it
+        EXPECT_EQ(run_case(gpu.get(), ga, true, &r, &err), DST_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(err.find("dst_gather_rows: an earlier call, dst_gather_rows: index value -7 at index 1"),
+                  std::string::npos)
+            << err;
+        EXPECT_EQ(run_case(gpu.get(), ga, true, &r, &err), DST_OK) << "reported twice: " << err;
+        EXPECT_EQ(dst_context_synchronize(gpu.get()), DST_OK) << dst_last_error();
+    }
 }
 
 // Outputs stay as they were after a refused call on device memory (read back explicitly).

@@ -233,6 +233,22 @@ class Context(_Owned):
     def num_threads(self, n: int) -> None:
         _native.dst_context_set_num_threads(self.handle, int(n))
 
+    _INDEX_CHECKS = {"eager": _native.DST_INDEX_CHECKS_EAGER, "deferred": _native.DST_INDEX_CHECKS_DEFERRED}
+
+    @property
+    def index_checks(self) -> str:
+        """When the model ops check their index values: "eager" (before the call returns; the
+        default) or "deferred" (on the device without waiting; a later call reports a failure).
+        See ``dst_context_set_index_checks``."""
+        mode = int(_native.dst_context_get_index_checks(self.handle))
+        return next(k for k, v in self._INDEX_CHECKS.items() if v == mode)
+
+    @index_checks.setter
+    def index_checks(self, mode: str) -> None:
+        if mode not in self._INDEX_CHECKS:
+            raise ValueError(f"index_checks is {mode!r}, expected 'eager' or 'deferred'")
+        _native.dst_context_set_index_checks(self.handle, self._INDEX_CHECKS[mode])
+
     def set_stream(self, stream: Any) -> None:
         """Runs the context's work on a CUDA stream: an int ``cudaStream_t`` address (e.g.
         ``torch.cuda.current_stream().cuda_stream``), a stream object with ``cuda_stream``/``ptr``, or

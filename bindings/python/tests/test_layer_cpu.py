@@ -351,6 +351,14 @@ def test_context_properties():
         with pytest.raises(dst.InvalidArgumentError, match="threads"):
             c.num_threads = 1 << 20
         assert c.num_threads >= 1
+        assert c.index_checks == "eager"
+        c.index_checks = "deferred"
+        assert c.index_checks == "deferred"
+        with pytest.raises(ValueError, match="index_checks"):
+            c.index_checks = "later"
+        assert c.index_checks == "deferred"
+        c.index_checks = "eager"
+        assert c.index_checks == "eager"
         c.synchronize()
         assert c.workspace_bytes == 0
         ws = dst.aligned_empty(1 << 20)

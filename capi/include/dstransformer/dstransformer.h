@@ -394,6 +394,49 @@ DST_API dst_status dst_context_set_num_threads(dst_context *ctx, int threads);
  * Thread safety: as for the context. @since v0.1
  */
 DST_API dst_status dst_context_get_num_threads(const dst_context *ctx, int *threads);
+
+/** @brief When the model ops check the index values they are given (dst_context_set_index_checks()). */
+typedef DST_ENUM(dst_index_checks) {
+    DST_INDEX_CHECKS_EAGER = 0,   /**< Before the call returns; a CUDA context waits for the device (default). */
+    DST_INDEX_CHECKS_DEFERRED = 1 /**< On the device, without waiting; a later call reports a failure. */
+} dst_index_checks;
+
+/**
+ * @brief Chooses when the model ops (@ref modelops) check their index values: token ids and types,
+ * row indices and labels.
+ *
+ * ::DST_INDEX_CHECKS_EAGER (the default): an index out of range (or repeated, where indices must be
+ * distinct) is ::DST_ERR_INVALID_ARGUMENT from the call itself, before it writes anything. On a
+ * CUDA context that costs one stream synchronisation per index tensor: the host waits for the device
+ * to finish all earlier work, and the device then waits for the host to queue more.
+ *
+ * ::DST_INDEX_CHECKS_DEFERRED: on a CUDA context the check is a kernel queued with the call, which
+ * returns ::DST_OK without waiting. A failure is returned once, as ::DST_ERR_INVALID_ARGUMENT naming
+ * the earlier call, the tensor, the element and its value, by the first call on the context that
+ * starts after the device ran the check (a model op, a final-LayerNorm op, dst_layer_forward() or
+ * dst_layer_backward(), before it does anything), or by dst_context_synchronize(). The failing call's
+ * outputs are then not meaningful, but its kernels never read or write outside the call's tensors:
+ * an index out of range contributes nothing (a gathered or looked-up row reads as zeros, a scattered
+ * row is skipped, a label outside [0, V) is ignored). A CPU context checks at once in both modes.
+ *
+ * Trainers whose data loader has already checked its batches on the host (dst-pretrain does) use the
+ * deferred mode to keep the device busy.
+ * @param ctx The context.
+ * @param mode ::DST_INDEX_CHECKS_EAGER or ::DST_INDEX_CHECKS_DEFERRED.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context or an unknown mode (the mode in
+ *         effect is then unchanged).
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_set_index_checks(dst_context *ctx, dst_index_checks mode);
+
+/**
+ * @brief Reads when the model ops of a context check their index values.
+ * @param ctx The context.
+ * @param[out] mode Receives ::DST_INDEX_CHECKS_EAGER or ::DST_INDEX_CHECKS_DEFERRED.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL argument.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_get_index_checks(const dst_context *ctx, dst_index_checks *mode);
 /** @} */
 
 /**
@@ -802,8 +845,9 @@ DST_API dst_status dst_saved_bytes(const dst_saved *saved, size_t *bytes);
  * of a key-length mask (1..S) and, in backward with normalize_invertible, the LayerNorm γ (non-zero)
  * are checked by a kernel queued with the call; the call returns ::DST_OK and a failure is returned
  * once, as ::DST_ERR_INVALID_ARGUMENT naming the call, the argument, the value and its index, by the
- * first dst_layer_forward() or dst_layer_backward() on the context that starts after the device ran
- * the check (before it does anything), or by dst_context_synchronize(). The failing call's outputs are
+ * first call on the context that starts after the device ran the check (dst_layer_forward(),
+ * dst_layer_backward(), a model op or a final-LayerNorm op, before it does anything), or by
+ * dst_context_synchronize(). The failing call's outputs are
  * then not meaningful, but nothing outside them is written (the kernels clamp lengths to 0..S). The
  * CPU backend checks these values before the call writes anything and returns the failure itself.
  *
@@ -943,7 +987,10 @@ DST_API dst_status dst_layernorm_backward(dst_context *ctx, const dst_tensor *dy
  * Indices are checked: an id, type, row or label outside its range is ::DST_ERR_INVALID_ARGUMENT
  * naming the tensor, the element and the value, and nothing is written. On a CUDA context the check
  * runs on the device and the call waits for its one-word answer (one stream synchronisation per
- * call that takes indices). Every op is deterministic: two calls with the same inputs give
+ * index tensor), unless the context defers index checks (dst_context_set_index_checks(): the call
+ * then does not wait, and a later call reports a failure). Every op starts by reporting a failed
+ * device-side check of an earlier call on the context, as dst_layer_forward() does.
+ * Every op is deterministic: two calls with the same inputs give
  * bit-identical outputs (no floating-point atomics; docs/model-ops.md).
  *
  * Scratch memory comes from the context's workspace; dst_model_op_workspace_bytes() gives what a call

@@ -65,14 +65,14 @@ public:
     dst_status check_indices(const int32_t *idx, int64_t count, int32_t lo, int32_t hi, bool distinct,
                              int64_t *first_bad, int64_t *first_repeat) override;
     dst_status embedding_fwd(dst_dtype dt, const int32_t *ids, const int32_t *types, const void *word,
-                             const void *pos, const void *type, void *out, int64_t B, int64_t S,
-                             int64_t H) override;
+                             const void *pos, const void *type, void *out, int64_t B, int64_t S, int64_t H,
+                             int64_t V, int64_t T) override;
     dst_status embedding_bwd(dst_dtype dt, const void *dout, const int32_t *ids, const int32_t *types,
                              void *dword, void *dpos, void *dtype, int64_t B, int64_t S, int64_t H, int64_t V,
                              int64_t P, int64_t T, bool accumulate) override;
     dst_status packed_index(const int32_t *cu, int64_t B, int64_t S, int64_t N, int32_t *idx, int32_t *lens,
                             const char *what) override;
-    dst_status gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
+    dst_status gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n, int64_t m,
                            int64_t h) override;
     dst_status scatter_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n, int64_t m,
                             int64_t h, bool accumulate) override;

@@ -220,16 +220,19 @@ dst_status CpuBackend::check_indices(const int32_t *idx, int64_t count, int32_t 
 }
 
 dst_status CpuBackend::embedding_fwd(dst_dtype dt, const int32_t *ids, const int32_t *types, const void *word,
-                                     const void *pos, const void *type, void *out, int64_t B, int64_t S,
-                                     int64_t H) {
+                                     const void *pos, const void *type, void *out, int64_t B, int64_t S, int64_t H,
+                                     int64_t V, int64_t T_rows) {
     const int nt = num_threads();
     return cpu::dispatch(dt, "embedding_fwd", [&](auto tag) {
         using T = decltype(tag);
+        using C = compute_t<T>;
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t t = 0; t < B * S; ++t) {
             const int64_t v = ids[t], s = t % S, k = types ? types[t] : 0;
+            const bool vok = v >= 0 && v < V, kok = k >= 0 && k < T_rows;  // else a zero row (see backend.h)
             for (int64_t j = 0; j < H; ++j)
-                store<T>(out, t * H + j, load<T>(word, v * H + j) + load<T>(pos, s * H + j) + load<T>(type, k * H + j));
+                store<T>(out, t * H + j, (vok ? load<T>(word, v * H + j) : C(0)) + load<T>(pos, s * H + j) +
+                                             (kok ? load<T>(type, k * H + j) : C(0)));
         }
         return DST_OK;
     });
@@ -266,11 +269,14 @@ dst_status CpuBackend::packed_index(const int32_t *cu, int64_t B, int64_t S, int
     return DST_OK;
 }
 
-dst_status CpuBackend::gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
-                                   int64_t h) {
+dst_status CpuBackend::gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n,
+                                   int64_t m, int64_t h) {
     const size_t row = static_cast<size_t>(h) * dtype_size(dt);
-    for (int64_t i = 0; i < m; ++i)
-        std::memcpy(static_cast<char *>(dst) + i * row, static_cast<const char *>(src) + idx[i] * row, row);
+    for (int64_t i = 0; i < m; ++i) {
+        char *d = static_cast<char *>(dst) + i * row;
+        if (idx[i] >= 0 && idx[i] < n) std::memcpy(d, static_cast<const char *>(src) + idx[i] * row, row);
+        else std::memset(d, 0, row);  // all-zero bytes are 0 in every floating dtype
+    }
     return DST_OK;
 }
 
@@ -282,7 +288,7 @@ dst_status CpuBackend::scatter_rows(dst_dtype dt, const void *src, const int32_t
         if (!accumulate)
             for (int64_t i = 0; i < n * h; ++i) store<T>(dst, i, C(0));
         for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < h; ++j) {
+            for (int64_t j = 0; idx[i] >= 0 && idx[i] < n && j < h; ++j) {
                 const int64_t o = int64_t(idx[i]) * h + j;
                 store<T>(dst, o, accumulate ? load<T>(dst, o) + load<T>(src, i * h + j) : load<T>(src, i * h + j));
             }

@@ -173,7 +173,7 @@ dst_status CudaBackend::attention_fwd(dst_dtype dt, const AttentionParams &p, co
         DST_CUDA_CHECK(
             cuda::flash_attention_fwd(stream_, dt == DST_DTYPE_BF16, a, qkv, kctx, static_cast<float *>(lse)));
     }
-    if (staged) DST_CUDA_CHECK(cuda::gather_rows(stream_, dt, kctx, p.rows, ctx, p.packed_tokens, H));
+    if (staged) DST_CUDA_CHECK(cuda::gather_rows(stream_, dt, kctx, p.rows, ctx, rows, p.packed_tokens, H));
     return DST_OK;
 }
 
@@ -211,7 +211,7 @@ dst_status CudaBackend::attention_bwd(dst_dtype dt, const AttentionParams &p, co
         DST_CUDA_CHECK(cuda::flash_attention_bwd(stream_, dt == DST_DTYPE_BF16, a, qkv, ctx, dctx,
                                                  static_cast<const float *>(lse), kdqkv, ws + bias_bytes));
     }
-    if (staged) DST_CUDA_CHECK(cuda::gather_rows(stream_, dt, kdqkv, p.rows, dqkv, N, 3 * H));
+    if (staged) DST_CUDA_CHECK(cuda::gather_rows(stream_, dt, kdqkv, p.rows, dqkv, rows, N, 3 * H));
     return DST_OK;
 }
 

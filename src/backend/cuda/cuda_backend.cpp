@@ -188,6 +188,10 @@ dst_status CudaBackend::take_deferred_error(const char *fn) {
     if (w.kind == CheckKind::Range)
         return set_error(DST_ERR_INVALID_ARGUMENT, "%s: an earlier call, %s value %.17g at index %lld is outside %d..%d%s%s",
                          fn, w.what.c_str(), value, index, (int)w.lo, (int)w.hi, w.detail.c_str(), tail);
+    if (w.kind == CheckKind::Repeat)
+        return set_error(DST_ERR_INVALID_ARGUMENT,
+                         "%s: an earlier call, %s value %.17g at index %lld occurs more than once (must be distinct)%s%s",
+                         fn, w.what.c_str(), value, index, w.detail.c_str(), tail);
     return set_error(DST_ERR_INVALID_ARGUMENT, "%s: an earlier call, %s has a zero element (index %lld)%s%s", fn,
                      w.what.c_str(), index, w.detail.c_str(), tail);
 }

@@ -53,6 +53,8 @@ public:
                                     const char *detail) override;
     dst_status check_nonzero_deferred(dst_dtype dt, const void *x, int64_t count, const char *what,
                                       const char *detail) override;
+    dst_status check_indices_deferred(const int32_t *idx, int64_t count, int32_t lo, int32_t hi, bool distinct,
+                                      const char *what) override;
     dst_status take_deferred_error(const char *fn) override;
     bool capturing() const override;
 
@@ -100,14 +102,14 @@ public:
     dst_status check_indices(const int32_t *idx, int64_t count, int32_t lo, int32_t hi, bool distinct,
                              int64_t *first_bad, int64_t *first_repeat) override;
     dst_status embedding_fwd(dst_dtype dt, const int32_t *ids, const int32_t *types, const void *word,
-                             const void *pos, const void *type, void *out, int64_t B, int64_t S,
-                             int64_t H) override;
+                             const void *pos, const void *type, void *out, int64_t B, int64_t S, int64_t H,
+                             int64_t V, int64_t T) override;
     dst_status embedding_bwd(dst_dtype dt, const void *dout, const int32_t *ids, const int32_t *types,
                              void *dword, void *dpos, void *dtype, int64_t B, int64_t S, int64_t H, int64_t V,
                              int64_t P, int64_t T, bool accumulate) override;
     dst_status packed_index(const int32_t *cu, int64_t B, int64_t S, int64_t N, int32_t *idx, int32_t *lens,
                             const char *what) override;
-    dst_status gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
+    dst_status gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n, int64_t m,
                            int64_t h) override;
     dst_status scatter_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n, int64_t m,
                             int64_t h, bool accumulate) override;
@@ -194,8 +196,8 @@ private:
     int *flag_ = nullptr;  // device int for all_nonzero
     // The deferred checks' failure slot (pinned host memory, mapped: check_dev_ is its device address)
     // and the descriptions of the last kDeferredKept checks, by id.
-    static constexpr uint32_t kDeferredKept = 64;
-    enum class CheckKind { Nonzero, Range, Offsets };
+    static constexpr uint32_t kDeferredKept = 1024;
+    enum class CheckKind { Nonzero, Range, Offsets, Repeat };
     struct DeferredWhat {
         uint32_t id = 0;
         CheckKind kind = CheckKind::Nonzero;

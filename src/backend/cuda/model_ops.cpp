@@ -62,6 +62,20 @@ size_t CudaBackend::cross_entropy_scratch(dst_dtype dt, const CrossEntropyParams
     return ce_layout(dt, p, gemm_region).end;
 }
 
+dst_status CudaBackend::check_indices_deferred(const int32_t *idx, int64_t count, int32_t lo, int32_t hi,
+                                               bool distinct, const char *what) {
+    DST_TRY(activate());
+    if (count <= 0) return DST_OK;
+    uint32_t range_id = 0, repeat_id = 0;
+    DST_TRY(note_check(CheckKind::Range, lo, hi - 1, what, "", &range_id));
+    if (distinct) DST_TRY(note_check(CheckKind::Repeat, lo, hi - 1, what, "", &repeat_id));
+    void *ws = nullptr;
+    DST_TRY(workspace(cuda::check_indices_workspace(int64_t(hi) - lo, distinct), &ws));
+    DST_CUDA_CHECK(cuda::check_indices_deferred(stream_, idx, count, lo, hi, distinct, ws, check_dev_, range_id,
+                                                repeat_id));
+    return DST_OK;
+}
+
 dst_status CudaBackend::check_indices(const int32_t *idx, int64_t count, int32_t lo, int32_t hi, bool distinct,
                                       int64_t *first_bad, int64_t *first_repeat) {
     DST_TRY(activate());
@@ -79,9 +93,10 @@ dst_status CudaBackend::check_indices(const int32_t *idx, int64_t count, int32_t
 }
 
 dst_status CudaBackend::embedding_fwd(dst_dtype dt, const int32_t *ids, const int32_t *types, const void *word,
-                                      const void *pos, const void *type, void *out, int64_t B, int64_t S, int64_t H) {
+                                      const void *pos, const void *type, void *out, int64_t B, int64_t S, int64_t H,
+                                      int64_t V, int64_t T) {
     DST_TRY(activate());
-    DST_CUDA_CHECK(cuda::embedding_fwd(stream_, dt, ids, types, word, pos, type, out, B, S, H));
+    DST_CUDA_CHECK(cuda::embedding_fwd(stream_, dt, ids, types, word, pos, type, out, B, S, H, V, T));
     return DST_OK;
 }
 
@@ -107,10 +122,10 @@ dst_status CudaBackend::packed_index(const int32_t *cu, int64_t B, int64_t S, in
     return DST_OK;
 }
 
-dst_status CudaBackend::gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t m,
-                                    int64_t h) {
+dst_status CudaBackend::gather_rows(dst_dtype dt, const void *src, const int32_t *idx, void *dst, int64_t n,
+                                    int64_t m, int64_t h) {
     DST_TRY(activate());
-    DST_CUDA_CHECK(cuda::gather_rows(stream_, dt, src, idx, dst, m, h));
+    DST_CUDA_CHECK(cuda::gather_rows(stream_, dt, src, idx, dst, n, m, h));
     return DST_OK;
 }
 
@@ -140,7 +155,7 @@ dst_status CudaBackend::linear_cross_entropy(dst_dtype dt, const CrossEntropyPar
     DST_TRY(workspace(l.end, reinterpret_cast<void **>(&ws)));
     const void *h = p.x;
     if (p.rows) {
-        DST_CUDA_CHECK(cuda::gather_rows(stream_, dt, p.x, p.rows, ws + l.hsel, p.m, p.h));
+        DST_CUDA_CHECK(cuda::gather_rows(stream_, dt, p.x, p.rows, ws + l.hsel, p.n, p.m, p.h));
         h = ws + l.hsel;
     }
     // D[v, m] = (W as h×v)ᵀ · (h as h×m): z row-major [m, v], in the compute type.

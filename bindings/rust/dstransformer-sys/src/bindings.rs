@@ -379,6 +379,59 @@ extern "C" {
         threads: *mut ::std::os::raw::c_int,
     ) -> dst_status;
 }
+impl dst_index_checks {
+    #[doc = "< Before the call returns; a CUDA context waits for the device (default)."]
+    pub const DST_INDEX_CHECKS_EAGER: dst_index_checks = dst_index_checks(0);
+}
+impl dst_index_checks {
+    #[doc = "< On the device, without waiting; a later call reports a failure."]
+    pub const DST_INDEX_CHECKS_DEFERRED: dst_index_checks = dst_index_checks(1);
+}
+#[repr(transparent)]
+#[doc = " @brief When the model ops check the index values they are given (dst_context_set_index_checks())."]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct dst_index_checks(pub ::std::os::raw::c_uint);
+extern "C" {
+    #[doc = " @brief Chooses when the model ops (@ref modelops) check their index values: token ids and types,"]
+    #[doc = " row indices and labels."]
+    #[doc = ""]
+    #[doc = " ::DST_INDEX_CHECKS_EAGER (the default): an index out of range (or repeated, where indices must be"]
+    #[doc = " distinct) is ::DST_ERR_INVALID_ARGUMENT from the call itself, before it writes anything. On a"]
+    #[doc = " CUDA context that costs one stream synchronisation per index tensor: the host waits for the device"]
+    #[doc = " to finish all earlier work, and the device then waits for the host to queue more."]
+    #[doc = ""]
+    #[doc = " ::DST_INDEX_CHECKS_DEFERRED: on a CUDA context the check is a kernel queued with the call, which"]
+    #[doc = " returns ::DST_OK without waiting. A failure is returned once, as ::DST_ERR_INVALID_ARGUMENT naming"]
+    #[doc = " the earlier call, the tensor, the element and its value, by the first call on the context that"]
+    #[doc = " starts after the device ran the check (a model op, a final-LayerNorm op, dst_layer_forward() or"]
+    #[doc = " dst_layer_backward(), before it does anything), or by dst_context_synchronize(). The failing call's"]
+    #[doc = " outputs are then not meaningful, but its kernels never read or write outside the call's tensors:"]
+    #[doc = " an index out of range contributes nothing (a gathered or looked-up row reads as zeros, a scattered"]
+    #[doc = " row is skipped, a label outside [0, V) is ignored). A CPU context checks at once in both modes."]
+    #[doc = ""]
+    #[doc = " Trainers whose data loader has already checked its batches on the host (dst-pretrain does) use the"]
+    #[doc = " deferred mode to keep the device busy."]
+    #[doc = " @param ctx The context."]
+    #[doc = " @param mode ::DST_INDEX_CHECKS_EAGER or ::DST_INDEX_CHECKS_DEFERRED."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context or an unknown mode (the mode in"]
+    #[doc = "         effect is then unchanged)."]
+    #[doc = " Thread safety: as for the context. @since v0.1"]
+    pub fn dst_context_set_index_checks(
+        ctx: *mut dst_context,
+        mode: dst_index_checks,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Reads when the model ops of a context check their index values."]
+    #[doc = " @param ctx The context."]
+    #[doc = " @param[out] mode Receives ::DST_INDEX_CHECKS_EAGER or ::DST_INDEX_CHECKS_DEFERRED."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL argument."]
+    #[doc = " Thread safety: as for the context. @since v0.1"]
+    pub fn dst_context_get_index_checks(
+        ctx: *const dst_context,
+        mode: *mut dst_index_checks,
+    ) -> dst_status;
+}
 impl dst_gelu {
     #[doc = "< Exact: x·Φ(x) (Hugging Face BERT). Default."]
     pub const DST_GELU_ERF: dst_gelu = dst_gelu(0);
@@ -899,8 +952,9 @@ extern "C" {
     #[doc = " of a key-length mask (1..S) and, in backward with normalize_invertible, the LayerNorm γ (non-zero)"]
     #[doc = " are checked by a kernel queued with the call; the call returns ::DST_OK and a failure is returned"]
     #[doc = " once, as ::DST_ERR_INVALID_ARGUMENT naming the call, the argument, the value and its index, by the"]
-    #[doc = " first dst_layer_forward() or dst_layer_backward() on the context that starts after the device ran"]
-    #[doc = " the check (before it does anything), or by dst_context_synchronize(). The failing call's outputs are"]
+    #[doc = " first call on the context that starts after the device ran the check (dst_layer_forward(),"]
+    #[doc = " dst_layer_backward(), a model op or a final-LayerNorm op, before it does anything), or by"]
+    #[doc = " dst_context_synchronize(). The failing call's outputs are"]
     #[doc = " then not meaningful, but nothing outside them is written (the kernels clamp lengths to 0..S). The"]
     #[doc = " CPU backend checks these values before the call writes anything and returns the failure itself."]
     #[doc = ""]
@@ -1083,7 +1137,10 @@ impl dst_activation {
 #[doc = " Indices are checked: an id, type, row or label outside its range is ::DST_ERR_INVALID_ARGUMENT"]
 #[doc = " naming the tensor, the element and the value, and nothing is written. On a CUDA context the check"]
 #[doc = " runs on the device and the call waits for its one-word answer (one stream synchronisation per"]
-#[doc = " call that takes indices). Every op is deterministic: two calls with the same inputs give"]
+#[doc = " index tensor), unless the context defers index checks (dst_context_set_index_checks(): the call"]
+#[doc = " then does not wait, and a later call reports a failure). Every op starts by reporting a failed"]
+#[doc = " device-side check of an earlier call on the context, as dst_layer_forward() does."]
+#[doc = " Every op is deterministic: two calls with the same inputs give"]
 #[doc = " bit-identical outputs (no floating-point atomics; docs/model-ops.md)."]
 #[doc = ""]
 #[doc = " Scratch memory comes from the context's workspace; dst_model_op_workspace_bytes() gives what a call"]

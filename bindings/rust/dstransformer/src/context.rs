@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use dstransformer_sys as sys;
 
 use crate::error::check;
-use crate::{Backend, Error, Result, Status};
+use crate::{Backend, Error, IndexChecks, Result, Status};
 
 /// The C context and the lock that serialises every call on it and on its layers.
 ///
@@ -162,6 +162,24 @@ impl Context {
         // SAFETY: valid handle and out pointer.
         check(unsafe { sys::dst_context_get_num_threads(self.inner.raw(), &mut threads) })?;
         Ok(threads.max(0) as usize)
+    }
+
+    /// Chooses when the model ops check their index values: eagerly (the default) or deferred to
+    /// the device, a later call reporting a failure (`dst_context_set_index_checks`).
+    pub fn set_index_checks(&mut self, mode: IndexChecks) -> Result<()> {
+        let _guard = self.inner.lock();
+        // SAFETY: valid handle.
+        check(unsafe { sys::dst_context_set_index_checks(self.inner.raw(), mode.to_raw()) })
+    }
+
+    /// When the model ops check their index values (`dst_context_get_index_checks`).
+    pub fn index_checks(&self) -> Result<IndexChecks> {
+        let mut raw = sys::dst_index_checks::DST_INDEX_CHECKS_EAGER;
+        let _guard = self.inner.lock();
+        // SAFETY: valid handle and out pointer.
+        check(unsafe { sys::dst_context_get_index_checks(self.inner.raw(), &mut raw) })?;
+        IndexChecks::from_raw(raw)
+            .ok_or_else(|| Error::invalid(format!("index_checks: unknown mode {}", raw.0)))
     }
 
     /// Waits until all work the context queued has finished (`dst_context_synchronize`).

@@ -49,7 +49,7 @@ pub use engine::{validate_engine_config, Engine, EngineState, ParamGroup};
 pub use error::{Error, Result, Status};
 pub use layer::{Layer, Mask, ParamInfo, Saved};
 pub use layernorm::{layernorm_backward, layernorm_forward};
-pub use types::{Backend, DType, Element, Gelu, GradMode, Param, WeightLayout};
+pub use types::{Backend, DType, Element, Gelu, GradMode, IndexChecks, Param, WeightLayout};
 
 /// Version of the header this crate was generated from, as major·10000 + minor·100 + patch.
 pub const VERSION_NUMBER: u32 = sys::DST_VERSION_NUMBER;

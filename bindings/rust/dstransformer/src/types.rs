@@ -98,6 +98,35 @@ impl Backend {
     }
 }
 
+/// When a context's model ops check their index values (`dst_index_checks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum IndexChecks {
+    /// Before the call returns; a CUDA context waits for the device. The default.
+    #[default]
+    Eager,
+    /// On the device, without waiting; a later call on the context reports a failure.
+    Deferred,
+}
+
+impl IndexChecks {
+    /// The raw `dst_index_checks`.
+    pub fn to_raw(self) -> sys::dst_index_checks {
+        match self {
+            IndexChecks::Eager => sys::dst_index_checks::DST_INDEX_CHECKS_EAGER,
+            IndexChecks::Deferred => sys::dst_index_checks::DST_INDEX_CHECKS_DEFERRED,
+        }
+    }
+
+    /// The mode of a raw `dst_index_checks`, or `None` for a value that is not one.
+    pub fn from_raw(raw: sys::dst_index_checks) -> Option<IndexChecks> {
+        match raw {
+            sys::dst_index_checks::DST_INDEX_CHECKS_EAGER => Some(IndexChecks::Eager),
+            sys::dst_index_checks::DST_INDEX_CHECKS_DEFERRED => Some(IndexChecks::Deferred),
+            _ => None,
+        }
+    }
+}
+
 /// Form of the GELU activation (`dst_gelu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Gelu {

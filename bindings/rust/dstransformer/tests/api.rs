@@ -2,7 +2,7 @@
 
 use dstransformer::{
     load_checkpoint, save_checkpoint, version, version_string, CheckpointOptions, Context, DType,
-    Error, GradMode, Layer, LayerConfig, Mask, Param, Status, VERSION_NUMBER,
+    Error, GradMode, IndexChecks, Layer, LayerConfig, Mask, Param, Status, VERSION_NUMBER,
 };
 
 /// xorshift64*: deterministic test data, uniform in [-1, 1).
@@ -116,6 +116,11 @@ fn context_state() {
     assert_eq!(ctx.rng_state().unwrap(), (1234, 77));
     ctx.set_num_threads(1).unwrap();
     assert_eq!(ctx.num_threads().unwrap(), 1);
+    assert_eq!(ctx.index_checks().unwrap(), IndexChecks::Eager);
+    ctx.set_index_checks(IndexChecks::Deferred).unwrap();
+    assert_eq!(ctx.index_checks().unwrap(), IndexChecks::Deferred);
+    ctx.set_index_checks(IndexChecks::Eager).unwrap();
+    assert_eq!(ctx.index_checks().unwrap(), IndexChecks::Eager);
     ctx.synchronize().unwrap();
     assert!(ctx.stream().unwrap().is_null());
     let err = Context::new(dstransformer::Backend::Cpu, 3).unwrap_err();

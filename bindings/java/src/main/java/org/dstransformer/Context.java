@@ -115,6 +115,25 @@ public final class Context implements AutoCloseable {
         return threads[0];
     }
 
+    /**
+     * Chooses when the model ops check their index values: {@link IndexChecks#EAGER} (the default) or
+     * {@link IndexChecks#DEFERRED} ({@code dst_context_set_index_checks}).
+     */
+    public void setIndexChecks(IndexChecks mode) {
+        synchronized (nativeContext()) {
+            dstransformer_native.dst_context_set_index_checks(nc.handle, mode.raw());
+        }
+    }
+
+    /** When the model ops check their index values ({@code dst_context_get_index_checks}). */
+    public IndexChecks indexChecks() {
+        int[] mode = new int[1];
+        synchronized (nativeContext()) {
+            dstransformer_native.dst_context_get_index_checks(nc.handle, mode);
+        }
+        return IndexChecks.fromCode(mode[0]);
+    }
+
     /** Waits until all work the context queued has finished ({@code dst_context_synchronize}). */
     public void synchronize() {
         synchronized (nativeContext()) {

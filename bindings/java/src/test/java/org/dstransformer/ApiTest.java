@@ -132,6 +132,11 @@ class ApiTest {
             assertEquals(new Context.RngState(1234, 77), ctx.rngState());
             ctx.setNumThreads(1);
             assertEquals(1, ctx.numThreads());
+            assertEquals(IndexChecks.EAGER, ctx.indexChecks());
+            ctx.setIndexChecks(IndexChecks.DEFERRED);
+            assertEquals(IndexChecks.DEFERRED, ctx.indexChecks());
+            ctx.setIndexChecks(IndexChecks.EAGER);
+            assertEquals(IndexChecks.EAGER, ctx.indexChecks());
             ctx.synchronize();
             assertEquals(0L, ctx.stream());
         }
