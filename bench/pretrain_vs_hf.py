@@ -21,7 +21,9 @@ Both train the same model on the same batches on the same GPU, in one run of thi
             ds_lamb_seq128.json parameters); no checkpoint, no export; its layers as `--layers auto`
             (its default: on the real tokens only when at most 90 % of a batch's positions are real);
             --packed-layers adds a row "dst-pretrain packed" with `--layers packed` (always on the
-            real tokens only, dst_layer_forward_packed), the same model
+            real tokens only, dst_layer_forward_packed), the same model; --eager-checks-row a row
+            "dst-pretrain eager" with `--eager-checks` (the model ops' index checks wait for the GPU;
+            by default they run on the GPU without waiting, dst_context_set_index_checks)
   HF        transformers.BertForPreTraining(attn_implementation="sdpa") with fp32 weights under
             torch.autocast(fp16|bf16) and torch.compile (default mode, one compilation per case, its
             seconds printed), torch.optim.AdamW(fused=True) with the same hyper-parameters and groups,
@@ -52,7 +54,7 @@ receives pretrain_vs_hf.json (rewritten after each case); --work DIR (default OU
 usage: python3 bench/pretrain_vs_hf.py --prog build/tools/dst-pretrain/dst-pretrain
            [--cases fp16:128,bf16:128,fp16:512,bf16:512] [--warmup 3] [--steps 10] [--profile-steps 5]
            [--optimizer adamw|lamb] [--budget SECONDS] [--out DIR] [--work DIR] [--skip-hf] [--skip-ours]
-           [--layers 24] [--hidden 1024] [--backend cuda|cpu]
+           [--layers 24] [--hidden 1024] [--backend cuda|cpu] [--packed-layers] [--eager-checks-row]
 The default needs a CUDA GPU and says so without one. --backend cpu runs both on the CPU (ours on its CPU
 backend; use fp32 cases and a small --layers/--hidden): a check of the script's plumbing, not a benchmark.
 """
@@ -240,14 +242,16 @@ class Case:
     def real_tokens(self):
         return sum(sum(b["lengths"]) for b in self.timed())
 
-    def train_ours(self, row, budget, profile, packed=False):
+    def train_ours(self, row, budget, profile, packed=False, eager=False):
         a = self.args
-        out = os.path.join(self.work, ("ours_profile" if profile else "ours") + ("_packed" if packed else ""))
+        out = os.path.join(self.work, ("ours_profile" if profile else "ours") + ("_packed" if packed else "") +
+                           ("_eager" if eager else ""))
         shutil.rmtree(out, ignore_errors=True)
         steps = a.warmup + (a.profile_steps if profile else a.steps)
         cmd = [a.prog, "train", "--model-config", self.model_json, "--ds-config", self.ds_json] + self.common() + [
             "--steps", str(steps), "--eval-every", "0", "--no-export", "--no-checkpoint",
-            "--backend", a.backend, "--output", out] + (["--layers", "packed"] if packed else [])
+            "--backend", a.backend, "--output", out] + (["--layers", "packed"] if packed else []) + \
+            (["--eager-checks"] if eager else [])
         if not (profile and a.profile_calls):
             cmd.append("--quiet")
         if profile:
@@ -491,6 +495,8 @@ def parse_args():
     ap.add_argument("--out", default=None, help="folder for pretrain_vs_hf.json and work/")
     ap.add_argument("--work", default=None, help="folder for each case's files (default OUT/work, else in /tmp)")
     ap.add_argument("--skip-hf", action="store_true", help="no Hugging Face rows")
+    ap.add_argument("--eager-checks-row", action="store_true",
+                    help="also a row of dst-pretrain --eager-checks (the model ops' index checks waiting for the GPU)")
     ap.add_argument("--skip-ours", action="store_true", help="no dst-pretrain rows")
     ap.add_argument("--packed-layers", action="store_true",
                     help="also a dst-pretrain row with --layers packed (the layers on the real tokens only)")
@@ -551,8 +557,9 @@ def main():
             case = Case(args, dtype, S, os.path.join(work, f"{dtype}_{S}"))
             ours, hf = Row(dtype, S, case.B, "dst-pretrain"), Row(dtype, S, case.B, "HF compile + SDPA")
             packed = Row(dtype, S, case.B, "dst-pretrain packed")
-            rows = ([] if args.skip_ours else [ours] + ([packed] if args.packed_layers else [])) + \
-                ([] if args.skip_hf else [hf])
+            eager = Row(dtype, S, case.B, "dst-pretrain eager")
+            rows = ([] if args.skip_ours else [ours] + ([packed] if args.packed_layers else []) +
+                    ([eager] if args.eager_checks_row else [])) + ([] if args.skip_hf else [hf])
             report.cases.append(rows)
             try:
                 case.load_batches(budget)
@@ -567,9 +574,11 @@ def main():
                     runner.run("profile", ours, case, lambda: case.train_ours(ours, budget, profile=True))
                 if args.packed_layers:
                     runner.run("ours", packed, case, lambda: case.train_ours(packed, budget, profile=False, packed=True))
+                if args.eager_checks_row:
+                    runner.run("ours", eager, case, lambda: case.train_ours(eager, budget, profile=False, eager=True))
             if not args.skip_hf:
                 runner.run("hf", hf, case, lambda: case.train_hf(hf, budget))
-            for r in (ours, packed):
+            for r in (ours, packed, eager):
                 if r.samples_s is not None and hf.samples_s is not None:
                     r.vs_hf = r.samples_s / hf.samples_s
             for r in rows:

@@ -118,6 +118,9 @@ static void train_usage(FILE *f) {
           "                       \"profile\" line per step in metrics.jsonl and a summary at the end\n"
           "  --profile-calls      --profile, and every library call of the model timed with a device\n"
           "                       synchronisation before and after it: the costliest call sites at the end\n"
+          "  --eager-checks       the library's model ops check their token ids, rows and labels before\n"
+          "                       returning, waiting for the GPU each time (default: on the GPU without\n"
+          "                       waiting, reported by a later call; the loader has checked them already)\n"
           "  --no-checkpoint      write no checkpoint (not every N steps, at the end or on a signal)\n"
           "  --layers M           how the layers run: padded (on the padded batch, key lengths), packed (on\n"
           "                       the real tokens only) or auto (default: packed when at most 90 % of the\n"
@@ -379,6 +382,7 @@ static int cmd_train(int argc, char **argv) {
         else if (INT("--comm-timeout", 0, 86400)) o.comm_timeout = (double)v;
         else if (strcmp(a, "--no-overlap") == 0) o.no_overlap = 1;
         else if (strcmp(a, "--check-replicas") == 0) o.check_replicas = 1;
+        else if (strcmp(a, "--eager-checks") == 0) o.eager_checks = 1;
         else if (strcmp(a, "--layers") == 0 && next &&
                  (strcmp(next, "auto") == 0 || strcmp(next, "padded") == 0 || strcmp(next, "packed") == 0)) {
             o.layers = strcmp(next, "packed") == 0 ? DSTP_LAYERS_PACKED

@@ -586,6 +586,11 @@ int dstp_train(const dstp_train_options *o) {
     rc = DSTP_EXIT_FAILURE;
     LIBCALL(dst_context_get_backend(ctx, &backend), DSTP_EXIT_FAILURE);
     LIBCALL(dst_context_set_rng_state(ctx, o->seed, 0), DSTP_EXIT_FAILURE);
+    /* The batches' ids, rows and labels are made and checked on the host (pretrain_data.c), so the model
+     * ops check them again on the device without making the host wait (a failure ends the run at the
+     * next library call, with the library's message). */
+    LIBCALL(dst_context_set_index_checks(ctx, o->eager_checks ? DST_INDEX_CHECKS_EAGER : DST_INDEX_CHECKS_DEFERRED),
+            DSTP_EXIT_FAILURE);
     {
         const dstp_status st = dstp_comm_create(ctx, &launch, o->comm, &comm, &err);
         if (st != DSTP_OK) {

@@ -61,6 +61,7 @@ typedef struct dstp_train_options {
     double comm_timeout;       /* seconds without progress before a data-parallel rank gives up; 0: never */
     int no_overlap;            /* all-reduce the gradients after the backward instead of during it */
     int check_replicas;        /* compare a checksum of the weights over the ranks after every step */
+    int eager_checks;          /* the model ops' index checks wait for the device (default: deferred) */
 } dstp_train_options;
 
 void dstp_train_options_default(dstp_train_options *o);
