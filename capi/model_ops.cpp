@@ -1,7 +1,9 @@
 // The extern "C" shims of the model ops of BERT pre-training (dstransformer.h, group modelops):
 // argument checks (NULLs, dtypes, shapes, overlaps, modes), the index checks on the backend, the
 // context's workspace for the backend's scratch (and the dense backward's du), then the backend's ops.
-// Every check happens before the first write, so a refused call leaves every output as it was.
+// Every check happens before the first write, so a refused call leaves every output as it was; with
+// deferred index checks (dst_context_set_index_checks) the index values are the exception: a CUDA
+// context checks them on the device after the call has returned, and a later call reports them.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
