@@ -48,7 +48,8 @@ Time: --budget SECONDS counts from the start. A part (ours, ours' profile, HF) i
 predicted time fits: the same part at an earlier case scaled by the FLOPs, else a fixed first guess
 (HF's compilation dominates it). A part that would not fit prints "(skipped: time budget)"; an error
 is printed in its row and the run goes on. The table is printed at the end, also after SIGTERM; --out DIR
-receives pretrain_vs_hf.json (rewritten after each case); --work DIR (default OUT/work, else a folder in
+receives pretrain_vs_hf.json (rewritten after each case; it also records the host's CPU model, cores
+and load average, printed under the first line); --work DIR (default OUT/work, else a folder in
 /tmp) the configurations, batches, logs and metrics of each case, in <dtype>_<S>/.
 
 usage: python3 bench/pretrain_vs_hf.py --prog build/tools/dst-pretrain/dst-pretrain
@@ -116,6 +117,23 @@ class Budget:
 
 
 # ---- the model, its FLOPs and the configurations ------------------------------------------------------
+
+def host_info():
+    """The host's CPU model, core count and load average: Hugging Face's torch.compile steps are partly
+    bound by the host (its samples/s has moved by up to 37 % between calls on the same kind of GPU
+    machine while ours moved by 1-2 %), so each run records the host it ran on."""
+    model = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        pass
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {"cpu": model, "cores": os.cpu_count(), "loadavg": load}
+
 
 def model_dims(args):
     H = args.hidden
@@ -545,10 +563,12 @@ def main():
     info = {"torch": torch_version, "transformers": hf_version, "device": device or "cpu", "model": dims,
             "optimizer": args.optimizer, "warmup": args.warmup, "steps": args.steps,
             "profile_steps": args.profile_steps, "budget_s": args.budget, "seed": args.seed,
-            "cases": [f"{d}:{s}" for d, s in args.cases]}
+            "cases": [f"{d}:{s}" for d, s in args.cases], "host": host_info()}
     print(f"BERT {dims['L']} layers, H={dims['H']}, {dims['heads']} heads, I={dims['I']}, vocab {dims['V']}, Post-LN, "
           f"MLM+NSP; ours: {args.optimizer}, HF: fused AdamW + torch.compile; torch {torch_version}, transformers "
           f"{hf_version}, {info['device']}; {args.warmup} warm-up + {args.steps} timed steps; budget {args.budget:.0f} s")
+    h = info["host"]
+    print(f"host: {h['cpu']}, {h['cores']} cores, load average {h['loadavg']}")
     print(HEADER, flush=True)
     work = args.work or (os.path.join(args.out, "work") if args.out else f"/tmp/pretrain_vs_hf.{os.getpid()}")
     report, runner = Report(args.out, info), Runner(budget)
