@@ -20,8 +20,9 @@ namespace cuda {
 size_t cross_entropy_workspace(dst_dtype dt, int64_t m);
 // z: [m, v] logits in the compute type (bias not yet added); b: [v] storage or nullptr; labels [m]
 // (−1, and any other value outside [0, v), ignored). g: [m, v] storage-type gradient output, or
-// nullptr (no gradients); g may alias z when the storage type is the compute type. Writes loss[0] (compute type) and, when counts != nullptr,
-// counts[0] = valid labels, counts[1] = rows whose first largest logit is the label.
+// nullptr (no gradients); g may alias z when the storage type is the compute type. Writes loss[0]
+// (compute type) and, when counts != nullptr, counts[0] = valid labels, counts[1] = rows whose first
+// largest logit is the label.
 cudaError_t cross_entropy(cudaStream_t stream, dst_dtype dt, const void *z, const void *b, const int32_t *labels,
                          int64_t m, int64_t v, double grad_scale, void *g, void *loss, int32_t *counts,
                          void *workspace);

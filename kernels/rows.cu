@@ -1,9 +1,10 @@
 // Row kernels: the index check (check_init_kernel, check_range_kernel, check_repeat_kernel, and
-// check_record_kernel for the deferred form) and the row gather/scatter. The check's results are minima of element indices taken with atomicMin on
-// int32, and the distinctness marks are atomicAdd counts: integer atomics, so the answer is the same
-// whatever order the threads run in. Gather and scatter copy or add whole rows, a block per row (16-byte
-// accesses where rows and buffers allow); scatter indices are distinct (checked by the caller), so no
-// two threads write one element. Indices outside the rows are skipped, never followed.
+// check_record_kernel for the deferred form) and the row gather/scatter. The check's results are
+// minima of element indices taken with atomicMin on int32, and the distinctness marks are atomicAdd
+// counts: integer atomics, so the answer is the same whatever order the threads run in. Gather and
+// scatter copy or add whole rows, a block per row (16-byte accesses where rows and buffers allow);
+// scatter indices are distinct (checked by the caller), so no two threads write one element. Indices
+// outside the rows are skipped, never followed.
 #include "kernels/rows.cuh"
 
 #include <climits>
