@@ -891,7 +891,7 @@ int dstp_train(const dstp_train_options *o) {
             if (metrics) fprintf(metrics,
                     "{\"type\": \"train\", \"step\": %lld, \"epoch\": %lld, \"samples\": %lld, \"loss\": %.17g, "
                     "\"mlm_loss\": %.17g, \"mlm_acc\": %.6f, \"nsp_loss\": %.17g, \"nsp_acc\": %.6f, \"lr\": %.9g, "
-                    "\"loss_scale\": %g, \"skipped\": %s, \"tokens\": %lld, \"elapsed_s\": %.3f}\n",
+                    "\"loss_scale\": %g, \"skipped\": %s, \"tokens\": %lld, \"elapsed_s\": %.6f}\n",
                     (long long)step, (long long)rs.epoch, (long long)samples, last_step_loss, mlm,
                     ratio(step_acc.mlm_hits, step_acc.mlm_n), nsp, ratio(step_acc.nsp_hits, step_acc.nsp_n), (double)lr,
                     (double)es.loss_scale, es.last_step_applied ? "false" : "true", (long long)step_acc.tokens,
