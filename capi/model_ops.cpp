@@ -127,6 +127,13 @@ dst_status check_index_values(const char *fn, const char *arg, dst_context *ctx,
     dst::Backend &be = *ctx->impl->backend;
     const int32_t *idx = static_cast<const int32_t *>(t->data);
     if (ctx->impl->deferred_index_checks) return be.check_indices_deferred(idx, count, lo, hi, distinct, what);
+    // The eager check waits for the device, which would end the caller's capture: refused before
+    // anything is queued (this is the call's first queued work), so the capture stays valid.
+    if (be.capturing())
+        return set_error(DST_ERR_UNSUPPORTED,
+                         "%s: the stream is capturing a CUDA graph, and eager index checks wait for the device: "
+                         "defer them (dst_context_set_index_checks, DST_INDEX_CHECKS_DEFERRED) to capture this call",
+                         fn);
     return be.check_index_values(idx, count, lo, hi, distinct, what);
 }
 
@@ -540,6 +547,10 @@ dst_status dst_dropout_forward(dst_context *ctx, const dst_tensor *x, float p, d
         int64_t count = 0;
         DST_TRY(check_dropout_args(fn, "x", x, "y", y, p, &count));
         dst::Context &c = *ctx->impl;
+        if (p > 0.0f && c.backend->capturing())
+            return set_error(DST_ERR_UNSUPPORTED,
+                             "%s: the stream is capturing a CUDA graph; the call's RNG offset is taken on the host, so "
+                             "every replay would drop the same elements (capture with p = 0, or call it eagerly)", fn);
         if (c.rng_offset == UINT64_MAX)
             return set_error(DST_ERR_STATE,
                              "%s: the context's RNG offset is 2^64 - 1; the dropout stream of this seed is exhausted: "

@@ -8,9 +8,12 @@
 // on the CPU and leave the outputs untouched; with deferred checks a later call reports them. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -305,6 +308,127 @@ TEST(CudaModelOpsErrors, DeferredIndexChecksReportLater) {
         EXPECT_EQ(run_case(gpu.get(), ga, true, &r, &err), DST_OK) << "reported twice: " << err;
         EXPECT_EQ(dst_context_synchronize(gpu.get()), DST_OK) << dst_last_error();
     }
+}
+
+// A case's tensors in device memory: views for its call, and downloads.
+struct DeviceCase {
+    dst_context *ctx;
+    const ModelOpCase &c;
+    std::vector<void *> dev;
+    std::vector<dst_tensor> views;
+    std::vector<dst_tensor *> ptrs;
+    DeviceCase(dst_context *x, const ModelOpCase &mc)
+        : ctx(x), c(mc), dev(mc.slots.size(), nullptr), views(mc.slots.size()), ptrs(mc.slots.size(), nullptr) {
+        for (size_t i = 0; i < c.slots.size(); ++i) {
+            views[i] = c.slots[i].t.view();
+            if (!c.slots[i].present) continue;
+            EXPECT_EQ(dst_malloc(ctx, c.slots[i].t.nbytes(), &dev[i]), DST_OK) << dst_last_error();
+            upload(i, c.slots[i].t);
+            views[i].data = dev[i];
+            ptrs[i] = &views[i];
+        }
+    }
+    ~DeviceCase() {
+        for (void *p : dev) dst_free(ctx, p);
+    }
+    void upload(size_t i, const HostTensor &t) {
+        EXPECT_EQ(dst_memcpy(ctx, dev[i], t.data(), t.nbytes(), DST_COPY_HOST_TO_CONTEXT), DST_OK) << dst_last_error();
+    }
+    void poison_outputs() {
+        for (size_t i = 0; i < c.slots.size(); ++i)
+            if (dev[i] && c.slots[i].out) {
+                HostTensor p = clone(c.slots[i].t);
+                p.poison();
+                upload(i, p);
+            }
+    }
+    std::vector<unsigned char> outputs() {
+        std::vector<unsigned char> all;
+        for (size_t i = 0; i < c.slots.size(); ++i)
+            if (dev[i] && c.slots[i].out) {
+                HostTensor back = clone(c.slots[i].t);
+                EXPECT_EQ(dst_memcpy(ctx, back.data(), dev[i], back.nbytes(), DST_COPY_CONTEXT_TO_HOST), DST_OK);
+                const size_t at = all.size();
+                all.resize(at + back.nbytes());
+                std::memcpy(all.data() + at, back.data(), back.nbytes());
+            }
+        return all;
+    }
+    dst_status call() { return c.call(ctx, ptrs); }
+};
+
+// With deferred index checks the model ops never wait, so they can be captured in a CUDA graph: an
+// embedding lookup and the fused linear + cross-entropy (its GEMMs included), captured once and
+// replayed, give the bytes of the eager calls, and a bad id written between two replays is reported
+// after the replay. With eager checks an op that takes indices is refused on the capturing stream
+// before it queues anything (the capture stays valid and empty), and so is a dropout with p > 0.
+TEST(CudaModelOpsGraphs, DeferredChecksCaptureAndReplay) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    dst_context *g = nullptr;
+    ASSERT_EQ(dst_context_create(DST_BACKEND_CUDA, 0, &g), DST_OK) << dst_last_error();
+    Ctx gpu(g);
+    const ModelOpCase e = embedding_fwd_case(DST_DTYPE_BF16, 3, 7, 40, 37, 8, 2, true, 1);
+    const ModelOpCase x = cross_entropy_case(DST_DTYPE_FP16, 40, 9, 72, 1001, true, true, true, false, 1.0, 2);
+    DeviceCase de(gpu.get(), e), dx(gpu.get(), x);
+    cudaStream_t st;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(dst_context_set_stream(gpu.get(), st), DST_OK);
+    ASSERT_EQ(dst_context_set_index_checks(gpu.get(), DST_INDEX_CHECKS_DEFERRED), DST_OK);
+    auto both = [&] {
+        dst_status s = de.call();
+        return s == DST_OK ? dx.call() : s;
+    };
+    ASSERT_EQ(both(), DST_OK) << dst_last_error();  // eager: also grows the workspace
+    ASSERT_EQ(dst_context_synchronize(gpu.get()), DST_OK) << dst_last_error();
+    const auto eager_e = de.outputs(), eager_x = dx.outputs();
+
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const dst_status captured = both();
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+    ASSERT_EQ(captured, DST_OK) << dst_last_error();
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 2; ++replay) {
+        de.poison_outputs();
+        dx.poison_outputs();
+        ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+        ASSERT_EQ(dst_context_synchronize(gpu.get()), DST_OK) << dst_last_error();
+        EXPECT_TRUE(de.outputs() == eager_e) << "embedding, replay " << replay << " differs from the eager call";
+        EXPECT_TRUE(dx.outputs() == eager_x) << "cross-entropy, replay " << replay << " differs from the eager call";
+    }
+    HostTensor ids = clone(e.slots[0].t);
+    ids.set(5, 37);
+    de.upload(0, ids);
+    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    EXPECT_EQ(dst_context_synchronize(gpu.get()), DST_ERR_INVALID_ARGUMENT) << "the replay did not check the ids";
+    EXPECT_NE(std::string(dst_last_error()).find("dst_embedding_forward: ids value 37 at index 5"), std::string::npos)
+        << dst_last_error();
+    EXPECT_EQ(dst_context_synchronize(gpu.get()), DST_OK) << dst_last_error();
+    ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+
+    // Eager checks on a capturing stream: refused, nothing queued, the capture still valid.
+    ASSERT_EQ(dst_context_set_index_checks(gpu.get(), DST_INDEX_CHECKS_EAGER), DST_OK);
+    de.upload(0, e.slots[0].t);
+    ASSERT_EQ(dst_context_synchronize(gpu.get()), DST_OK);
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    EXPECT_EQ(de.call(), DST_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(dst_last_error()).find("DST_INDEX_CHECKS_DEFERRED"), std::string::npos) << dst_last_error();
+    EXPECT_EQ(dx.call(), DST_ERR_UNSUPPORTED);
+    dst_tensor drop = *dx.ptrs[0];  // x of the cross-entropy case: fp16 [40, 72]
+    EXPECT_EQ(dst_dropout_forward(gpu.get(), &drop, 0.1f, &drop, nullptr, nullptr), DST_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(dst_last_error()).find("capturing"), std::string::npos) << dst_last_error();
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "a refused call invalidated the capture";
+    size_t nodes = 99;
+    ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+    EXPECT_EQ(nodes, 0u) << "a refused call queued work";
+    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    ASSERT_EQ(de.call(), DST_OK) << "eager calls after the capture: " << dst_last_error();
+    ASSERT_EQ(dst_context_synchronize(gpu.get()), DST_OK) << dst_last_error();
+    EXPECT_TRUE(de.outputs() == eager_e);
+    ASSERT_EQ(dst_context_set_stream(gpu.get(), nullptr), DST_OK);
+    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 
 // Outputs stay as they were after a refused call on device memory (read back explicitly).

@@ -420,7 +420,8 @@ typedef DST_ENUM(dst_index_checks) {
  * row is skipped, a label outside [0, V) is ignored). A CPU context checks at once in both modes.
  *
  * Trainers whose data loader has already checked its batches on the host (dst-pretrain does) use the
- * deferred mode to keep the device busy.
+ * deferred mode to keep the device busy; it is also what lets the model ops be captured in a CUDA graph
+ * (@ref modelops).
  * @param ctx The context.
  * @param mode ::DST_INDEX_CHECKS_EAGER or ::DST_INDEX_CHECKS_DEFERRED.
  * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context or an unknown mode (the mode in
@@ -990,6 +991,12 @@ DST_API dst_status dst_layernorm_backward(dst_context *ctx, const dst_tensor *dy
  * index tensor), unless the context defers index checks (dst_context_set_index_checks(): the call
  * then does not wait, and a later call reports a failure). Every op starts by reporting a failed
  * device-side check of an earlier call on the context, as dst_layer_forward() does.
+ *
+ * CUDA graphs: with deferred index checks every op can be captured on a stream set with
+ * dst_context_set_stream() (each replay checks the indices again), once an eager call of the same
+ * sizes has grown the workspace; with eager checks an op that takes indices is refused on a capturing
+ * stream with ::DST_ERR_UNSUPPORTED before it queues anything, so the capture stays valid, and so is
+ * dst_dropout_forward() with p > 0.
  * Every op is deterministic: two calls with the same inputs give
  * bit-identical outputs (no floating-point atomics; docs/model-ops.md).
  *
@@ -1185,6 +1192,8 @@ DST_API dst_status dst_linear_cross_entropy(dst_context *ctx, const dst_tensor *
  * @param[out] seed Receives the Philox key used, or NULL.
  * @param[out] offset Receives the RNG offset used (pass both to dst_dropout_backward()), or NULL.
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, dtype, shape, partial overlap, p out of range);
+ *         ::DST_ERR_UNSUPPORTED (p > 0 on a stream capturing a CUDA graph: the offset is taken on the
+ *         host, so every replay would drop the same elements; nothing is queued);
  *         ::DST_ERR_STATE (the context's RNG offset is exhausted: 2⁶⁴ − 1); ::DST_ERR_BACKEND. On failure
  *         `y` and the context's RNG state are unchanged except after ::DST_ERR_BACKEND.
  * Ownership: all tensors stay the caller's. Thread safety: as for the context. @since v0.1
