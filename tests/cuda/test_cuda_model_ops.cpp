@@ -342,12 +342,16 @@ struct DeviceCase {
                 upload(i, p);
             }
     }
+    HostTensor download(size_t i) {
+        HostTensor back = clone(c.slots[i].t);
+        EXPECT_EQ(dst_memcpy(ctx, back.data(), dev[i], back.nbytes(), DST_COPY_CONTEXT_TO_HOST), DST_OK);
+        return back;
+    }
     std::vector<unsigned char> outputs() {
         std::vector<unsigned char> all;
         for (size_t i = 0; i < c.slots.size(); ++i)
             if (dev[i] && c.slots[i].out) {
-                HostTensor back = clone(c.slots[i].t);
-                EXPECT_EQ(dst_memcpy(ctx, back.data(), dev[i], back.nbytes(), DST_COPY_CONTEXT_TO_HOST), DST_OK);
+                const HostTensor back = download(i);
                 const size_t at = all.size();
                 all.resize(at + back.nbytes());
                 std::memcpy(all.data() + at, back.data(), back.nbytes());
@@ -439,26 +443,12 @@ TEST(CudaModelOpsErrors, RefusedCallWritesNothing) {
     Ctx gpu(g);
     ModelOpCase c = cross_entropy_case(DST_DTYPE_FP16, 40, 9, 8, 13, true, true, true, true, 1.0, 2);
     c.slots[4].t.set(0, -3);
-    std::vector<void *> dev(c.slots.size(), nullptr);
-    std::vector<dst_tensor> views(c.slots.size());
-    std::vector<dst_tensor *> ptrs(c.slots.size(), nullptr);
-    for (size_t i = 0; i < c.slots.size(); ++i) {
-        views[i] = c.slots[i].t.view();
-        if (!c.slots[i].present) continue;
-        ASSERT_EQ(dst_malloc(gpu.get(), c.slots[i].t.nbytes(), &dev[i]), DST_OK);
-        ASSERT_EQ(dst_memcpy(gpu.get(), dev[i], c.slots[i].t.data(), c.slots[i].t.nbytes(), DST_COPY_HOST_TO_CONTEXT),
-                  DST_OK);
-        views[i].data = dev[i];
-        ptrs[i] = &views[i];
-    }
-    EXPECT_EQ(c.call(gpu.get(), ptrs), DST_ERR_INVALID_ARGUMENT);
+    DeviceCase dc(gpu.get(), c);
+    EXPECT_EQ(dc.call(), DST_ERR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(dst_last_error()).find("labels[0] is -3"), std::string::npos) << dst_last_error();
     for (size_t i = 0; i < c.slots.size(); ++i) {
-        if (!dev[i]) continue;
-        HostTensor back = clone(c.slots[i].t);
-        ASSERT_EQ(dst_memcpy(gpu.get(), back.data(), dev[i], back.nbytes(), DST_COPY_CONTEXT_TO_HOST), DST_OK);
-        EXPECT_TRUE(back.same_bytes(c.slots[i].t.bytes())) << c.slots[i].name << " changed";
-        dst_free(gpu.get(), dev[i]);
+        if (!dc.dev[i]) continue;
+        EXPECT_TRUE(dc.download(i).same_bytes(c.slots[i].t.bytes())) << c.slots[i].name << " changed";
     }
 }
 
