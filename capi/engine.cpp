@@ -174,6 +174,23 @@ dst_status dst_engine_zero_grads(dst_engine *engine) {
     return guarded(fn, [&] { return engine->impl->zero_grads(); });
 }
 
+dst_status dst_engine_set_zero_grads_on_step(dst_engine *engine, int enabled) {
+    static const char fn[] = "dst_engine_set_zero_grads_on_step";
+    DST_REQUIRE(fn, engine);
+    if (enabled != 0 && enabled != 1)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: enabled is %d, expected 0 or 1", fn, enabled);
+    engine->impl->set_zero_grads_on_step(enabled == 1);
+    return DST_OK;
+}
+
+dst_status dst_engine_get_zero_grads_on_step(const dst_engine *engine, int *enabled) {
+    static const char fn[] = "dst_engine_get_zero_grads_on_step";
+    DST_REQUIRE(fn, engine);
+    DST_REQUIRE(fn, enabled);
+    *enabled = engine->impl->zero_grads_on_step() ? 1 : 0;
+    return DST_OK;
+}
+
 dst_status dst_engine_get_state(const dst_engine *engine, dst_engine_state *state) {
     static const char fn[] = "dst_engine_get_state";
     return guarded(fn, [&]() -> dst_status {

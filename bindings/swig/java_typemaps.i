@@ -167,7 +167,7 @@ DSTJ_HANDLE_OUT(dst_engine)
 %apply long long *OUTPUT { size_t *bytes, size_t *client_state_len, size_t *summary_len, size_t *tag_len,
                            uint64_t *seed, uint64_t *offset };
 %apply int *OUTPUT { int *id, int *count, int *threads, dst_backend *backend, dst_param *param, int *index,
-                     int *boundary, dst_index_checks *mode };
+                     int *boundary, int *enabled, dst_index_checks *mode };
 %apply float *OUTPUT { float *lr, float *norm };
 
 /* ---- output character buffers as byte[] (a NUL-terminated string is written) --------------------- */

@@ -123,7 +123,7 @@ optim::StepArgs Engine::control() const {
     a.compute_norm = cfg_.fp16 || cfg_.gradient_clipping > 0.0f;
     a.schedule = cfg_.schedule;
     a.schedule_step = global_steps_ - schedule_offset_;
-    a.zero_grads = 1;
+    a.zero_grads = zero_on_step_ ? 1 : 0;
     return a;
 }
 

@@ -33,6 +33,9 @@ public:
     bool next_is_boundary() const { return (micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0; }
     dst_status step();
     dst_status zero_grads() { return opt_->zero_grads(); }
+    // Whether a boundary step zeroes the gradients (dst_engine_set_zero_grads_on_step).
+    void set_zero_grads_on_step(bool on) { zero_on_step_ = on; }
+    bool zero_grads_on_step() const { return zero_on_step_; }
     dst_status get_state(dst_engine_state *out) const;  // all fields; the caller copies the prefix it has
     dst_status get_lr(int group, float *lr) const;
 
@@ -59,6 +62,7 @@ private:
     int64_t micro_steps_ = 0, global_steps_ = 0, global_samples_ = 0;
     int64_t schedule_offset_ = 0;  // BERT script schedules: s = global_steps − offset
     bool rewarm_done_ = false;
+    bool zero_on_step_ = true;
 };
 
 }  // namespace dst

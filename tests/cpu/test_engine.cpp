@@ -288,59 +288,72 @@ TEST(EngineClip, Fp16ClippingOracle) {
         EXPECT_NEAR(static_cast<const float *>(m.data)[i], 0.1 * 0.5 * 0.39999984, 1e-6 * 0.02) << i;
 }
 
-TEST(EngineAccumulation, KMicroBatchesEqualOneBatchKTimesAsLarge) {
-    // Two fp32 layers without dropout; micro-batches of 2 sequences × 3 accumulation steps against one
-    // batch of 6. The gradients differ only by summation order, so the weights agree to fp32 rounding.
-    auto train = [](int micro, int gas) {
-        Ctx ctx = make_ctx();
-        dst_layer_config cfg = small_config(16, 4, 32);
-        cfg.hidden_dropout_ratio = cfg.attn_dropout_ratio = 0.0f;
-        cfg.max_batch_tokens = 6 * 5;
-        cfg.max_seq_len = 5;
-        Layer l0 = make_layer(ctx.get(), cfg), l1 = make_layer(ctx.get(), cfg);
-        Engine e = make_engine(ctx.get(), "{\"train_batch_size\": 6, \"train_micro_batch_size_per_gpu\": " +
-                                              std::to_string(micro) +
-                                              R"(, "optimizer": {"type": "adamw", "params": {"lr": 0.01, "weight_decay": 0.01}}})");
-        EXPECT_EQ(engine_state(e.get()).gradient_accumulation_steps, gas);
-        dst_optimizer *o = optimizer_of(e.get());
-        EXPECT_EQ(dst_optimizer_add_layer(o, l0.get(), "l0.", 0, 0), DST_OK);
-        EXPECT_EQ(dst_optimizer_add_layer(o, l1.get(), "l1.", 0, 0), DST_OK);
-        EXPECT_EQ(dst_engine_zero_grads(e.get()), DST_OK);
-        const int64_t S = 5, H = 16;
-        for (int boundary = 0; boundary < 2; ++boundary) {
-            Rng rng(77 + boundary);
-            const std::vector<double> x = rng.normals(6 * S * H), t = rng.normals(6 * S * H);
-            for (int k = 0; k < gas; ++k) {
-                const int64_t n = micro * S * H;
-                std::vector<double> xs(x.begin() + k * n, x.begin() + (k + 1) * n);
-                HostTensor in = HostTensor::from_doubles(DST_DTYPE_FP32, {micro, S, H}, xs);
-                HostTensor mid(DST_DTYPE_FP32, {micro, S, H}), out(DST_DTYPE_FP32, {micro, S, H});
-                dst_tensor iv = in.view(), mv = mid.view(), ov = out.view();
-                EXPECT_EQ(dst_layer_forward(l0.get(), nullptr, &iv, nullptr, &mv), DST_OK);
-                EXPECT_EQ(dst_layer_forward(l1.get(), nullptr, &mv, nullptr, &ov), DST_OK);
-                HostTensor dy(DST_DTYPE_FP32, {micro, S, H}), dmid(DST_DTYPE_FP32, {micro, S, H}),
-                    dx(DST_DTYPE_FP32, {micro, S, H});
-                for (int64_t i = 0; i < n; ++i)  // d/dy of the micro-batch's mean ½‖y − t‖² over tokens
-                    dy.set(i, (out.get(i) - t[static_cast<size_t>(k * n + i)]) / static_cast<double>(micro * S));
-                dst_tensor dyv = dy.view(), dmv = dmid.view(), dxv = dx.view();
-                EXPECT_EQ(dst_engine_scale_loss_gradient(e.get(), &dyv), DST_OK);
-                EXPECT_EQ(dst_layer_backward(l1.get(), nullptr, &dyv, &dmv, DST_GRAD_ACCUMULATE), DST_OK);
-                EXPECT_EQ(dst_layer_backward(l0.get(), nullptr, &dmv, &dxv, DST_GRAD_ACCUMULATE), DST_OK);
-                int boundary_next = -1;
-                EXPECT_EQ(dst_engine_is_boundary(e.get(), &boundary_next), DST_OK);
-                EXPECT_EQ(boundary_next, k == gas - 1);
-                EXPECT_EQ(dst_engine_step(e.get()), DST_OK) << dst_last_error();
-            }
+// Two fp32 layers without dropout trained for two steps of `gas` micro-batches of `micro` sequences
+// (6 per step); their weights after it. With write_first the engine leaves the gradients at each
+// boundary (dst_engine_set_zero_grads_on_step(0)) and the first micro-batch of a step writes them.
+static std::vector<std::vector<double>> accumulation_run(int micro, int gas, bool write_first = false) {
+    Ctx ctx = make_ctx();
+    dst_layer_config cfg = small_config(16, 4, 32);
+    cfg.hidden_dropout_ratio = cfg.attn_dropout_ratio = 0.0f;
+    cfg.max_batch_tokens = 6 * 5;
+    cfg.max_seq_len = 5;
+    Layer l0 = make_layer(ctx.get(), cfg), l1 = make_layer(ctx.get(), cfg);
+    Engine e = make_engine(ctx.get(), "{\"train_batch_size\": 6, \"train_micro_batch_size_per_gpu\": " +
+                                          std::to_string(micro) +
+                                          R"(, "optimizer": {"type": "adamw", "params": {"lr": 0.01, "weight_decay": 0.01}}})");
+    EXPECT_EQ(engine_state(e.get()).gradient_accumulation_steps, gas);
+    dst_optimizer *o = optimizer_of(e.get());
+    EXPECT_EQ(dst_optimizer_add_layer(o, l0.get(), "l0.", 0, 0), DST_OK);
+    EXPECT_EQ(dst_optimizer_add_layer(o, l1.get(), "l1.", 0, 0), DST_OK);
+    EXPECT_EQ(dst_engine_zero_grads(e.get()), DST_OK);
+    if (write_first) {
+        EXPECT_EQ(dst_engine_set_zero_grads_on_step(e.get(), 0), DST_OK);
+    }
+    const int64_t S = 5, H = 16;
+    for (int boundary = 0; boundary < 2; ++boundary) {
+        Rng rng(77 + boundary);
+        const std::vector<double> x = rng.normals(6 * S * H), t = rng.normals(6 * S * H);
+        for (int k = 0; k < gas; ++k) {
+            const int64_t n = micro * S * H;
+            std::vector<double> xs(x.begin() + k * n, x.begin() + (k + 1) * n);
+            HostTensor in = HostTensor::from_doubles(DST_DTYPE_FP32, {micro, S, H}, xs);
+            HostTensor mid(DST_DTYPE_FP32, {micro, S, H}), out(DST_DTYPE_FP32, {micro, S, H});
+            dst_tensor iv = in.view(), mv = mid.view(), ov = out.view();
+            EXPECT_EQ(dst_layer_forward(l0.get(), nullptr, &iv, nullptr, &mv), DST_OK);
+            EXPECT_EQ(dst_layer_forward(l1.get(), nullptr, &mv, nullptr, &ov), DST_OK);
+            HostTensor dy(DST_DTYPE_FP32, {micro, S, H}), dmid(DST_DTYPE_FP32, {micro, S, H}),
+                dx(DST_DTYPE_FP32, {micro, S, H});
+            for (int64_t i = 0; i < n; ++i)  // d/dy of the micro-batch's mean ½‖y − t‖² over tokens
+                dy.set(i, (out.get(i) - t[static_cast<size_t>(k * n + i)]) / static_cast<double>(micro * S));
+            dst_tensor dyv = dy.view(), dmv = dmid.view(), dxv = dx.view();
+            EXPECT_EQ(dst_engine_scale_loss_gradient(e.get(), &dyv), DST_OK);
+            const dst_grad_mode mode = write_first && k == 0 ? DST_GRAD_WRITE : DST_GRAD_ACCUMULATE;
+            EXPECT_EQ(dst_layer_backward(l1.get(), nullptr, &dyv, &dmv, mode), DST_OK);
+            EXPECT_EQ(dst_layer_backward(l0.get(), nullptr, &dmv, &dxv, mode), DST_OK);
+            int boundary_next = -1;
+            EXPECT_EQ(dst_engine_is_boundary(e.get(), &boundary_next), DST_OK);
+            EXPECT_EQ(boundary_next, k == gas - 1);
+            EXPECT_EQ(dst_engine_step(e.get()), DST_OK) << dst_last_error();
         }
-        EXPECT_EQ(engine_state(e.get()).global_steps, 2);
-        EXPECT_EQ(engine_state(e.get()).micro_steps, 2 * gas);
-        EXPECT_EQ(engine_state(e.get()).global_samples, 12);
-        std::vector<std::vector<double>> w;
-        for (dst_layer *l : {l0.get(), l1.get()})
-            for (int p = 0; p < DST_PARAM_COUNT; ++p) w.push_back(get_param(l, kParamNames[p]));
-        return w;
-    };
-    const auto big = train(6, 1), small = train(2, 3);
+    }
+    EXPECT_EQ(engine_state(e.get()).global_steps, 2);
+    EXPECT_EQ(engine_state(e.get()).micro_steps, 2 * gas);
+    EXPECT_EQ(engine_state(e.get()).global_samples, 12);
+    std::vector<std::vector<double>> w;
+    for (dst_layer *l : {l0.get(), l1.get()})
+        for (int p = 0; p < DST_PARAM_COUNT; ++p) w.push_back(get_param(l, kParamNames[p]));
+    if (write_first) {  // the gradients of the last step are still there
+        double sum = 0;
+        for (const double g : get_grad(l1.get(), kParamNames[DST_PARAM_OUTPUT_W])) sum += std::fabs(g);
+        EXPECT_GT(sum, 0.0) << "the engine left the gradients as the last step found them";
+    }
+    return w;
+}
+
+TEST(EngineAccumulation, KMicroBatchesEqualOneBatchKTimesAsLarge) {
+    // Micro-batches of 2 sequences × 3 accumulation steps against one batch of 6. The gradients differ
+    // only by summation order, so the weights agree to fp32 rounding.
+    const auto big = accumulation_run(6, 1), small = accumulation_run(2, 3);
     ASSERT_EQ(big.size(), small.size());
     for (size_t i = 0; i < big.size(); ++i) {
         std::vector<double> a = small[i], b = big[i];
@@ -354,6 +367,57 @@ TEST(EngineAccumulation, KMicroBatchesEqualOneBatchKTimesAsLarge) {
         }
         EXPECT_LT(rel_l2(a, b), 1e-6) << "tensor " << i;
     }
+}
+
+TEST(EngineAccumulation, WritingTheFirstMicroBatchEqualsZeroingAtTheBoundary) {
+    // Leaving the gradients at the boundary and writing them in a step's first micro-batch is the same
+    // arithmetic as zeroing them and adding to zero: the same weights, value for value.
+    for (const int gas : {1, 3}) {
+        const auto zeroed = accumulation_run(6 / gas, gas), written = accumulation_run(6 / gas, gas, true);
+        ASSERT_EQ(zeroed.size(), written.size());
+        for (size_t i = 0; i < zeroed.size(); ++i) EXPECT_EQ(zeroed[i], written[i]) << "gas " << gas << " tensor " << i;
+    }
+}
+
+TEST(EngineAccumulation, ZeroGradsOnStepSetting) {
+    Ctx ctx = make_ctx();
+    Engine e = make_engine(ctx.get(), R"({"train_batch_size": 1, "optimizer": {"type": "adam"}, "fp16": {"enabled": true}})");
+    Param x(DST_DTYPE_FP16, DST_DTYPE_FP16, {1.0, -2.0, 0.5});
+    DST_ASSERT_OK(x.add(optimizer_of(e.get()), 0, "x"));
+    int on = -1;
+    DST_ASSERT_OK(dst_engine_get_zero_grads_on_step(e.get(), &on));
+    EXPECT_EQ(on, 1) << "zeroing at each boundary is the default";
+    for (const int bad : {-1, 2, 7})
+        EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "enabled", dst_engine_set_zero_grads_on_step(e.get(), bad));
+    DST_ASSERT_OK(dst_engine_get_zero_grads_on_step(e.get(), &on));
+    EXPECT_EQ(on, 1) << "a refused value leaves the setting";
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "engine", dst_engine_set_zero_grads_on_step(nullptr, 0));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "engine", dst_engine_get_zero_grads_on_step(nullptr, &on));
+    EXPECT_FAILS(DST_ERR_INVALID_ARGUMENT, "enabled", dst_engine_get_zero_grads_on_step(e.get(), nullptr));
+
+    DST_ASSERT_OK(dst_engine_set_zero_grads_on_step(e.get(), 0));
+    DST_ASSERT_OK(dst_engine_get_zero_grads_on_step(e.get(), &on));
+    EXPECT_EQ(on, 0);
+    // An applied step and an overflowed (skipped) one both leave the gradients.
+    x.g.set_doubles({0.25, 0.5, -1.0});
+    const auto before = x.p.bytes();
+    DST_ASSERT_OK(dst_engine_step(e.get()));
+    EXPECT_FALSE(x.p.same_bytes(before));
+    EXPECT_EQ(x.g.doubles(), (std::vector<double>{0.25, 0.5, -1.0}));
+    x.g.set(1, INFINITY);
+    const auto kept = x.p.bytes();
+    DST_ASSERT_OK(dst_engine_step(e.get()));
+    EXPECT_EQ(engine_state(e.get()).last_overflow, 1);
+    EXPECT_TRUE(x.p.same_bytes(kept));
+    EXPECT_EQ(x.g.get(0), 0.25);
+    EXPECT_TRUE(std::isinf(x.g.get(1)));
+    // dst_engine_zero_grads still zeroes; turning the setting back on zeroes at the next boundary.
+    DST_ASSERT_OK(dst_engine_zero_grads(e.get()));
+    EXPECT_EQ(x.g.doubles(), std::vector<double>(3, 0.0));
+    DST_ASSERT_OK(dst_engine_set_zero_grads_on_step(e.get(), 1));
+    x.g.set_doubles({0.25, 0.5, -1.0});
+    DST_ASSERT_OK(dst_engine_step(e.get()));
+    EXPECT_EQ(x.g.doubles(), std::vector<double>(3, 0.0));
 }
 
 TEST(EnginePrecision, Bf16ParametersTrainOnFp32Masters) {

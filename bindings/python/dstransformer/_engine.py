@@ -130,8 +130,9 @@ class DeepSpeedEngine(nn.Module):
     ``engine.step()`` is called after every micro-batch and steps the library's optimizer at the
     accumulation boundary. The parameters' ``.grad`` are buffers registered with the library (for a
     :class:`dstransformer.torch.TransformerLayer`, views into one gradient arena per layer); the engine
-    zeroes them at each boundary. If other code replaces them (``zero_grad(set_to_none=True)``,
-    ``p.grad = t``), they are copied back into the registered buffers before the next step.
+    zeroes them at each boundary (see :attr:`zero_grads_on_step`). If other code replaces them
+    (``zero_grad(set_to_none=True)``, ``p.grad = t``), they are copied back into the registered buffers
+    before the next step.
     """
 
     def __init__(self, args: Any, model: nn.Module, model_parameters: Any, config_text: str,
@@ -370,10 +371,30 @@ class DeepSpeedEngine(nn.Module):
     def is_gradient_accumulation_boundary(self) -> bool:
         return bool(_native.dst_engine_is_boundary(self._handle))
 
+    @property
+    def zero_grads_on_step(self) -> bool:
+        """Whether :meth:`step` zeroes the registered gradients at each accumulation boundary: True
+        (the default, as DeepSpeed) or False, which leaves them for the next step's first backward to
+        overwrite, as torch's ``zero_grad(set_to_none=True)`` does; that saves a write of every gradient
+        per step and the first micro-batch's reads of the zeros. Turn it off only if the first backward
+        of every step writes every registered gradient (e.g. a backward that writes the buffers with
+        ``DST_GRAD_WRITE``): torch's autograd adds into ``.grad``, so after a boundary with False a plain
+        ``engine.backward(loss)`` would add to the values left there (today the last step's gradients).
+        :meth:`zero_grad` still zeroes on request; the setting is not saved in checkpoints. See
+        ``dst_engine_set_zero_grads_on_step``."""
+        return bool(_native.dst_engine_get_zero_grads_on_step(self._handle))
+
+    @zero_grads_on_step.setter
+    def zero_grads_on_step(self, enabled: bool) -> None:
+        if not isinstance(enabled, bool):
+            raise TypeError(f"zero_grads_on_step must be a bool, got {enabled!r}")
+        _native.dst_engine_set_zero_grads_on_step(self._handle, int(enabled))
+
     def step(self, lr_kwargs: Optional[Dict[str, Any]] = None) -> None:
         """DeepSpeed's ``engine.step()``, after every micro-batch: at the accumulation boundary the
         overflow check, unscaling, clipping, the optimizer update with the scheduled lr, zeroed
-        gradients; elsewhere only the micro-step count advances."""
+        gradients (unless :attr:`zero_grads_on_step` is False); elsewhere only the micro-step count
+        advances."""
         del lr_kwargs
         self._check_params()
         self._attach_grads()

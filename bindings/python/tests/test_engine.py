@@ -6,7 +6,7 @@ save -> load -> continue gives the same losses and weights, bit for bit, as an u
 on in the library's layers, gradient accumulation 2, a schedule); AdamW (and Adam in L2 mode) match
 torch.optim within 1e-5 relative over several steps with two parameter groups, accumulation and
 clipping; the client state is any JSON value; configuration errors name the key's JSON path; fp16
-dynamic loss scaling skips an overflowed step and halves the scale.
+dynamic loss scaling skips an overflowed step and halves the scale; the zero_grads_on_step setting.
 """
 
 import argparse
@@ -392,3 +392,36 @@ def test_fp16_dynamic_loss_scale_skips_an_overflow():
     assert torch.equal(layer.attn_qkvw.detach(), w1)  # skipped: the weights did not change
     assert engine.loss_scale == 2048.0
     assert float(layer.attn_qkvw.grad.abs().max()) == 0.0  # zeroed after the skipped step too
+
+
+def test_zero_grads_on_step_setting():
+    """``engine.zero_grads_on_step``: True by default (the gradients zeroed at each boundary, as DeepSpeed);
+    False leaves them to the next step's first backward (``dst_engine_set_zero_grads_on_step``); anything
+    but a bool is refused, the setting unchanged."""
+    model = nn.Linear(4, 3)
+    engine, _, _, _ = deepspeed.initialize(model=model, config={
+        "train_batch_size": 2, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}})
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(3))
+    assert engine.zero_grads_on_step is True
+    engine.zero_grads_on_step = False
+    assert engine.zero_grads_on_step is False
+    engine.backward(engine(x).square().mean())
+    engine.step()
+    assert engine.global_steps == 1 and engine.was_step_applied()
+    assert float(model.weight.grad.abs().sum()) > 0  # not zeroed at the boundary
+    engine.zero_grad()  # still zeroes on request
+    assert float(model.weight.grad.abs().sum()) == 0.0
+    for bad in (0, 1, "no", None, 0.0):
+        with pytest.raises(TypeError, match="zero_grads_on_step must be a bool"):
+            engine.zero_grads_on_step = bad
+        assert engine.zero_grads_on_step is False
+    with pytest.raises(deepspeed.InvalidArgumentError):  # the C API refuses values other than 0 and 1
+        deepspeed._native.dst_engine_set_zero_grads_on_step(engine._handle, 2)
+    assert engine.zero_grads_on_step is False
+    engine.zero_grads_on_step = True
+    assert engine.zero_grads_on_step is True
+    engine.backward(engine(x).square().mean())
+    assert float(model.weight.grad.abs().sum()) > 0
+    engine.step()
+    assert engine.global_steps == 2
+    assert float(model.weight.grad.abs().sum()) == 0.0  # zeroed at the boundary again

@@ -1956,6 +1956,34 @@ DST_API dst_status dst_engine_step(dst_engine *engine);
  */
 DST_API dst_status dst_engine_zero_grads(dst_engine *engine);
 
+/**
+ * @brief Whether dst_engine_step() sets the registered gradients to zero at each boundary (1, the
+ * default, as DeepSpeed does) or leaves them for the next step's first backward to overwrite (0).
+ *
+ * Zeroing costs a write of every gradient per step, and the first micro-batch's backward then reads
+ * the zeros back to add to them. A trainer that writes every gradient in the first micro-batch of a
+ * step (::DST_GRAD_WRITE for its first contribution to each, ::DST_GRAD_ACCUMULATE after) saves both,
+ * as PyTorch's `zero_grad(set_to_none=True)` does. With 0, after a boundary the gradients hold values
+ * the caller must not use (today those of the step just taken, also when an overflow skipped it);
+ * a gradient the next step only accumulates into would carry them, so the trainer must write each one.
+ * dst_engine_zero_grads() still zeroes on request. The setting is not part of checkpoints.
+ * @param engine The engine.
+ * @param enabled 1 to zero at each boundary, 0 to leave the gradients to the caller.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL engine, `enabled` not 0 or 1; the setting is
+ *         unchanged).
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_set_zero_grads_on_step(dst_engine *engine, int enabled);
+
+/**
+ * @brief Reads the setting of dst_engine_set_zero_grads_on_step().
+ * @param engine The engine.
+ * @param[out] enabled Receives 1 (the gradients are zeroed at each boundary) or 0.
+ * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.
+ * Thread safety: as for its context. @since v0.1
+ */
+DST_API dst_status dst_engine_get_zero_grads_on_step(const dst_engine *engine, int *enabled);
+
 /** @brief The resolved configuration and the counters of an engine (dst_engine_get_state()). */
 typedef struct dst_engine_state {
     size_t struct_size;                        /**< Set by the caller to sizeof(dst_engine_state); only that

@@ -2259,6 +2259,38 @@ extern "C" {
     #[doc = " Thread safety: as for its context. @since v0.1"]
     pub fn dst_engine_zero_grads(engine: *mut dst_engine) -> dst_status;
 }
+extern "C" {
+    #[doc = " @brief Whether dst_engine_step() sets the registered gradients to zero at each boundary (1, the"]
+    #[doc = " default, as DeepSpeed does) or leaves them for the next step's first backward to overwrite (0)."]
+    #[doc = ""]
+    #[doc = " Zeroing costs a write of every gradient per step, and the first micro-batch's backward then reads"]
+    #[doc = " the zeros back to add to them. A trainer that writes every gradient in the first micro-batch of a"]
+    #[doc = " step (::DST_GRAD_WRITE for its first contribution to each, ::DST_GRAD_ACCUMULATE after) saves both,"]
+    #[doc = " as PyTorch's `zero_grad(set_to_none=True)` does. With 0, after a boundary the gradients hold values"]
+    #[doc = " the caller must not use (today those of the step just taken, also when an overflow skipped it);"]
+    #[doc = " a gradient the next step only accumulates into would carry them, so the trainer must write each one."]
+    #[doc = " dst_engine_zero_grads() still zeroes on request. The setting is not part of checkpoints."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @param enabled 1 to zero at each boundary, 0 to leave the gradients to the caller."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL engine, `enabled` not 0 or 1; the setting is"]
+    #[doc = "         unchanged)."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_set_zero_grads_on_step(
+        engine: *mut dst_engine,
+        enabled: ::std::os::raw::c_int,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Reads the setting of dst_engine_set_zero_grads_on_step()."]
+    #[doc = " @param engine The engine."]
+    #[doc = " @param[out] enabled Receives 1 (the gradients are zeroed at each boundary) or 0."]
+    #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]
+    #[doc = " Thread safety: as for its context. @since v0.1"]
+    pub fn dst_engine_get_zero_grads_on_step(
+        engine: *const dst_engine,
+        enabled: *mut ::std::os::raw::c_int,
+    ) -> dst_status;
+}
 #[doc = " @brief The resolved configuration and the counters of an engine (dst_engine_get_state())."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

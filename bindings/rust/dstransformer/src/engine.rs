@@ -210,6 +210,29 @@ impl Engine {
         Ok(b != 0)
     }
 
+    /// Chooses whether [`Engine::step`] sets the registered gradients to zero at each accumulation
+    /// boundary: `true` (the default, as DeepSpeed) or `false`, which leaves them for the next step's
+    /// first backward to overwrite (`dst_engine_set_zero_grads_on_step`). Off saves a write of every
+    /// gradient per step and the first micro-batch's reads of the zeros, but then that backward must
+    /// write every gradient ([`GradMode::Write`](crate::GradMode::Write) for its first contribution to
+    /// each): after a boundary they hold values not to be used. [`Engine::zero_grads`] still zeroes on
+    /// request; checkpoints do not hold the setting.
+    pub fn set_zero_grads_on_step(&mut self, enabled: bool) -> Result<()> {
+        let _guard = self.ctx.lock();
+        // SAFETY: a live engine; the value is 0 or 1.
+        check(unsafe { sys::dst_engine_set_zero_grads_on_step(self.raw.as_ptr(), enabled as i32) })
+    }
+
+    /// Whether [`Engine::step`] sets the registered gradients to zero at each boundary
+    /// (`dst_engine_get_zero_grads_on_step`).
+    pub fn zero_grads_on_step(&self) -> Result<bool> {
+        let mut enabled = 0i32;
+        let _guard = self.ctx.lock();
+        // SAFETY: a live engine and an out pointer.
+        check(unsafe { sys::dst_engine_get_zero_grads_on_step(self.raw.as_ptr(), &mut enabled) })?;
+        Ok(enabled != 0)
+    }
+
     /// Ends a micro-batch; at a boundary, runs the optimizer step (`dst_engine_step`).
     pub fn step(&mut self) -> Result<()> {
         let _guard = self.ctx.lock();

@@ -1,6 +1,7 @@
 //! The safe engine wrapper: the loss falls over a few steps of a two-layer stack (the example's
-//! `train`), configuration errors carry the library's message with the key's path, the loss scaler
-//! state of an fp16 engine, and a checkpoint round trip with its client state.
+//! `train`), configuration errors carry the library's message with the key's path, the
+//! zero_grads_on_step setting, the loss scaler state of an fp16 engine, and a checkpoint round trip
+//! with its client state.
 
 #[path = "../examples/engine.rs"]
 #[allow(dead_code)]
@@ -26,6 +27,19 @@ fn bad_config_names_the_key() {
     let err = Engine::new(&ctx, r#"{"train_batch_size": 4, "optimizer": {"type": "lion"}}"#).err().unwrap();
     assert_eq!(err.status(), Status::Unsupported);
     assert!(Engine::new(&ctx, "{not json").is_err());
+}
+
+#[test]
+fn zero_grads_on_step_setting() {
+    let ctx = Context::cpu().unwrap();
+    let mut engine = Engine::new(&ctx, r#"{"train_batch_size": 2, "optimizer": {"type": "adam"}}"#).unwrap();
+    assert!(engine.zero_grads_on_step().unwrap()); // the default: zeroed at each boundary, as DeepSpeed
+    engine.set_zero_grads_on_step(false).unwrap();
+    assert!(!engine.zero_grads_on_step().unwrap());
+    engine.set_zero_grads_on_step(true).unwrap();
+    assert!(engine.zero_grads_on_step().unwrap());
+    engine.set_zero_grads_on_step(false).unwrap();
+    assert!(!engine.zero_grads_on_step().unwrap());
 }
 
 #[test]

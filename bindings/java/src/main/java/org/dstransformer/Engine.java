@@ -188,6 +188,34 @@ public final class Engine implements AutoCloseable {
         return b[0] != 0;
     }
 
+    /**
+     * Chooses whether {@link #step()} sets the registered gradients to zero at each accumulation boundary:
+     * {@code true} (the default, as DeepSpeed) or {@code false}, which leaves them for the next step's first
+     * backward to overwrite ({@code dst_engine_set_zero_grads_on_step}). Off saves a write of every gradient
+     * per step and the first micro-batch's reads of the zeros, but then that backward must write every
+     * gradient ({@link GradMode#WRITE} for its first contribution to each): after a boundary they hold values
+     * not to be used. {@link #zeroGrads()} still zeroes on request; checkpoints do not hold the setting.
+     */
+    public void setZeroGradsOnStep(boolean enabled) {
+        synchronized (state.nc) {
+            check();
+            dstransformer_native.dst_engine_set_zero_grads_on_step(state.handle, enabled ? 1 : 0);
+        }
+    }
+
+    /**
+     * Whether {@link #step()} sets the registered gradients to zero at each boundary
+     * ({@code dst_engine_get_zero_grads_on_step}).
+     */
+    public boolean zeroGradsOnStep() {
+        int[] enabled = new int[1];
+        synchronized (state.nc) {
+            check();
+            dstransformer_native.dst_engine_get_zero_grads_on_step(state.handle, enabled);
+        }
+        return enabled[0] != 0;
+    }
+
     /** Ends a micro-batch; at an accumulation boundary, runs the optimizer step ({@code dst_engine_step}). */
     public void step() {
         synchronized (state.nc) {

@@ -11,7 +11,10 @@ import java.util.Random;
 
 import org.junit.jupiter.api.Test;
 
-/** The training engine: the loss of one layer falls under LAMB, config errors, loss scaler state, checkpoints. */
+/**
+ * The training engine: the loss of one layer falls under LAMB, config errors, the zeroGradsOnStep setting,
+ * loss scaler state, checkpoints.
+ */
 class EngineTest {
     private static LayerConfig small(DType dtype) {
         return new LayerConfig().setHiddenSize(16).setHeads(2).setIntermediateSize(24).setMaxBatchTokens(8)
@@ -61,6 +64,23 @@ class EngineTest {
             DstException u = assertThrows(DstException.class,
                     () -> new Engine(ctx, "{\"train_batch_size\": 4, \"optimizer\": {\"type\": \"lion\"}}"));
             assertEquals(Status.UNSUPPORTED, u.status());
+        }
+    }
+
+    @Test
+    void zeroGradsOnStepSetting() {
+        try (Context ctx = Context.cpu()) {
+            Engine engine = new Engine(ctx, "{\"train_batch_size\": 2, \"optimizer\": {\"type\": \"adam\"}}");
+            assertTrue(engine.zeroGradsOnStep()); // the default: zeroed at each boundary, as DeepSpeed
+            engine.setZeroGradsOnStep(false);
+            assertFalse(engine.zeroGradsOnStep());
+            engine.setZeroGradsOnStep(true);
+            assertTrue(engine.zeroGradsOnStep());
+            engine.setZeroGradsOnStep(false);
+            assertFalse(engine.zeroGradsOnStep());
+            engine.close();
+            assertThrows(IllegalStateException.class, engine::zeroGradsOnStep);
+            assertThrows(IllegalStateException.class, () -> engine.setZeroGradsOnStep(true));
         }
     }
 
