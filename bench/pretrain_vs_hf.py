@@ -23,7 +23,10 @@ Both train the same model on the same batches on the same GPU, in one run of thi
             --packed-layers adds a row "dst-pretrain packed" with `--layers packed` (always on the
             real tokens only, dst_layer_forward_packed), the same model; --eager-checks-row a row
             "dst-pretrain eager" with `--eager-checks` (the model ops' index checks wait for the GPU;
-            by default they run on the GPU without waiting, dst_context_set_index_checks)
+            by default they run on the GPU without waiting, dst_context_set_index_checks);
+            --zero-grads-row a row "dst-pretrain zeroing" with `--zero-grads` (the engine zeroes the
+            gradients at each step and every backward op adds to them; by default the first
+            micro-batch of a step writes them, dst_engine_set_zero_grads_on_step)
   HF        transformers.BertForPreTraining(attn_implementation="sdpa") with fp32 weights under
             torch.autocast(fp16|bf16) and torch.compile (default mode, one compilation per case, its
             seconds printed), torch.optim.AdamW(fused=True) with the same hyper-parameters and groups,
@@ -56,6 +59,7 @@ usage: python3 bench/pretrain_vs_hf.py --prog build/tools/dst-pretrain/dst-pretr
            [--cases fp16:128,bf16:128,fp16:512,bf16:512] [--warmup 3] [--steps 10] [--profile-steps 5]
            [--optimizer adamw|lamb] [--budget SECONDS] [--out DIR] [--work DIR] [--skip-hf] [--skip-ours]
            [--layers 24] [--hidden 1024] [--backend cuda|cpu] [--packed-layers] [--eager-checks-row]
+           [--zero-grads-row]
 The default needs a CUDA GPU and says so without one. --backend cpu runs both on the CPU (ours on its CPU
 backend; use fp32 cases and a small --layers/--hidden): a check of the script's plumbing, not a benchmark.
 """
@@ -260,16 +264,14 @@ class Case:
     def real_tokens(self):
         return sum(sum(b["lengths"]) for b in self.timed())
 
-    def train_ours(self, row, budget, profile, packed=False, eager=False):
+    def train_ours(self, row, budget, profile, packed=False, flags=(), tag=""):
         a = self.args
-        out = os.path.join(self.work, ("ours_profile" if profile else "ours") + ("_packed" if packed else "") +
-                           ("_eager" if eager else ""))
+        out = os.path.join(self.work, ("ours_profile" if profile else "ours") + ("_packed" if packed else "") + tag)
         shutil.rmtree(out, ignore_errors=True)
         steps = a.warmup + (a.profile_steps if profile else a.steps)
         cmd = [a.prog, "train", "--model-config", self.model_json, "--ds-config", self.ds_json] + self.common() + [
             "--steps", str(steps), "--eval-every", "0", "--no-export", "--no-checkpoint",
-            "--backend", a.backend, "--output", out] + (["--layers", "packed"] if packed else []) + \
-            (["--eager-checks"] if eager else [])
+            "--backend", a.backend, "--output", out] + (["--layers", "packed"] if packed else []) + list(flags)
         if not (profile and a.profile_calls):
             cmd.append("--quiet")
         if profile:
@@ -515,6 +517,8 @@ def parse_args():
     ap.add_argument("--skip-hf", action="store_true", help="no Hugging Face rows")
     ap.add_argument("--eager-checks-row", action="store_true",
                     help="also a row of dst-pretrain --eager-checks (the model ops' index checks waiting for the GPU)")
+    ap.add_argument("--zero-grads-row", action="store_true",
+                    help="also a row of dst-pretrain --zero-grads (the engine zeroing the gradients at each step)")
     ap.add_argument("--skip-ours", action="store_true", help="no dst-pretrain rows")
     ap.add_argument("--packed-layers", action="store_true",
                     help="also a dst-pretrain row with --layers packed (the layers on the real tokens only)")
@@ -578,8 +582,10 @@ def main():
             ours, hf = Row(dtype, S, case.B, "dst-pretrain"), Row(dtype, S, case.B, "HF compile + SDPA")
             packed = Row(dtype, S, case.B, "dst-pretrain packed")
             eager = Row(dtype, S, case.B, "dst-pretrain eager")
+            zeroing = Row(dtype, S, case.B, "dst-pretrain zeroing")
             rows = ([] if args.skip_ours else [ours] + ([packed] if args.packed_layers else []) +
-                    ([eager] if args.eager_checks_row else [])) + ([] if args.skip_hf else [hf])
+                    ([eager] if args.eager_checks_row else []) + ([zeroing] if args.zero_grads_row else [])) + \
+                ([] if args.skip_hf else [hf])
             report.cases.append(rows)
             try:
                 case.load_batches(budget)
@@ -595,10 +601,14 @@ def main():
                 if args.packed_layers:
                     runner.run("ours", packed, case, lambda: case.train_ours(packed, budget, profile=False, packed=True))
                 if args.eager_checks_row:
-                    runner.run("ours", eager, case, lambda: case.train_ours(eager, budget, profile=False, eager=True))
+                    runner.run("ours", eager, case, lambda: case.train_ours(eager, budget, profile=False,
+                                                                           flags=["--eager-checks"], tag="_eager"))
+                if args.zero_grads_row:
+                    runner.run("ours", zeroing, case, lambda: case.train_ours(zeroing, budget, profile=False,
+                                                                              flags=["--zero-grads"], tag="_zeroing"))
             if not args.skip_hf:
                 runner.run("hf", hf, case, lambda: case.train_hf(hf, budget))
-            for r in (ours, packed, eager):
+            for r in (ours, packed, eager, zeroing):
                 if r.samples_s is not None and hf.samples_s is not None:
                     r.vs_hf = r.samples_s / hf.samples_s
             for r in rows:

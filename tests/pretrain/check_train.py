@@ -16,6 +16,9 @@
                                                   time, the same losses as without it; --no-checkpoint
     check_train.py data-out    PROG OUT CONFIGS   `data --out`: the batch records agree with the summary
                                                   lines and with the rules of the masking
+    check_train.py zero-grads  PROG OUT CONFIGS   the first micro-batch of a step writing the gradients
+                                                  (default) == --zero-grads, bit for bit; zero-grads-cuda
+                                                  the same on CUDA (exit 77 without a GPU)
 
 Standard library only, except NumPy for the logits of hf-export (a Debian package of the build).
 Exit status 0 when the check passes, 1 when it fails, 77 when it is skipped.
@@ -492,6 +495,35 @@ def nccl_world1(prog, out, configs):
         print("%s: 4 steps, losses and %d tensors identical" % ("Pre-LN" if pre_ln else "Post-LN", len(a[1])))
 
 
+# ---- zero-grads ------------------------------------------------------------------------------------------
+def zero_grads(prog, out, configs, backend="cpu"):
+    """By default the engine leaves the gradients at each step and the first micro-batch of the next step
+    writes them; --zero-grads has the engine zero them and every backward op add to them. The same
+    arithmetic: the losses and the weights after 4 steps of 2 micro-batches are identical, Post-LN and
+    Pre-LN (its final LayerNorm), with padded and packed layers, dropout on."""
+    for pre_ln in (False, True):
+        for layers in ("padded", "packed"):
+            runs = {}
+            for name, extra in (("write", []), ("zero", ["--zero-grads"])):
+                o = fresh(os.path.join(out, "zero_grads_%s_%s_%s_%s" % (backend, "preln" if pre_ln else "postln",
+                                                                        layers, name)))
+                run_gpu(prog, ["train"] + tiny(configs, pre_ln) + ["--steps", "4", "--output", o, "--backend", backend,
+                                                                   "--eval-every", "0", "--no-export",
+                                                                   "--layers", layers] + extra, None, name)
+                tensors, _ = safetensors(os.path.join(o, "checkpoints", "global_step4",
+                                                      "mp_rank_00_model_states.safetensors"))
+                runs[name] = ([(r["step"], r["mlm_loss"], r["nsp_loss"]) for r in train_records(o)], tensors)
+            a, b = runs["write"], runs["zero"]
+            what = "%s, %s layers, %s" % ("Pre-LN" if pre_ln else "Post-LN", layers, backend)
+            if len(a[0]) != 4:
+                fail("%s: %d training records, expected 4" % (what, len(a[0])))
+            if a[0] != b[0]:
+                fail("%s: losses differ: written %s, zeroed %s" % (what, a[0], b[0]))
+            if sorted(a[1]) != sorted(b[1]) or any(a[1][k] != b[1][k] for k in a[1]):
+                fail("%s: the weights after 4 steps differ between writing and zeroing the gradients" % what)
+            print("%s: 4 steps of 2 micro-batches, losses and %d tensors identical" % (what, len(a[1])))
+
+
 # ---- replicas --------------------------------------------------------------------------------------------
 def replicas(prog, out, configs, backend="cpu", env=None, comm=None):
     """--check-replicas writes one "replicas" record per step (one rank: always the same), whose checksum
@@ -686,7 +718,8 @@ def main():
     t = time.time()
     {"loss-falls": loss_falls, "resume": resume, "interrupt": interrupt, "errors": errors, "hf-export": hf_export,
      "cpu-vs-cuda": cpu_vs_cuda, "packed-vs-padded": packed_vs_padded, "nccl-world1": nccl_world1, "profile": profile, "data-out": data_out,
-     "replicas": replicas, "replicas-nccl": replicas_nccl}[what](
+     "replicas": replicas, "replicas-nccl": replicas_nccl, "zero-grads": zero_grads,
+     "zero-grads-cuda": lambda p, o, c: zero_grads(p, o, c, backend="cuda")}[what](
         prog, out, *rest)
     print("PASS: %s (%.1f s)" % (what, time.time() - t))
     return 0

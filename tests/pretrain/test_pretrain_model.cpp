@@ -103,6 +103,19 @@ void make_model(Model &x, const dstp_model_config &c, dst_dtype dt, int32_t B, i
     ASSERT_EQ(dstp_model_create(x.ctx, &c, &o, &x.m, &err), DSTP_OK) << err.msg;
 }
 
+// Every gradient of the model's n tensors, in order, as T (the model's dtype; host memory: CPU backend).
+template <typename T>
+std::vector<T> all_grads(const std::vector<dstp_model_tensor> &ts, int n) {
+    std::vector<T> v;
+    for (int t = 0; t < n; ++t) {
+        int64_t count = 1;
+        for (int d = 0; d < ts[t].grad.ndim; ++d) count *= ts[t].grad.shape[d];
+        const T *g = static_cast<const T *>(ts[t].grad.data);
+        v.insert(v.end(), g, g + count);
+    }
+    return v;
+}
+
 double loss_of(dstp_model *m, const dstp_batch &b) {
     dstp_result r;
     dstp_error err;
@@ -123,7 +136,7 @@ TEST_P(PretrainModelGrad, EveryTensorMatchesFiniteDifferences) {
     dstp_error err;
     dstp_result r;
     ASSERT_EQ(dstp_model_zero_grads(x.m, &err), DSTP_OK) << err.msg;
-    ASSERT_EQ(dstp_model_train(x.m, &batch.b, 1.0f, nullptr, &r, &err), DSTP_OK) << err.msg;
+    ASSERT_EQ(dstp_model_train(x.m, &batch.b, 1.0f, 0, nullptr, &r, &err), DSTP_OK) << err.msg;
     EXPECT_EQ(r.mlm_n, static_cast<int64_t>(batch.rows.size()));
     EXPECT_EQ(r.nsp_n, 3);
     EXPECT_NEAR(r.mlm_loss + r.nsp_loss, loss_of(x.m, batch.b), 1e-12) << "training and evaluation forwards differ";
@@ -178,29 +191,72 @@ TEST(PretrainModel, MicroBatchGradientsAddUp) {
     dstp_result r;
     std::vector<dstp_model_tensor> ts(64);
     const int n = dstp_model_tensors(x.m, ts.data(), 64);
-    auto grads = [&]() {
-        std::vector<double> v;
-        for (int t = 0; t < n; ++t) {
-            int64_t count = 1;
-            for (int d = 0; d < ts[t].grad.ndim; ++d) count *= ts[t].grad.shape[d];
-            const double *g = static_cast<const double *>(ts[t].grad.data);
-            v.insert(v.end(), g, g + count);
-        }
-        return v;
-    };
+    auto grads = [&]() { return all_grads<double>(ts, n); };
     ASSERT_EQ(dstp_model_zero_grads(x.m, &err), DSTP_OK);
-    ASSERT_EQ(dstp_model_train(x.m, &a.b, 1.0f, nullptr, &r, &err), DSTP_OK) << err.msg;
+    ASSERT_EQ(dstp_model_train(x.m, &a.b, 1.0f, 0, nullptr, &r, &err), DSTP_OK) << err.msg;
     const std::vector<double> ga = grads();
     ASSERT_EQ(dstp_model_zero_grads(x.m, &err), DSTP_OK);
-    ASSERT_EQ(dstp_model_train(x.m, &b.b, 1.0f, nullptr, &r, &err), DSTP_OK) << err.msg;
+    ASSERT_EQ(dstp_model_train(x.m, &b.b, 1.0f, 0, nullptr, &r, &err), DSTP_OK) << err.msg;
     const std::vector<double> gb = grads();
     ASSERT_EQ(dstp_model_zero_grads(x.m, &err), DSTP_OK);
-    ASSERT_EQ(dstp_model_train(x.m, &a.b, 1.0f, nullptr, &r, &err), DSTP_OK);
-    ASSERT_EQ(dstp_model_train(x.m, &b.b, 0.5f, nullptr, &r, &err), DSTP_OK);
+    ASSERT_EQ(dstp_model_train(x.m, &a.b, 1.0f, 0, nullptr, &r, &err), DSTP_OK);
+    ASSERT_EQ(dstp_model_train(x.m, &b.b, 0.5f, 0, nullptr, &r, &err), DSTP_OK);
     const std::vector<double> gab = grads();
     ASSERT_EQ(ga.size(), gab.size());
     for (size_t i = 0; i < ga.size(); ++i) EXPECT_NEAR(gab[i], ga[i] + 0.5 * gb[i], 1e-13 * (1 + std::fabs(ga[i]))) << i;
 }
+
+// The first micro-batch of a step may write the gradients instead of adding to zeroed ones (dst-pretrain
+// does when the engine leaves them at its boundaries): the same values, whatever the gradients held before,
+// with and without masked tokens (without, the MLM head's gradients are zero and nothing else writes them),
+// on padded and packed layers; and a second micro-batch still adds to what the first wrote.
+class PretrainModelWrite : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PretrainModelWrite, WritingEqualsZeroingThenAdding) {
+    Model x;
+    make_model(x, tiny_config(GetParam()), DST_DTYPE_FP32, 3, 10);
+    ASSERT_NE(x.m, nullptr);
+    std::vector<dstp_model_tensor> ts(64);
+    const int n = dstp_model_tensors(x.m, ts.data(), 64);
+    auto grads = [&]() { return all_grads<float>(ts, n); };
+    auto poison = [&]() {  // what a previous step's gradients might hold
+        for (int t = 0; t < n; ++t) {
+            int64_t count = 1;
+            for (int d = 0; d < ts[t].grad.ndim; ++d) count *= ts[t].grad.shape[d];
+            float *g = static_cast<float *>(ts[t].grad.data);
+            for (int64_t i = 0; i < count; ++i) g[i] = 1e3f + static_cast<float>(i % 7);
+        }
+    };
+    Batch packed(3, 10, 37, {10, 6, 3}, 4), full(3, 10, 37, {10, 10, 10}, 5), none(3, 10, 37, {1, 1, 1}, 6);
+    ASSERT_GT(packed.b.nrows, 0);
+    ASSERT_EQ(none.b.nrows, 0) << "one-token sequences have no masked row";
+    dstp_error err;
+    dstp_result r;
+    for (const Batch *first : {&packed, &full, &none}) {
+        ASSERT_EQ(dstp_model_zero_grads(x.m, &err), DSTP_OK);
+        ASSERT_EQ(dstp_model_train(x.m, &first->b, 1.0f, 0, nullptr, &r, &err), DSTP_OK) << err.msg;
+        const std::vector<float> added = grads();
+        ASSERT_EQ(dstp_model_train(x.m, &full.b, 0.5f, 0, nullptr, &r, &err), DSTP_OK) << err.msg;
+        const std::vector<float> added2 = grads();
+        poison();
+        ASSERT_EQ(dstp_model_train(x.m, &first->b, 1.0f, 1, nullptr, &r, &err), DSTP_OK) << err.msg;
+        const std::vector<float> written = grads();
+        ASSERT_EQ(dstp_model_train(x.m, &full.b, 0.5f, 0, nullptr, &r, &err), DSTP_OK) << err.msg;
+        const std::vector<float> written2 = grads();
+        ASSERT_EQ(added.size(), written.size());
+        size_t differ = 0, differ2 = 0;
+        for (size_t i = 0; i < added.size(); ++i) {
+            differ += !(added[i] == written[i]);
+            differ2 += !(added2[i] == written2[i]);
+        }
+        EXPECT_EQ(differ, 0u) << "of " << added.size() << " gradient elements after the first micro-batch (" << first->b.nrows
+                              << " masked rows)";
+        EXPECT_EQ(differ2, 0u) << "after the second";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Arrangement, PretrainModelWrite, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool> &i) { return i.param ? "PreLN" : "PostLN"; });
 
 // The buckets of final gradients the data-parallel all-reduce starts from: each gradient of the model
 // lies in exactly one bucket, every layer's arena comes after the heads and before the embeddings in
@@ -237,8 +293,8 @@ TEST_P(PretrainModelBuckets, EveryGradientOnceFinalInBackwardOrder) {
     dstp_error err;
     dstp_result r;
     ASSERT_EQ(dstp_model_zero_grads(x.m, &err), DSTP_OK);
-    ASSERT_EQ(dstp_model_train(x.m, &a.b, 1.0f, nullptr, &r, &err), DSTP_OK) << err.msg;  // earlier micro-batch
-    ASSERT_EQ(dstp_model_train(x.m, &a.b, 1.0f, &hook, &r, &err), DSTP_OK) << err.msg;
+    ASSERT_EQ(dstp_model_train(x.m, &a.b, 1.0f, 0, nullptr, &r, &err), DSTP_OK) << err.msg;  // earlier micro-batch
+    ASSERT_EQ(dstp_model_train(x.m, &a.b, 1.0f, 0, &hook, &r, &err), DSTP_OK) << err.msg;
     std::vector<dstp_model_tensor> ts(96);
     const int n = dstp_model_tensors(x.m, ts.data(), 96);
     ASSERT_LE(n, 96);
@@ -291,7 +347,7 @@ TEST(PretrainModel, BatchThatDoesNotFitIsRefused) {
     bad_len.lengths[1] = 0;
     dstp_error err;
     dstp_result r;
-    EXPECT_EQ(dstp_model_train(x.m, &big.b, 1.0f, nullptr, &r, &err), DSTP_ERR_ARG);
+    EXPECT_EQ(dstp_model_train(x.m, &big.b, 1.0f, 0, nullptr, &r, &err), DSTP_ERR_ARG);
     EXPECT_NE(std::string(err.msg).find("does not fit"), std::string::npos) << err.msg;
     EXPECT_EQ(dstp_model_evaluate(x.m, &bad_len.b, &r, &err), DSTP_ERR_ARG);
     EXPECT_NE(std::string(err.msg).find("has length 0"), std::string::npos) << err.msg;

@@ -121,6 +121,9 @@ static void train_usage(FILE *f) {
           "  --eager-checks       the library's model ops check their token ids, rows and labels before\n"
           "                       returning, waiting for the GPU each time (default: on the GPU without\n"
           "                       waiting, reported by a later call; the loader has checked them already)\n"
+          "  --zero-grads         the engine sets the gradients to zero at each step and every backward op\n"
+          "                       adds to them (default: the step leaves them, and the first micro-batch\n"
+          "                       of the next step writes them: one pass over the gradients fewer)\n"
           "  --no-checkpoint      write no checkpoint (not every N steps, at the end or on a signal)\n"
           "  --layers M           how the layers run: padded (on the padded batch, key lengths), packed (on\n"
           "                       the real tokens only) or auto (default: packed when at most 90 % of the\n"
@@ -383,6 +386,7 @@ static int cmd_train(int argc, char **argv) {
         else if (strcmp(a, "--no-overlap") == 0) o.no_overlap = 1;
         else if (strcmp(a, "--check-replicas") == 0) o.check_replicas = 1;
         else if (strcmp(a, "--eager-checks") == 0) o.eager_checks = 1;
+        else if (strcmp(a, "--zero-grads") == 0) o.zero_grads = 1;
         else if (strcmp(a, "--layers") == 0 && next &&
                  (strcmp(next, "auto") == 0 || strcmp(next, "padded") == 0 || strcmp(next, "packed") == 0)) {
             o.layers = strcmp(next, "packed") == 0 ? DSTP_LAYERS_PACKED

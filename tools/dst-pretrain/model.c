@@ -11,7 +11,9 @@
  *   nsp = linear_cross_entropy(tanh(h[CLS]·W_pᵀ + b_p), W_n, b_n, next)    (with the NSP head)
  *
  * and backward in reverse, every parameter gradient accumulated (DST_GRAD_ACCUMULATE), so that
- * micro-batches add up and the tied word table collects the decoder's and the embedding's parts.
+ * micro-batches add up and the tied word table collects the decoder's and the embedding's parts; or, in
+ * the first micro-batch of a step when the engine leaves the gradients at its boundaries, written
+ * (DST_GRAD_WRITE) by its first contribution and accumulated after.
  */
 #include "model.h"
 
@@ -742,9 +744,9 @@ static dstp_status encode(dstp_model *m, const dstp_batch *b, int train, uint64_
 }
 
 /* The heads on the sequence output, forward (and, when train, the fused loss gradients). */
-static dstp_status heads(dstp_model *m, const dstp_batch *b, void *seq, int train, float gs, dstp_error *err) {
+static dstp_status heads(dstp_model *m, const dstp_batch *b, void *seq, int train, float gs, dst_grad_mode acc,
+                         dstp_error *err) {
     const int64_t B = b->batch, N = B * b->seq, H = m->H, M = b->nrows;
-    const dst_grad_mode acc = DST_GRAD_ACCUMULATE;
     const dst_tensor h = view(seq, m->dt, 2, N, H, 0);
     if (M > 0) {
         const dst_tensor rows = view(m->rows, DST_DTYPE_INT32, 1, M, 0, 0), labels = view(m->labels, DST_DTYPE_INT32, 1, M, 0, 0);
@@ -811,13 +813,15 @@ static void rotate(void **dout, void *spare[2]) {
     spare[1] = t;
 }
 
-dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const dstp_grad_hook *hook, dstp_result *r,
-                             dstp_error *err) {
+dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, int write, const dstp_grad_hook *hook,
+                             dstp_result *r, dstp_error *err) {
     static const int heads_done[] = {P_T_W, P_T_B, P_T_LN_W, P_T_LN_B, P_DEC_B, P_POOL_W, P_POOL_B, P_NSP_W, P_NSP_B};
     static const int final_done[] = {P_FIN_LN_W, P_FIN_LN_B};
     static const int embed_done[] = {P_WORD, P_POS, P_TYPE, P_EMB_LN_W, P_EMB_LN_B};
     const int64_t B = b->batch, S = b->seq, N = B * S, H = m->H, M = b->nrows;
-    const dst_grad_mode acc = DST_GRAD_ACCUMULATE;
+    /* The mode of each parameter gradient's first contribution in this micro-batch (the tied word table's
+     * second one, in the embedding backward, always adds). */
+    const dst_grad_mode acc = write ? DST_GRAD_WRITE : DST_GRAD_ACCUMULATE;
     const size_t act = (size_t)N * (size_t)H * m->esz;
     uint64_t dseed = 0, doff = 0;
     void *seq = NULL, *dout, *spare[2];
@@ -825,7 +829,7 @@ dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const
     dst_tensor gseq = view(m->g_seq, m->dt, 2, N, H, 0);
     if (upload(m, b, err)) return DSTP_ERR_ARG;
     LAP(DSTP_PHASE_DATA);
-    if (encode(m, b, 1, &dseed, &doff, &seq, err) || heads(m, b, seq, 1, gs, err)) return DSTP_ERR_STATE;
+    if (encode(m, b, 1, &dseed, &doff, &seq, err) || heads(m, b, seq, 1, gs, acc, err)) return DSTP_ERR_STATE;
 
     /* Heads backward into g_seq [N, H]: the MLM rows written, the [CLS] rows added. */
     if (M > 0) {
@@ -841,8 +845,13 @@ dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const
         LIB(dst_dense_backward(m->ctx, &dtg, &hm, &tw, &tp, m->cfg.gelu_tanh ? DST_ACTIVATION_GELU_TANH : DST_ACTIVATION_GELU_ERF,
                                &dhm, &dtw, &dtb, acc));
         LIB(dst_scatter_rows(m->ctx, &dhm, &rows, &gseq, DST_GRAD_WRITE));
-    } else if (zero_bytes(m, m->g_seq, act, err)) {
-        return DSTP_ERR_STATE;
+    } else {
+        static const int mlm[] = {P_T_W, P_T_B, P_T_LN_W, P_T_LN_B, P_DEC_B};
+        int k;
+        if (zero_bytes(m, m->g_seq, act, err)) return DSTP_ERR_STATE;
+        /* No masked token: the MLM head contributes nothing, and in write mode nothing wrote its gradients. */
+        for (k = 0; write && k < (int)(sizeof mlm / sizeof mlm[0]); ++k)
+            if (zero_bytes(m, m->p[mlm[k]].grad, m->p[mlm[k]].bytes, err)) return DSTP_ERR_STATE;
     }
     if (m->cfg.next_sentence_prediction) {
         const dst_tensor crow = view(m->cls_rows, DST_DTYPE_INT32, 1, B, 0, 0), pw = pview(m, &m->p[P_POOL_W], 0);
@@ -851,7 +860,7 @@ dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const
         dst_tensor dpw = pview(m, &m->p[P_POOL_W], 1), dpb = pview(m, &m->p[P_POOL_B], 1);
         dst_tensor dcls = view(m->g_cls, m->dt, 2, B, H, 0);
         LIB(dst_dense_backward(m->ctx, &dpooled, &cls, &pw, &pp, DST_ACTIVATION_TANH, &dcls, &dpw, &dpb, acc));
-        LIB(dst_scatter_rows(m->ctx, &dcls, &crow, &gseq, acc));
+        LIB(dst_scatter_rows(m->ctx, &dcls, &crow, &gseq, DST_GRAD_ACCUMULATE)); /* onto the MLM rows */
     }
     if (bucket(m, hook, heads_done, (int)(sizeof heads_done / sizeof heads_done[0]), err)) return DSTP_ERR_STATE;
 
@@ -909,7 +918,12 @@ dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const
         dst_tensor dword = pview(m, &m->p[P_WORD], 1), dpos = pview(m, &m->p[P_POS], 1), dtype = pview(m, &m->p[P_TYPE], 1);
         LIB(dst_dropout_backward(m->ctx, &dx0, m->cfg.hidden_dropout_prob, dseed, doff, &dx0));
         LIB(dst_layernorm_backward(m->ctx, &dx0, &e, &lnw, &lnb, &es, &de, &dlnw, &dlnb, acc));
-        LIB(dst_embedding_backward(m->ctx, &de, &ids, &types, &dword, &dpos, &dtype, acc));
+        if (write && M > 0) { /* the decoder wrote the word table: its rows add, the other two tables are written */
+            LIB(dst_embedding_backward(m->ctx, &de, &ids, &types, NULL, &dpos, &dtype, DST_GRAD_WRITE));
+            LIB(dst_embedding_backward(m->ctx, &de, &ids, &types, &dword, NULL, NULL, DST_GRAD_ACCUMULATE));
+        } else {
+            LIB(dst_embedding_backward(m->ctx, &de, &ids, &types, &dword, &dpos, &dtype, acc));
+        }
     }
     if (bucket(m, hook, embed_done, (int)(sizeof embed_done / sizeof embed_done[0]), err)) return DSTP_ERR_STATE;
     {
@@ -923,7 +937,8 @@ dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float gs, const
 dstp_status dstp_model_evaluate(dstp_model *m, const dstp_batch *b, dstp_result *r, dstp_error *err) {
     void *seq = NULL;
     if (upload(m, b, err)) return DSTP_ERR_ARG;
-    if (encode(m, b, 0, NULL, NULL, &seq, err) || heads(m, b, seq, 0, 1.0f, err)) return DSTP_ERR_STATE;
+    if (encode(m, b, 0, NULL, NULL, &seq, err) || heads(m, b, seq, 0, 1.0f, DST_GRAD_ACCUMULATE, err))
+        return DSTP_ERR_STATE;
     return read_results(m, b, b->nrows > 0, m->cfg.next_sentence_prediction, r, err);
 }
 

@@ -170,10 +170,12 @@ typedef struct dstp_grad_hook {
  * layers as DSTP_PHASE_LAYERS and everything else as DSTP_PHASE_EMBED_HEAD. The profile stays the caller's. */
 void dstp_model_set_profile(dstp_model *m, dstp_profile *p);
 /* One training micro-batch: forward with dropout, the MLM (and NSP) loss, and backward accumulating every
- * gradient; the loss gradients are multiplied by grad_scale (loss scale / accumulation steps). `hook`
- * (NULL: none) hears of each bucket of final gradients; pass it on the last micro-batch of a step. */
-dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float grad_scale, const dstp_grad_hook *hook,
-                             dstp_result *r, dstp_error *err);
+ * gradient, or, with `write`, writing every gradient (the first micro-batch of a step when nothing zeroed
+ * them: the same values as zeroing, then accumulating); the loss gradients are multiplied by grad_scale
+ * (loss scale / accumulation steps). `hook` (NULL: none) hears of each bucket of final gradients; pass it
+ * on the last micro-batch of a step. */
+dstp_status dstp_model_train(dstp_model *m, const dstp_batch *b, float grad_scale, int write,
+                             const dstp_grad_hook *hook, dstp_result *r, dstp_error *err);
 /* The same forward in inference mode (no dropout, no RNG taken, nothing saved), losses only. */
 dstp_status dstp_model_evaluate(dstp_model *m, const dstp_batch *b, dstp_result *r, dstp_error *err);
 /* MLM logits [len, V] (fp32, host memory) of one sequence in inference mode. */

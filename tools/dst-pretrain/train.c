@@ -1,7 +1,8 @@
 /*
  * dst-pretrain's training loop. Per micro-batch (deepspeed_engine.md §7.6): the loader thread's next
- * batch, dstp_model_train (forward, loss, backward accumulating), dst_engine_step (the optimizer step at
- * an accumulation boundary). At each boundary: a metrics line; every print interval a progress line;
+ * batch, dstp_model_train (forward, loss, backward: the first micro-batch of a step writes the gradients,
+ * the others add to them), dst_engine_step (the optimizer step at an accumulation boundary, which leaves
+ * the gradients unzeroed unless --zero-grads). At each boundary: a metrics line; every print interval a progress line;
  * every eval interval the held-out loss; every save interval a checkpoint, whose client state holds
  * what a resume needs (epoch, step, samples, data position, the data settings and the model config).
  *
@@ -500,6 +501,7 @@ int dstp_train(const dstp_train_options *o) {
     dstp_profile prof, *pp = NULL;
     double prof_total[DSTP_PHASE_COUNT];
     int64_t prof_steps = 0, prof_micro = 0;
+    int first_micro = 1; /* the next micro-batch is the first of a step (a run and a resume start at a boundary) */
     const char *data_kind = o->num_shards ? "hdf5" : "text";
     const char *export_dir = NULL;
 
@@ -603,6 +605,9 @@ int dstp_train(const dstp_train_options *o) {
     hook.user = o->no_overlap ? (void *)&deferred : (void *)comm;
     if (!(rank_ds = per_rank_config(ds_text, world))) goto done;
     LIBCALL(dst_engine_create(ctx, rank_ds, 1, &engine), DSTP_EXIT_CONFIG);
+    /* The first micro-batch of each step writes every gradient (dstp_model_train), so the engine need not
+     * zero them at its boundaries. */
+    LIBCALL(dst_engine_set_zero_grads_on_step(engine, o->zero_grads ? 1 : 0), DSTP_EXIT_FAILURE);
     LIBCALL(dst_engine_get_state(engine, &es), DSTP_EXIT_FAILURE);
     print_every = o->print_every > 0 ? o->print_every : es.steps_per_print > 0 ? es.steps_per_print : 10;
 
@@ -821,7 +826,8 @@ int dstp_train(const dstp_train_options *o) {
         LIBCALL(dst_engine_is_boundary(engine, &boundary), DSTP_EXIT_FAILURE);
         if (boundary) LIBCALL(dst_engine_get_lr(engine, 0, &lr), DSTP_EXIT_FAILURE);
         dstp_comm_heartbeat(comm);
-        st = dstp_model_train(model, b, grad_scale, boundary ? &hook : NULL, &r, &err);
+        st = dstp_model_train(model, b, grad_scale, first_micro && !o->zero_grads, boundary ? &hook : NULL, &r, &err);
+        first_micro = boundary;
         if (st == DSTP_OK && boundary && o->no_overlap) { /* every bucket at once, after the backward */
             st = dstp_comm_reduce(comm, deferred.t, deferred.n, &err);
             deferred.n = 0;

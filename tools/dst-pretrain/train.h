@@ -62,6 +62,8 @@ typedef struct dstp_train_options {
     int no_overlap;            /* all-reduce the gradients after the backward instead of during it */
     int check_replicas;        /* compare a checksum of the weights over the ranks after every step */
     int eager_checks;          /* the model ops' index checks wait for the device (default: deferred) */
+    int zero_grads;            /* the engine zeroes the gradients at each step (default: the first micro-batch
+                                  of a step writes them) */
 } dstp_train_options;
 
 void dstp_train_options_default(dstp_train_options *o);
