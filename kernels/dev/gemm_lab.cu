@@ -16,7 +16,9 @@
 // configuration (algo id, tile, stages, split-K, reduction scheme, CTA swizzling, custom option, inner
 // and cluster shape, waves), to find a run-independent rule where the first choice is not the fastest.
 // The BGRADB bias gradient is checked against column_sum (fp32 sums of the same data; relative
-// difference printed), so a fast algorithm that computes something else would show.
+// difference printed), so a fast algorithm that computes something else would show. Every algorithm's
+// output is compared bit for bit with the first's ("same" / how many elements differ, and "bits
+// same/N" in the summary): whether choosing among them by time could change a result.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -106,8 +108,19 @@ void describe(const cublasLtMatmulHeuristicResult_t &h, int i, float ms, float h
 
 struct Timed {
     float h0 = -1, best = -1;
-    int best_i = -1, n = 0;
+    int best_i = -1, n = 0, same = 0;  // same: algorithms whose output has the first's bits
+    float best_same = -1;              // the fastest of those
 };
+
+// Elements of the M×N output (leading dimension ldd, 2-byte elements) that differ from `ref`.
+int64_t differing(const void *d, int64_t M, int64_t N, int64_t ldd, const std::vector<uint16_t> &ref) {
+    std::vector<uint16_t> h(static_cast<size_t>(ldd * N));
+    LAB_CHECK(cudaMemcpy(h.data(), d, h.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    int64_t n = 0;
+    for (int64_t j = 0; j < N; ++j)
+        for (int64_t i = 0; i < M; ++i) n += h[size_t(j * ldd + i)] != ref[size_t(j * ldd + i)];
+    return n;
+}
 
 // Times the heuristic's algorithms for the problem (up to 16); h0 is the first.
 Timed run(cudaDataType_t type, const Problem &p) {
@@ -137,6 +150,7 @@ Timed run(cudaDataType_t type, const Problem &p) {
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 16, heur, &found);
     if (st == CUBLAS_STATUS_SUCCESS) {
         const float one = 1.0f, zero = 0.0f;
+        std::vector<uint16_t> ref;
         for (int i = 0; i < found; ++i) {
             if (heur[i].state != CUBLAS_STATUS_SUCCESS) continue;
             bool ok = true;
@@ -146,8 +160,25 @@ Timed run(cudaDataType_t type, const Problem &p) {
                     ok = false;
             });
             if (!ok) continue;
-            if (i == 0) t.h0 = ms;
-            if (detail && p.epi == CUBLASLT_EPILOGUE_DEFAULT) describe(heur[i], i, ms, t.h0);
+            int64_t diff = 0;
+            if (i == 0) {
+                t.h0 = ms;
+                ref.resize(static_cast<size_t>(p.ldd * p.N));
+                LAB_CHECK(cudaMemcpy(ref.data(), p.D, ref.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+            } else if (!ref.empty()) {
+                diff = differing(p.D, p.M, p.N, p.ldd, ref);
+            } else {
+                diff = -1;  // the first failed: nothing to compare with
+            }
+            if (diff == 0) {
+                ++t.same;
+                if (t.best_same < 0 || ms < t.best_same) t.best_same = ms;
+            }
+            if (detail && p.epi == CUBLASLT_EPILOGUE_DEFAULT) {
+                describe(heur[i], i, ms, t.h0);
+                std::printf("          bits: %s", diff == 0 ? "same as #0\n" : "");
+                if (diff != 0) std::printf("%lld of %lld elements differ from #0\n", (long long)diff, (long long)(p.M * p.N));
+            }
             if (t.best < 0 || ms < t.best) {
                 t.best = ms;
                 t.best_i = i;
@@ -164,9 +195,10 @@ Timed run(cudaDataType_t type, const Problem &p) {
 }
 
 std::string cell(const Timed &t) {
-    char buf[96];
+    char buf[160];
     if (t.n == 0) return "      none";
-    std::snprintf(buf, sizeof buf, "h0 %7.1f  best/%-2d %7.1f (#%d)", t.h0 * 1e3, t.n, t.best * 1e3, t.best_i);
+    std::snprintf(buf, sizeof buf, "h0 %7.1f  best/%-2d %7.1f (#%d)  bits same/%d: %d, best %7.1f", t.h0 * 1e3, t.n,
+                  t.best * 1e3, t.best_i, t.n, t.same, t.best_same * 1e3);
     return buf;
 }
 

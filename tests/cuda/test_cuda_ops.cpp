@@ -1154,6 +1154,77 @@ TEST(CudaBackend, BiasGradientPathsSameBits) {
     }
 }
 
+// The backend times the FP16/BF16 GEMM algorithms of one kernel family (same algorithm id, no split-K)
+// on the first call of a size class and keeps the fastest (DST_GEMM_TUNE=0: the heuristic's first).
+// Every candidate sums in the same order, so the tuned backend gives the untuned one's bits: the
+// layer's four linears (BERT-Large widths, 2048 rows), forward with the bias epilogue, data and weight
+// gradients, and awkward sizes, each twice on the tuned backend (the first call times, the second
+// runs the choice).
+TEST(CudaBackend, TunedGemmAlgorithmsGiveTheHeuristicsBits) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    auto make = [](bool tune) {
+        if (tune) ::unsetenv("DST_GEMM_TUNE");
+        else ::setenv("DST_GEMM_TUNE", "0", 1);
+        Backend *raw = nullptr;
+        EXPECT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
+        ::unsetenv("DST_GEMM_TUNE");
+        return std::unique_ptr<Backend>(raw);
+    };
+    std::unique_ptr<Backend> plain = make(false), tuned = make(true);
+    ASSERT_TRUE(plain && tuned);
+    struct Lin {
+        int64_t n, k, m;
+    } lins[] = {{2048, 1024, 3072}, {2048, 1024, 1024}, {2048, 1024, 4096}, {2048, 4096, 1024}, {1000, 520, 1032}};
+    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16}) {
+        for (const Lin &L : lins) {
+            SCOPED_TRACE("dtype " + std::to_string(static_cast<int>(dt)) + " n " + std::to_string(L.n) + " k " +
+                         std::to_string(L.k) + " m " + std::to_string(L.m));
+            HostBuf x(dt, L.n * L.k), w(dt, L.m * L.k), b(dt, L.m), dy(dt, L.n * L.m);
+            std::mt19937_64 rng(L.n + L.k + L.m);
+            std::uniform_real_distribution<double> uni(-1.0, 1.0);
+            for (HostBuf *h : {&x, &w, &b, &dy})
+                for (int64_t i = 0; i < h->count; ++i) h->set(i, uni(rng));
+            // outputs: y [n,m], dx [n,k], dw [m,k] per backend and run
+            std::vector<unsigned char> out[2][2][3];
+            for (int be_i = 0; be_i < 2; ++be_i) {
+                Backend *be = be_i ? tuned.get() : plain.get();
+                void *p[7] = {};
+                const size_t es = dst_dtype_size(dt);
+                const size_t sizes[7] = {x.bytes.size(), w.bytes.size(), b.bytes.size(), dy.bytes.size(),
+                                         size_t(L.n * L.m) * es, size_t(L.n * L.k) * es, size_t(L.m * L.k) * es};
+                for (int i = 0; i < 7; ++i) ASSERT_EQ(be->alloc(sizes[i], &p[i]), DST_OK);
+                HostBuf *in[4] = {&x, &w, &b, &dy};
+                for (int i = 0; i < 4; ++i)
+                    ASSERT_EQ(be->copy(p[i], in[i]->data(), in[i]->bytes.size(), CopyKind::HostToDevice), DST_OK);
+                for (int run = 0; run < 2; ++run) {
+                    ASSERT_EQ(be->linear_fwd(dt, p[0], p[1], p[2], p[4], L.n, L.k, L.m, nullptr, nullptr), DST_OK);
+                    ASSERT_EQ(be->linear_bwd_data(dt, p[3], p[1], p[5], L.n, L.k, L.m, nullptr), DST_OK);
+                    ASSERT_EQ(be->linear_bwd_weight(dt, p[3], p[0], p[6], nullptr, L.n, L.k, L.m, false), DST_OK);
+                    for (int o = 0; o < 3; ++o) {
+                        out[be_i][run][o].resize(sizes[4 + o]);
+                        ASSERT_EQ(be->copy(out[be_i][run][o].data(), p[4 + o], sizes[4 + o], CopyKind::DeviceToHost),
+                                  DST_OK);
+                    }
+                }
+                for (void *q : p) be->free(q);
+            }
+            const char *names[3] = {"y", "dx", "dw"};
+            for (int o = 0; o < 3; ++o) {
+                EXPECT_EQ(out[0][1][o], out[0][0][o]) << names[o] << ": untuned, second run";
+                EXPECT_EQ(out[1][0][o], out[0][0][o]) << names[o] << ": tuned (first call, timing) against untuned";
+                EXPECT_EQ(out[1][1][o], out[0][0][o]) << names[o] << ": tuned (the choice) against untuned";
+            }
+        }
+    }
+    const auto *t = dynamic_cast<const dst::CudaBackend *>(tuned.get());
+    const auto *u = dynamic_cast<const dst::CudaBackend *>(plain.get());
+    ASSERT_TRUE(t && u);
+    EXPECT_EQ(u->gemm_classes_timed(), 0) << "DST_GEMM_TUNE=0 times nothing";
+    EXPECT_GT(t->gemm_classes_timed(), 0) << "no size class had candidates: the test compared nothing tuned";
+    std::printf("GEMM tuning: %d size classes timed, %d chose another algorithm than the heuristic's first\n",
+                t->gemm_classes_timed(), t->gemm_classes_changed());
+}
+
 // Kernels launched as programmatic dependents (kernels/launch.cuh) wait for the kernel before them on
 // the device. A chain in which every op reads what the previous one wrote, several in place, gives
 // the same bits with no synchronisation between the ops as with one after each (the host then

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -31,6 +32,7 @@
 #include "core/error.h"
 #include "kernels/bias.cuh"
 #include "kernels/checks.cuh"
+#include "kernels/digest.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
@@ -81,6 +83,10 @@ dst_status CudaBackend::create(int device, CudaBackend **out) {
     DST_CUDA_CHECK(cudaStreamCreateWithFlags(&be->own_stream_, cudaStreamNonBlocking));
     be->stream_ = be->own_stream_;
     DST_CUBLASLT_CHECK(cublasLtCreate(&be->lt_));
+    {
+        const char *tune = std::getenv("DST_GEMM_TUNE");
+        be->gemm_tuning_ = !(tune && std::strcmp(tune, "0") == 0);
+    }
     DST_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&be->flag_), sizeof(int)));
     DST_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&be->check_host_), sizeof(cuda::DeferredCheck),
                                  cudaHostAllocMapped | cudaHostAllocPortable));
@@ -112,6 +118,8 @@ CudaBackend::~CudaBackend() {
         if (flag_) (void)cudaFree(flag_);
         if (check_host_) (void)cudaFreeHost(check_host_);
         if (lt_) (void)cublasLtDestroy(lt_);
+        for (cudaEvent_t e : tune_events_)
+            if (e) (void)cudaEventDestroy(e);
         if (own_stream_) (void)cudaStreamDestroy(own_stream_);
     }
     (void)cudaGetLastError();
@@ -386,14 +394,49 @@ int64_t size_class(int64_t x) {
 
 }  // namespace
 
+namespace {
+
+// An attribute of an algorithm's configuration (the query wants its exact size); -1 when not readable.
+int64_t algo_attribute(const cublasLtMatmulAlgo_t &algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+    uint64_t v = 0;
+    size_t need = 0, got = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &need) != CUBLAS_STATUS_SUCCESS || need == 0 ||
+        need > sizeof v)
+        return -1;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, need, &got) != CUBLAS_STATUS_SUCCESS) return -1;
+    return static_cast<int64_t>(v);  // little-endian: the low bytes
+}
+
+// Whether two algorithms are of one kernel family that sums every output element over K in the same
+// order: the same algorithm id, no split-K, no reduction. Within such a family only the tile, cluster
+// and scheduling differ; kernels/dev/gemm_lab.cu compares their outputs bit for bit.
+bool same_summation(const cublasLtMatmulAlgo_t &a, const cublasLtMatmulAlgo_t &b) {
+    const int64_t id = algo_attribute(a, CUBLASLT_ALGO_CONFIG_ID);
+    return id >= 0 && id == algo_attribute(b, CUBLASLT_ALGO_CONFIG_ID) &&
+           algo_attribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) == 1 &&
+           algo_attribute(b, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) == 1 &&
+           algo_attribute(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) == CUBLASLT_REDUCTION_SCHEME_NONE &&
+           algo_attribute(b, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) == CUBLASLT_REDUCTION_SCHEME_NONE;
+}
+
+// Device bytes at the end of the GEMM workspace that tune_class uses for its digests.
+constexpr size_t kDigestBytes = 256;
+
+}  // namespace
+
 // The algorithm of a problem not seen before. cuBLASLt's heuristic costs up to a few milliseconds of
 // host time per query, and some callers meet a new size at every call (the masked rows of an MLM head
 // change from batch to batch), so the heuristic runs once per size class: on the representative
-// problem, every extent rounded up by size_class; its algorithm serves each problem of the class that
-// cublasLtMatmulAlgoCheck accepts (the problem's own query otherwise). The choice depends on the
-// problem alone, never on the order in which problems arrive (run-to-run determinism).
+// problem, every extent rounded up by size_class; the class's algorithm serves each problem of the
+// class that cublasLtMatmulAlgoCheck accepts (the problem's own query otherwise).
+// The heuristic's first choice is not always the fastest it offers (8–18 % slower for some of the
+// layer's GEMMs on the H200), so for FP16/BF16 the class keeps the other algorithms of the first one's
+// family (same_summation) as candidates, and the first call of the class that may overwrite its
+// output (β = 0, not capturing, not batched) times them on its own problem (tune_class). Every
+// candidate gives the first one's bits, so results depend on the problem alone, never on the timing
+// or on the order in which problems arrive (run-to-run determinism); the timing chooses the speed.
 dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataType_t d_type, const Gemm &g,
-                                    size_t ws_bytes, uint32_t al_a, uint32_t al_b, uint32_t al_d,
+                                    size_t ws_bytes, void *ws_ptr, uint32_t al_a, uint32_t al_b, uint32_t al_d,
                                     const int64_t (&key)[kLtKey], cublasLtMatmulAlgo_t *algo, size_t *ws) {
     const uint64_t ws_limit = ws_bytes;
     DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&mm.pref));
@@ -412,8 +455,8 @@ dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataT
     int64_t ckey[kLtKey];
     std::memcpy(ckey, key, sizeof ckey);
     for (int i = 3; i <= 12; ++i) ckey[i] = size_class(key[i]);
-    const LtAlgoEntry *cls = nullptr;
-    for (const LtAlgoEntry &e : lt_classes_)
+    LtAlgoEntry *cls = nullptr;
+    for (LtAlgoEntry &e : lt_classes_)
         if (std::memcmp(e.key, ckey, sizeof ckey) == 0) cls = &e;
     if (!cls) {
         const bool an = g.ta == CUBLAS_OP_N, bn = g.tb == CUBLAS_OP_N;
@@ -422,21 +465,29 @@ dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataT
         DST_TRY(make_layout(&rep.a, type, an ? M : K, an ? K : M, size_class(g.lda), batch, size_class(g.sa)));
         DST_TRY(make_layout(&rep.b, type, bn ? K : N, bn ? N : K, size_class(g.ldb), batch, size_class(g.sb)));
         DST_TRY(make_layout(&rep.d, d_type, M, N, size_class(g.ldd), batch, size_class(g.sd)));
-        cublasLtMatmulHeuristicResult_t heur{};
+        const bool tunable = type == CUDA_R_16F || type == CUDA_R_16BF;
+        cublasLtMatmulHeuristicResult_t heur[kTuneCandidates] = {};
         int found = 0;
-        const cublasStatus_t st =
-            cublasLtMatmulAlgoGetHeuristic(lt_, mm.op, rep.a, rep.b, rep.d, rep.d, mm.pref, 1, &heur, &found);
-        if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+        const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, mm.op, rep.a, rep.b, rep.d, rep.d, mm.pref,
+                                                                 tunable ? kTuneCandidates : 1, heur, &found);
+        if (st == CUBLAS_STATUS_SUCCESS && found > 0 && heur[0].state == CUBLAS_STATUS_SUCCESS) {
             LtAlgoEntry e;
             std::memcpy(e.key, ckey, sizeof ckey);
-            e.algo = heur.algo;
-            e.ws = heur.workspaceSize;
+            e.algo = heur[0].algo;
+            e.ws = heur[0].workspaceSize;
+            for (int i = 1; i < found; ++i)
+                if (heur[i].state == CUBLAS_STATUS_SUCCESS && same_summation(heur[0].algo, heur[i].algo)) {
+                    if (e.candidates == 0) e.cand[e.candidates++] = heur[0].algo;
+                    e.cand[e.candidates++] = heur[i].algo;
+                }
             if (lt_classes_.size() >= kLtAlgosKept)
                 lt_classes_.erase(lt_classes_.begin(), lt_classes_.begin() + kLtAlgosKept / 2);
             lt_classes_.push_back(e);
             cls = &lt_classes_.back();
         }
     }
+    if (cls && cls->candidates > 0 && gemm_tuning_ && !g.accumulate && g.batch == 1 && !capturing())
+        DST_TRY(tune_class(mm, g, d_type == CUDA_R_32F, ws_ptr, ws_bytes, cls));
     if (cls) {
         cublasLtMatmulHeuristicResult_t chk{};
         if (cublasLtMatmulAlgoCheck(lt_, mm.op, mm.a, mm.b, mm.d, mm.d, &cls->algo, &chk) == CUBLAS_STATUS_SUCCESS &&
@@ -458,6 +509,68 @@ dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataT
                          static_cast<long long>(g.batch), static_cast<int>(type));
     *algo = heur.algo;
     *ws = heur.workspaceSize;
+    return DST_OK;
+}
+
+// Each candidate (that accepts this problem and fits the workspace) runs once, then its digest of D is
+// taken, then it runs kTuneRuns times between two events; the host waits once for all of them. A
+// candidate whose digest differs from the first's is never chosen (none did in gemm_lab's comparisons,
+// but the family rule is cuBLASLt's behaviour, not its contract). The class is settled afterwards, also
+// when a candidate fails; a failure of the first candidate is the call's error, as it would be without
+// tuning.
+dst_status CudaBackend::tune_class(LtMatmul &mm, const Gemm &g, bool d_fp32, void *ws_ptr, size_t ws_bytes,
+                                   LtAlgoEntry *cls) {
+    constexpr int kTuneRuns = 3;
+    const int n = cls->candidates;
+    cls->candidates = 0;
+    if (!ws_ptr || ws_bytes < 2 * kDigestBytes) return DST_OK;
+    const size_t gemm_ws = ws_bytes - kDigestBytes;
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(ws_ptr) + gemm_ws + 7) & ~uintptr_t(7);
+    auto *digests = reinterpret_cast<unsigned long long *>(at);  // n ≤ 8 slots, inside the last kDigestBytes
+    for (cudaEvent_t &e : tune_events_)
+        if (!e) DST_CUDA_CHECK(cudaEventCreate(&e));
+    const float alpha = g.alpha, beta = 0.0f;
+    bool ran[kTuneCandidates] = {};
+    for (int i = 0; i < n; ++i) {
+        cublasLtMatmulHeuristicResult_t chk{};
+        if (cublasLtMatmulAlgoCheck(lt_, mm.op, mm.a, mm.b, mm.d, mm.d, &cls->cand[i], &chk) != CUBLAS_STATUS_SUCCESS ||
+            chk.workspaceSize > gemm_ws) {
+            if (i == 0) return DST_OK;  // nothing to compare with: the heuristic's first stays
+            continue;
+        }
+        auto run = [&] {
+            return cublasLtMatmul(lt_, mm.op, &alpha, g.A, mm.a, g.B, mm.b, &beta, g.D, mm.d, g.D, mm.d, &cls->cand[i],
+                                  ws_ptr, chk.workspaceSize, stream_);
+        };
+        const cublasStatus_t first = run();
+        if (first != CUBLAS_STATUS_SUCCESS) {
+            if (i == 0) DST_CUBLASLT_CHECK(first);
+            continue;
+        }
+        DST_CUDA_CHECK(cuda::matrix_digest(stream_, g.D, g.M, g.N, g.ldd, d_fp32 ? 4 : 2, digests + i));
+        DST_CUDA_CHECK(cudaEventRecord(tune_events_[2 * i], stream_));
+        for (int r = 0; r < kTuneRuns; ++r) DST_CUBLASLT_CHECK(run());
+        DST_CUDA_CHECK(cudaEventRecord(tune_events_[2 * i + 1], stream_));
+        ran[i] = true;
+    }
+    unsigned long long host[kTuneCandidates] = {};
+    DST_CUDA_CHECK(cudaMemcpyAsync(host, digests, sizeof(unsigned long long) * static_cast<size_t>(n),
+                                   cudaMemcpyDeviceToHost, stream_));
+    DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    int best = 0;
+    float best_ms = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        if (!ran[i] || host[i] != host[0]) continue;
+        float ms = 0.0f;
+        DST_CUDA_CHECK(cudaEventElapsedTime(&ms, tune_events_[2 * i], tune_events_[2 * i + 1]));
+        if (i == 0 || ms < best_ms) {
+            best = i;
+            best_ms = ms;
+        }
+    }
+    cls->algo = cls->cand[best];
+    classes_timed_ += 1;
+    classes_changed_ += best != 0;
     return DST_OK;
 }
 
@@ -520,7 +633,7 @@ dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
     if (!hit) {
         LtAlgoEntry e;
         std::memcpy(e.key, key, sizeof key);
-        DST_TRY(choose_algo(mm, type, d_type, g, ws_bytes, al_a, al_b, al_d, key, &e.algo, &e.ws));
+        DST_TRY(choose_algo(mm, type, d_type, g, ws_bytes, ws, al_a, al_b, al_d, key, &e.algo, &e.ws));
         if (lt_algos_.size() >= kLtAlgosKept) lt_algos_.erase(lt_algos_.begin(), lt_algos_.begin() + kLtAlgosKept / 2);
         lt_algos_.push_back(e);
         hit = &lt_algos_.back();

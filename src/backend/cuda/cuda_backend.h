@@ -142,6 +142,10 @@ public:
     // Stochastic mode: the attention backward adds its partial dQs in arrival order (not
     // bit-reproducible); off: in a fixed order, bit-identical from run to run.
     void set_stochastic(bool on) override { stochastic_ = on; }
+    // GEMM size classes whose candidate algorithms were timed (tune_class), and how many of them chose
+    // another than the heuristic's first (for tests and benchmarks).
+    int gemm_classes_timed() const { return classes_timed_; }
+    int gemm_classes_changed() const { return classes_changed_; }
 
 private:
     CudaBackend() = default;
@@ -210,19 +214,31 @@ private:
     uint32_t next_check_ = 1;
     dst_status note_check(CheckKind kind, int32_t lo, int32_t hi, const char *what, const char *detail, uint32_t *id);
     bool stochastic_ = false;
-    // cuBLASLt algorithms of the GEMMs, by problem (same problem: same algorithm), and the heuristic's
-    // choice per size class (choose_algo); each list keeps its newest kLtAlgosKept entries.
+    // cuBLASLt algorithms of the GEMMs, by problem (same problem: same algorithm), and the choice per
+    // size class (choose_algo); each list keeps its newest kLtAlgosKept entries.
     static constexpr int kLtKey = 21;  // the problem's description (gemm)
+    // A class's tuning candidates: the heuristic's first algorithm and the others it offers of the same
+    // kernel family (same algorithm id, no split-K), which compute every output element in the same
+    // order and so give the same bits (tune_class times them and checks that).
+    static constexpr int kTuneCandidates = 8;
     struct LtAlgoEntry {
         int64_t key[kLtKey];
         cublasLtMatmulAlgo_t algo;
         size_t ws;
+        int candidates = 0;  // class entries: how many of cand[] are still to be timed (0: settled)
+        cublasLtMatmulAlgo_t cand[kTuneCandidates];
     };
     static constexpr size_t kLtAlgosKept = 1024;
     std::vector<LtAlgoEntry> lt_algos_, lt_classes_;
+    bool gemm_tuning_ = true;  // DST_GEMM_TUNE=0 turns the timing of candidates off
+    int classes_timed_ = 0, classes_changed_ = 0;
+    cudaEvent_t tune_events_[2 * kTuneCandidates] = {};
     dst_status choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataType_t d_type, const Gemm &g, size_t ws_bytes,
-                           uint32_t al_a, uint32_t al_b, uint32_t al_d, const int64_t (&key)[kLtKey],
+                           void *ws_ptr, uint32_t al_a, uint32_t al_b, uint32_t al_d, const int64_t (&key)[kLtKey],
                            cublasLtMatmulAlgo_t *algo, size_t *ws);
+    // Times a class's candidates on this call's problem (in place: the call writes D, β = 0) and keeps
+    // the fastest whose output has the first candidate's bits.
+    dst_status tune_class(LtMatmul &mm, const Gemm &g, bool d_fp32, void *ws_ptr, size_t ws_bytes, LtAlgoEntry *cls);
 };
 
 // Creates a CUDA backend on `device` (0-based). DST_ERR_UNSUPPORTED when no GPU is usable,
