@@ -851,6 +851,8 @@ DST_API dst_status dst_saved_bytes(const dst_saved *saved, size_t *bytes);
  * dst_context_synchronize(). The failing call's outputs are
  * then not meaningful, but nothing outside them is written (the kernels clamp lengths to 0..S). The
  * CPU backend checks these values before the call writes anything and returns the failure itself.
+ * (The first FP16/BF16 call of a new GEMM size on a CUDA context waits once while it times cuBLASLt's
+ * algorithms of one summation order, which give the same bits; later calls of that size do not wait.)
  *
  * CUDA graphs: the calls can be captured on a stream set with dst_context_set_stream() once an eager
  * call of the same shapes has sized the workspace and `saved`. A training forward or a backward of a

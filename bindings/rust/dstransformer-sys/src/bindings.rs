@@ -958,6 +958,8 @@ extern "C" {
     #[doc = " dst_context_synchronize(). The failing call's outputs are"]
     #[doc = " then not meaningful, but nothing outside them is written (the kernels clamp lengths to 0..S). The"]
     #[doc = " CPU backend checks these values before the call writes anything and returns the failure itself."]
+    #[doc = " (The first FP16/BF16 call of a new GEMM size on a CUDA context waits once while it times cuBLASLt's"]
+    #[doc = " algorithms of one summation order, which give the same bits; later calls of that size do not wait.)"]
     #[doc = ""]
     #[doc = " CUDA graphs: the calls can be captured on a stream set with dst_context_set_stream() once an eager"]
     #[doc = " call of the same shapes has sized the workspace and `saved`. A training forward or a backward of a"]
