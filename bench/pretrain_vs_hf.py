@@ -26,7 +26,10 @@ Both train the same model on the same batches on the same GPU, in one run of thi
             by default they run on the GPU without waiting, dst_context_set_index_checks);
             --zero-grads-row a row "dst-pretrain zeroing" with `--zero-grads` (the engine zeroes the
             gradients at each step and every backward op adds to them; by default the first
-            micro-batch of a step writes them, dst_engine_set_zero_grads_on_step)
+            micro-batch of a step writes them, dst_engine_set_zero_grads_on_step); --nccl-row a row
+            "dst-pretrain nccl" with `--comm nccl` (the gradients all-reduced through NCCL over the one
+            rank, in place on a second stream, as a data-parallel run does; by default one process
+            reduces nothing)
   HF        transformers.BertForPreTraining(attn_implementation="sdpa") with fp32 weights under
             torch.autocast(fp16|bf16) and torch.compile (default mode, one compilation per case, its
             seconds printed), torch.optim.AdamW(fused=True) with the same hyper-parameters and groups,
@@ -59,7 +62,7 @@ usage: python3 bench/pretrain_vs_hf.py --prog build/tools/dst-pretrain/dst-pretr
            [--cases fp16:128,bf16:128,fp16:512,bf16:512] [--warmup 3] [--steps 10] [--profile-steps 5]
            [--optimizer adamw|lamb] [--budget SECONDS] [--out DIR] [--work DIR] [--skip-hf] [--skip-ours]
            [--layers 24] [--hidden 1024] [--backend cuda|cpu] [--packed-layers] [--eager-checks-row]
-           [--zero-grads-row]
+           [--zero-grads-row] [--nccl-row]
 The default needs a CUDA GPU and says so without one. --backend cpu runs both on the CPU (ours on its CPU
 backend; use fp32 cases and a small --layers/--hidden): a check of the script's plumbing, not a benchmark.
 """
@@ -519,6 +522,8 @@ def parse_args():
                     help="also a row of dst-pretrain --eager-checks (the model ops' index checks waiting for the GPU)")
     ap.add_argument("--zero-grads-row", action="store_true",
                     help="also a row of dst-pretrain --zero-grads (the engine zeroing the gradients at each step)")
+    ap.add_argument("--nccl-row", action="store_true",
+                    help="also a row of dst-pretrain --comm nccl (the all-reduce over one rank through NCCL)")
     ap.add_argument("--skip-ours", action="store_true", help="no dst-pretrain rows")
     ap.add_argument("--packed-layers", action="store_true",
                     help="also a dst-pretrain row with --layers packed (the layers on the real tokens only)")
@@ -581,11 +586,13 @@ def main():
             case = Case(args, dtype, S, os.path.join(work, f"{dtype}_{S}"))
             ours, hf = Row(dtype, S, case.B, "dst-pretrain"), Row(dtype, S, case.B, "HF compile + SDPA")
             packed = Row(dtype, S, case.B, "dst-pretrain packed")
-            eager = Row(dtype, S, case.B, "dst-pretrain eager")
-            zeroing = Row(dtype, S, case.B, "dst-pretrain zeroing")
+            # The rows of ours with one flag more, each in its own run: (wanted, row, flags, output tag).
+            variants = [(args.eager_checks_row, Row(dtype, S, case.B, "dst-pretrain eager"), ["--eager-checks"], "_eager"),
+                        (args.zero_grads_row, Row(dtype, S, case.B, "dst-pretrain zeroing"), ["--zero-grads"], "_zeroing"),
+                        (args.nccl_row, Row(dtype, S, case.B, "dst-pretrain nccl"), ["--comm", "nccl"], "_nccl")]
+            variants = [v[1:] for v in variants if v[0]]
             rows = ([] if args.skip_ours else [ours] + ([packed] if args.packed_layers else []) +
-                    ([eager] if args.eager_checks_row else []) + ([zeroing] if args.zero_grads_row else [])) + \
-                ([] if args.skip_hf else [hf])
+                    [v[0] for v in variants]) + ([] if args.skip_hf else [hf])
             report.cases.append(rows)
             try:
                 case.load_batches(budget)
@@ -600,15 +607,11 @@ def main():
                     runner.run("profile", ours, case, lambda: case.train_ours(ours, budget, profile=True))
                 if args.packed_layers:
                     runner.run("ours", packed, case, lambda: case.train_ours(packed, budget, profile=False, packed=True))
-                if args.eager_checks_row:
-                    runner.run("ours", eager, case, lambda: case.train_ours(eager, budget, profile=False,
-                                                                           flags=["--eager-checks"], tag="_eager"))
-                if args.zero_grads_row:
-                    runner.run("ours", zeroing, case, lambda: case.train_ours(zeroing, budget, profile=False,
-                                                                              flags=["--zero-grads"], tag="_zeroing"))
+                for row, flags, tag in variants:
+                    runner.run("ours", row, case, lambda: case.train_ours(row, budget, profile=False, flags=flags, tag=tag))
             if not args.skip_hf:
                 runner.run("hf", hf, case, lambda: case.train_hf(hf, budget))
-            for r in (ours, packed, eager, zeroing):
+            for r in [ours, packed] + [v[0] for v in variants]:
                 if r.samples_s is not None and hf.samples_s is not None:
                     r.vs_hf = r.samples_s / hf.samples_s
             for r in rows:

@@ -493,6 +493,14 @@ def nccl_world1(prog, out, configs):
         if sorted(a[1]) != sorted(b[1]) or any(a[1][k] != b[1][k] for k in a[1]):
             fail("the weights after 4 steps differ between --comm nccl and --comm none")
         print("%s: 4 steps, losses and %d tensors identical" % ("Pre-LN" if pre_ln else "Post-LN", len(a[1])))
+    # --comm auto (the default) with one rank reduces nothing: no NCCL line, "none" in the run record.
+    o = fresh(os.path.join(out, "nccl_auto"))
+    p = run_gpu(prog, ["train"] + tiny(configs, False) + ["--steps", "1", "--output", o, "--backend", "cuda",
+                                                          "--eval-every", "0", "--no-export", "--no-checkpoint"],
+                env, "--comm auto")
+    run_rec = [r for r in metrics(o) if r["type"] == "run"]
+    if "gradients averaged" in p.stdout or len(run_rec) != 1 or run_rec[0]["comm"] != "none":
+        fail("--comm auto with one rank: expected no communicator, got %s" % (run_rec,))
 
 
 # ---- zero-grads ------------------------------------------------------------------------------------------

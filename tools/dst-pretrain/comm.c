@@ -325,7 +325,11 @@ dstp_status dstp_comm_create(dst_context *ctx, const dstp_launch *launch, dstp_c
         return DSTP_ERR_STATE;
     }
 #ifdef DSTP_HAVE_NCCL
-    use_nccl = backend == DST_BACKEND_CUDA && kind != DSTP_COMM_NONE;
+    /* auto: NCCL only where there is something to average. With one rank an all-reduce is the identity
+     * and would only copy every gradient in place on the second stream, beside the backward; --comm nccl
+     * still takes that path with one rank (the test pretrain_train_nccl_world1). */
+    use_nccl = backend == DST_BACKEND_CUDA &&
+               (kind == DSTP_COMM_NCCL || (kind == DSTP_COMM_AUTO && launch->world > 1));
 #else
     use_nccl = 0;
 #endif

@@ -38,7 +38,7 @@ dstp_status dstp_launch_read(dstp_launch *out, dstp_error *err);
 void dstp_launch_end(const dstp_launch *l);
 
 typedef enum dstp_comm_kind {
-    DSTP_COMM_AUTO = 0, /* NCCL with the CUDA backend when built with it, else none */
+    DSTP_COMM_AUTO = 0, /* NCCL with the CUDA backend when built with it and world size > 1, else none */
     DSTP_COMM_NONE = 1, /* world size 1 only, nothing reduced */
     DSTP_COMM_NCCL = 2  /* NCCL; an error when the build or the backend has none */
 } dstp_comm_kind;

@@ -104,7 +104,7 @@ static void train_usage(FILE *f) {
             data_path("kjv.txt"));
     /* split in two: C99 compilers need only support string literals of 4095 characters */
     fputs("  --comm C             gradient averaging over the processes: auto (default: NCCL with the CUDA\n"
-          "                       backend, world size 1 included), nccl, or none (one process only)\n"
+          "                       backend and more than one process), nccl (also with one), or none\n"
           "  --comm-timeout S     data parallelism: a rank that sees no progress for S seconds (another\n"
           "                       rank stopped) or an NCCL error ends with a message and exit 6\n"
           "                       (default 600; 0: wait forever)\n"
