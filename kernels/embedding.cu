@@ -1,6 +1,8 @@
 // Embedding forward and backward.
-//   embedding_fwd_kernel: one thread per output element, (word + position) + type in the compute
-//     type, one rounding (the CPU twin's order).
+//   embedding_fwd_kernel: one thread per output element, or per 16-byte vector of kVec<T> adjacent
+//     elements when H is a multiple of it and the tables and output are aligned (one index lookup
+//     and one division per vector); (word + position) + type in the compute type, one rounding (the
+//     CPU twin's order): both forms give the same bits.
 //   Word table backward, without floating-point atomics: (1) token indices 0…N−1 are sorted by id
 //     with cub's radix sort, which is stable, so the tokens of one id stay in increasing order;
 //     (2) chunk_sum_kernel: the sorted positions form chunks of kChunk; a full chunk whose positions
@@ -53,21 +55,6 @@ size_t sort_temp_bytes(int64_t n, int64_t V) {
 
 // ================================ kernels ========================================================
 
-template <typename T>
-__global__ void embedding_fwd_kernel(const int32_t *__restrict__ ids, const int32_t *__restrict__ types,
-                                     const T *__restrict__ word, const T *__restrict__ pos, const T *__restrict__ type,
-                                     T *__restrict__ out, int64_t S, int64_t H, int64_t V, int64_t T_rows,
-                                     int64_t total) {
-    using C = compute_t<T>;
-    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t t = e / H, j = e - t * H;
-        const int64_t v = ids[t], s = t % S, k = types ? types[t] : 0;
-        const C w = v >= 0 && v < V ? to_compute(word[v * H + j]) : C(0);  // out of range: a zero row
-        const C y = k >= 0 && k < T_rows ? to_compute(type[k * H + j]) : C(0);
-        out[e] = to_storage<T>(w + to_compute(pos[s * H + j]) + y);
-    }
-}
-
 __global__ void iota_kernel(int32_t *v, int64_t n) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         v[i] = static_cast<int32_t>(i);
@@ -82,6 +69,35 @@ __device__ __forceinline__ void load_cols(const T *__restrict__ x, int64_t r, in
         const Vec<T> q = *reinterpret_cast<const Vec<T> *>(x + r * H + c);
 #pragma unroll
         for (int k = 0; k < W; ++k) v[k] = to_compute(q.v[k]);
+    }
+}
+
+// W = 1: one element per thread; W = kVec<T>: one 16-byte vector (H a multiple of W, every table and
+// the output 16-byte aligned). `total` counts the units (elements or vectors).
+template <typename T, int W>
+__global__ void embedding_fwd_kernel(const int32_t *__restrict__ ids, const int32_t *__restrict__ types,
+                                     const T *__restrict__ word, const T *__restrict__ pos, const T *__restrict__ type,
+                                     T *__restrict__ out, int64_t S, int64_t H, int64_t V, int64_t T_rows,
+                                     int64_t total) {
+    using C = compute_t<T>;
+    const int64_t HW = H / W;
+    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t t = e / HW, j = (e - t * HW) * W;
+        const int64_t v = ids[t], s = t % S, k = types ? types[t] : 0;
+        C w[W], p[W], y[W];
+        const bool wv = v >= 0 && v < V, kv = k >= 0 && k < T_rows;  // out of range: a zero row
+        for (int i = 0; i < W; ++i) w[i] = y[i] = C(0);
+        if (wv) load_cols<T, W>(word, v, H, j, w);
+        if (kv) load_cols<T, W>(type, k, H, j, y);
+        load_cols<T, W>(pos, s, H, j, p);
+        if constexpr (W == 1) {
+            out[t * H + j] = to_storage<T>(w[0] + p[0] + y[0]);
+        } else {
+            Vec<T> o;
+#pragma unroll
+            for (int i = 0; i < W; ++i) o.v[i] = to_storage<T>(w[i] + p[i] + y[i]);
+            *reinterpret_cast<Vec<T> *>(out + t * H + j) = o;
+        }
     }
 }
 
@@ -248,9 +264,17 @@ cudaError_t embedding_fwd(cudaStream_t stream, dst_dtype dt, const int32_t *ids,
     if (total <= 0) return cudaSuccess;
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
-        embedding_fwd_kernel<T><<<grid_blocks(total, kThreads), kThreads, 0, stream>>>(
-            ids, types, static_cast<const T *>(word), static_cast<const T *>(pos), static_cast<const T *>(type),
-            static_cast<T *>(out), S, H, V, T_rows, total);
+        constexpr int W = kVec<T>;
+        const bool vec = H % W == 0 && aligned16(word) && aligned16(pos) && aligned16(out) && (!type || aligned16(type));
+        const auto launch = [&](auto kernel, int64_t units) {
+            kernel<<<grid_blocks(units, kThreads), kThreads, 0, stream>>>(
+                ids, types, static_cast<const T *>(word), static_cast<const T *>(pos), static_cast<const T *>(type),
+                static_cast<T *>(out), S, H, V, T_rows, units);
+        };
+        if (vec)
+            launch(embedding_fwd_kernel<T, W>, total / W);
+        else
+            launch(embedding_fwd_kernel<T, 1>, total);
         DST_KERNEL_CHECK(cudaGetLastError());
         return cudaSuccess;
     });
