@@ -3,15 +3,20 @@
 //   ce_row_kernel: one block per row: (max, first argmax) by a fixed tree, Σ exp(z − max) by
 //     block_sum, lse = max + log Σ; row loss lse − z[label] and hit; then the gradient row
 //     g = (exp(z − lse) − [c = label])·grad_scale/count rounded to storage (0 for ignored rows).
-//     The three passes read the row (and the bias) from shared memory when the row fits there: it is
-//     copied in once by asynchronous 16-byte copies, and the passes keep the thread-to-element order
-//     and the block reductions, so both forms give the same bits. From global memory instead, the
-//     three passes over rows of BERT's 30 522 fp32 logits (120 KB) read them from DRAM three times.
+//   ce_row_reg_kernel: the same row in registers, for fp32 arithmetic, an even v up to 2·K·1024 and
+//     pair-aligned tensors: 1024 threads per row, thread t holding the pairs 2t + 2048k (k < K) with
+//     the bias added once, so the row is read from memory once and its three passes run on registers.
+//     ce_row_kernel reads it three times, from DRAM where the rows in flight exceed the L2 (BERT's
+//     ~1 200 masked rows × 30 522 fp32 logits, 147 MB: 490 MB of traffic), and spends most of its
+//     instructions on 64-bit index arithmetic. The sums run in another order than ce_row_kernel's
+//     (per-thread partials of at most 2K terms, then a 1024-thread tree): fixed for a shape, not the
+//     same bits as the other form. (A shared-memory copy of the row with ce_row_kernel's order, one
+//     256-thread block per SM, was slower than the global form: 335 against 281 µs for BERT's rows.)
 //   ce_reduce_kernel: one block adds the row losses and hits in a fixed order and divides by count.
 // Arithmetic in compute_t<T>; the logits are never rounded to the storage type.
 #include "kernels/cross_entropy.cuh"
 
-#include <cuda_pipeline.h>
+#include <type_traits>
 
 #include "kernels/dispatch.cuh"
 
@@ -22,6 +27,7 @@ namespace {
 constexpr int kThreads = 256;
 
 size_t align256(size_t v) { return (v + 255) / 256 * 256; }
+bool aligned_to(const void *p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // ================================ kernels ========================================================
 
@@ -72,53 +78,17 @@ __device__ void block_argmax(C &val, int64_t &idx, C *sval, int64_t *sidx) {
     idx = sidx[32];
 }
 
-// Elements of the compute type per 16-byte copy, and the shared memory of a row of v logits in
-// ce_row_kernel's shared form: v elements placed so that the 16-byte aligned part of the global row
-// lands on 16-byte aligned shared addresses (up to one copy's worth of padding in front).
-template <typename C>
-constexpr int64_t kCopyElems = 16 / sizeof(C);
-template <typename C>
-size_t ce_row_smem(int64_t v) {
-    return static_cast<size_t>(v + kCopyElems<C>) * sizeof(C);
-}
-
-// Copies row zr[0, v) into shared memory, zs[c + pad] = zr[c] (+ b[c] when b), and returns pad: the
-// 16-byte aligned middle by asynchronous copies (cp.async on sm_80+), the few elements before and after
-// it by plain loads. Every thread of the block calls it; on return the row is in place (synchronised).
-template <typename C, typename T>
-__device__ int64_t ce_load_row(const C *zr, const T *__restrict__ b, int64_t v, C *zs) {
-    constexpr int64_t E = kCopyElems<C>;
-    const uintptr_t addr = reinterpret_cast<uintptr_t>(zr);
-    int64_t head = static_cast<int64_t>((16 - addr % 16) % 16 / sizeof(C));  // zr is aligned to sizeof(C)
-    if (head > v) head = v;
-    const int64_t pad = (E - head) % E, vecs = (v - head) / E, tail = head + vecs * E;
-    for (int64_t k = threadIdx.x; k < vecs; k += blockDim.x)
-        __pipeline_memcpy_async(zs + pad + head + k * E, zr + head + k * E, 16);
-    __pipeline_commit();
-    for (int64_t c = threadIdx.x; c < head; c += blockDim.x) zs[pad + c] = zr[c];
-    for (int64_t c = tail + threadIdx.x; c < v; c += blockDim.x) zs[pad + c] = zr[c];
-    __pipeline_wait_prior(0);
-    __syncthreads();
-    if (b) {  // the same addition as the global form's logit(c)
-        for (int64_t c = threadIdx.x; c < v; c += blockDim.x) zs[pad + c] = zs[pad + c] + to_compute(b[c]);
-        __syncthreads();
-    }
-    return pad;
-}
-
-// kShared: the row in dynamic shared memory (ce_row_smem<C>(v) bytes), else read from z each pass.
-template <typename T, bool kShared>
-__global__ void __launch_bounds__(kThreads)
-    ce_row_kernel(const compute_t<T> *z, const T *__restrict__ b, const int32_t *__restrict__ labels, int64_t v,
-                  compute_t<T> grad_scale, const int32_t *__restrict__ count, T *g,
-                  compute_t<T> *__restrict__ row_loss, int32_t *__restrict__ row_hit) {
+template <typename T>
+__global__ void ce_row_kernel(const compute_t<T> *z, const T *__restrict__ b, const int32_t *__restrict__ labels,
+                              int64_t v, compute_t<T> grad_scale, const int32_t *__restrict__ count, T *g,
+                              compute_t<T> *__restrict__ row_loss, int32_t *__restrict__ row_hit) {
     using C = compute_t<T>;
-    extern __shared__ __align__(16) unsigned char ce_dyn[];
     __shared__ C sval[33];
     __shared__ int64_t sidx[33];
     const int64_t row = blockIdx.x;
     const C *zr = z + row * v;
     const int32_t y = labels[row];
+    auto logit = [&](int64_t c) { return zr[c] + (b ? to_compute(b[c]) : C(0)); };
     if (y < 0 || y >= v) {  // −1; a label outside [0, v) (a deferred check reports it) is ignored too
         if (threadIdx.x == 0) {
             row_loss[row] = C(0);
@@ -128,15 +98,6 @@ __global__ void __launch_bounds__(kThreads)
             for (int64_t c = threadIdx.x; c < v; c += blockDim.x) g[row * v + c] = to_storage<T>(C(0));
         return;
     }
-    C *zs = reinterpret_cast<C *>(ce_dyn);
-    int64_t pad = 0;
-    if constexpr (kShared) pad = ce_load_row(zr, b, v, zs);
-    auto logit = [&](int64_t c) {
-        if constexpr (kShared)
-            return zs[pad + c];
-        else
-            return zr[c] + (b ? to_compute(b[c]) : C(0));
-    };
     C mx = neg_inf<C>();
     int64_t arg = INT64_MAX;
     for (int64_t c = threadIdx.x; c < v; c += blockDim.x) {
@@ -162,6 +123,87 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t c = threadIdx.x; c < v; c += blockDim.x) {
         const C pc = dexp(logit(c) - lse) - (c == y ? C(1) : C(0));
         g[row * v + c] = to_storage<T>(pc * scale);
+    }
+}
+
+constexpr int kRegThreads = 1024;
+
+// A pair of adjacent elements, loaded and stored as one access.
+template <typename E>
+struct alignas(2 * sizeof(E)) Pair {
+    E x, y;
+};
+
+template <typename T, int K>
+__global__ void __launch_bounds__(kRegThreads)
+    ce_row_reg_kernel(const float *__restrict__ z, const T *__restrict__ b, const int32_t *__restrict__ labels,
+                      int64_t v, float grad_scale, const int32_t *__restrict__ count, T *g,
+                      float *__restrict__ row_loss, int32_t *__restrict__ row_hit) {
+    __shared__ float sval[33];
+    __shared__ int64_t sidx[33];
+    const int64_t row = blockIdx.x;
+    const int n = static_cast<int>(v);  // v ≤ 2·K·1024
+    const int32_t y = labels[row];
+    const float *zr = z + row * v;
+    if (y < 0 || y >= n) {  // as ce_row_kernel
+        if (threadIdx.x == 0) {
+            row_loss[row] = 0.0f;
+            row_hit[row] = 0;
+        }
+        if (g)
+            for (int c = threadIdx.x; c < n; c += kRegThreads) g[row * v + c] = to_storage<T>(0.0f);
+        return;
+    }
+    float x[2 * K];
+    float mx = neg_inf<float>();
+    int64_t arg = INT64_MAX;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int c = 2 * (int(threadIdx.x) + k * kRegThreads);
+        if (c < n) {  // n is even: c + 1 < n too
+            const Pair<float> p = *reinterpret_cast<const Pair<float> *>(zr + c);
+            float b0 = 0.0f, b1 = 0.0f;
+            if (b) {
+                const Pair<T> q = *reinterpret_cast<const Pair<T> *>(b + c);
+                b0 = to_compute(q.x);
+                b1 = to_compute(q.y);
+            }
+            x[2 * k] = p.x + b0;  // the logit as ce_row_kernel forms it
+            x[2 * k + 1] = p.y + b1;
+            if (x[2 * k] > mx) {  // increasing c within the thread: the first of equal values stays
+                mx = x[2 * k];
+                arg = c;
+            }
+            if (x[2 * k + 1] > mx) {
+                mx = x[2 * k + 1];
+                arg = c + 1;
+            }
+        }
+    }
+    block_argmax(mx, arg, sval, sidx);
+    float se = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+        if (2 * (int(threadIdx.x) + k * kRegThreads) < n) se += dexp(x[2 * k] - mx) + dexp(x[2 * k + 1] - mx);
+    se = block_sum(se, sval);
+    const float lse = mx + dlog(se);
+    if (threadIdx.x == 0) {
+        row_loss[row] = lse - (zr[y] + (b ? to_compute(b[y]) : 0.0f));
+        row_hit[row] = arg == y;
+    }
+    if (!g) return;
+    const int32_t cnt = *count;
+    const float scale = cnt > 0 ? grad_scale / float(cnt) : 0.0f;
+    __syncthreads();  // every thread has read its logits (g may alias z)
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int c = 2 * (int(threadIdx.x) + k * kRegThreads);
+        if (c < n) {
+            Pair<T> o;
+            o.x = to_storage<T>((dexp(x[2 * k] - lse) - (c == y ? 1.0f : 0.0f)) * scale);
+            o.y = to_storage<T>((dexp(x[2 * k + 1] - lse) - (c + 1 == y ? 1.0f : 0.0f)) * scale);
+            *reinterpret_cast<Pair<T> *>(g + row * v + c) = o;
+        }
     }
 }
 
@@ -211,24 +253,34 @@ cudaError_t cross_entropy(cudaStream_t stream, dst_dtype dt, const void *z, cons
         int32_t *count = reinterpret_cast<int32_t *>(p);
         count_kernel<<<1, 1024, 0, stream>>>(labels, m, v, count);
         DST_KERNEL_CHECK(cudaGetLastError());
-        // The shared form where the row fits in one block's shared memory (opt-in limit, less the static
-        // part): a 30 522-wide fp32 row takes 120 KB of the H200's 227 KB.
-        int dev = 0, optin = 0;
-        DST_KERNEL_CHECK(cudaGetDevice(&dev));
-        DST_KERNEL_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        const size_t smem = ce_row_smem<C>(v), statics = 33 * (sizeof(C) + sizeof(int64_t));
-        const auto args = [&](auto kernel, size_t bytes) {
-            kernel<<<static_cast<unsigned>(m), kThreads, bytes, stream>>>(
+        // The register form where it applies (fp32 arithmetic, v even and at most 32 768, every row and the
+        // bias pair-aligned), K the fewest pairs per thread that hold the row.
+        const bool pairs = v % 2 == 0 && aligned_to(z, 2 * sizeof(C)) && (!b || aligned_to(b, 2 * sizeof(T))) &&
+                           (!g || aligned_to(g, 2 * sizeof(T)));
+        int K = 0;
+        if constexpr (std::is_same_v<C, float>)
+            if (pairs)
+                for (int k : {1, 2, 4, 8, 16})
+                    if (K == 0 && v <= 2 * int64_t(k) * kRegThreads) K = k;
+        const auto reg = [&](auto kernel) {
+            kernel<<<static_cast<unsigned>(m), kRegThreads, 0, stream>>>(
                 static_cast<const C *>(z), static_cast<const T *>(b), labels, v, static_cast<C>(grad_scale), count,
                 static_cast<T *>(g), row_loss, row_hit);
         };
-        if (smem + statics <= static_cast<size_t>(optin)) {
-            DST_KERNEL_CHECK(cudaFuncSetAttribute(ce_row_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  static_cast<int>(smem)));
-            args(ce_row_kernel<T, true>, smem);
-        } else {
-            args(ce_row_kernel<T, false>, 0);
+        if constexpr (std::is_same_v<C, float>) {
+            switch (K) {
+                case 1: reg(ce_row_reg_kernel<T, 1>); break;
+                case 2: reg(ce_row_reg_kernel<T, 2>); break;
+                case 4: reg(ce_row_reg_kernel<T, 4>); break;
+                case 8: reg(ce_row_reg_kernel<T, 8>); break;
+                case 16: reg(ce_row_reg_kernel<T, 16>); break;
+                default: break;
+            }
         }
+        if (K == 0)
+            ce_row_kernel<T><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
+                static_cast<const C *>(z), static_cast<const T *>(b), labels, v, static_cast<C>(grad_scale), count,
+                static_cast<T *>(g), row_loss, row_hit);
         DST_KERNEL_CHECK(cudaGetLastError());
         ce_reduce_kernel<C><<<1, 1024, 0, stream>>>(row_loss, row_hit, m, count, static_cast<C *>(loss), counts);
         DST_KERNEL_CHECK(cudaGetLastError());

@@ -92,7 +92,12 @@ std::vector<Named> all_cases() {
         const X xs[] = {{387, 59, 72, 1001, true, true, true, true, 1.0},     // MLM: rows of [B·S, H], tied dW
                         {129, 129, 100, 30523, false, true, true, false, 8.0},  // V like BERT's, not a multiple of 8
                         {7, 7, 72, 2, false, true, true, false, 1.0},         // NSP: two classes
-                        {3, 1, 40, 37, true, false, false, false, 1.0}};      // evaluation: loss only, S = 1
+                        {3, 1, 40, 37, true, false, false, false, 1.0},       // evaluation: loss only, S = 1
+                        // Even V: the register form of the row kernel (fp32 arithmetic), 16 pairs per
+                        // thread at BERT's V, one pair at V = 2, and past its largest V the general form.
+                        {97, 41, 72, 30522, true, true, true, false, 2.0},
+                        {9, 9, 40, 2050, false, false, true, true, 1.0},
+                        {3, 3, 40, 32770, false, true, true, false, 1.0}};
         for (const X &x : xs) {
             std::ostringstream s;
             s << "n" << x.n << "_m" << x.m << "_h" << x.h << "_v" << x.v << (x.rows ? "_rows" : "")
