@@ -88,7 +88,7 @@ std::vector<Named> all_cases() {
             v.push_back({"dropout_bwd_" + d + "_" + s.str(), [=] { return dropout_bwd_case(dt, {3, 129, 100}, p, 9); }});
         }
         v.push_back({"dropout_fwd_" + d + "_n7", [=] { return dropout_fwd_case(dt, {7}, 0.3f, 10); }});
-        struct X { int64_t n, m, h, v; bool rows, bias, grads, acc; double scale; };
+        struct X { int64_t n, m, h, v; bool rows, bias, grads, acc; double scale; double tol = 1.0; };
         const X xs[] = {{387, 59, 72, 1001, true, true, true, true, 1.0},     // MLM: rows of [B·S, H], tied dW
                         {129, 129, 100, 30523, false, true, true, false, 8.0},  // V like BERT's, not a multiple of 8
                         {7, 7, 72, 2, false, true, true, false, 1.0},         // NSP: two classes
@@ -97,14 +97,19 @@ std::vector<Named> all_cases() {
                         // thread at BERT's V, one pair at V = 2, and past its largest V the general form.
                         {97, 41, 72, 30522, true, true, true, false, 2.0},
                         {9, 9, 40, 2050, false, false, true, true, 1.0},
-                        {3, 3, 40, 32770, false, true, true, false, 1.0}};
+                        // dx = g·W sums 32 770 products per element in each backend's own fp32 GEMM
+                        // order (cuBLAS, OpenBLAS): they differ by ~√K·ε (1.1·10⁻⁵ seen), so this case's
+                        // ceiling is twice the fp32 bound (the other dtypes' bounds are far above it).
+                        {3, 3, 40, 32770, false, true, true, false, 1.0, 2.0}};
         for (const X &x : xs) {
             std::ostringstream s;
             s << "n" << x.n << "_m" << x.m << "_h" << x.h << "_v" << x.v << (x.rows ? "_rows" : "")
               << (x.grads ? "_grads" : "_loss") << (x.acc ? "_acc" : "");
             v.push_back({"linear_cross_entropy_" + d + "_" + s.str(), [=] {
-                             return cross_entropy_case(dt, x.n, x.m, x.h, x.v, x.rows, x.bias, x.grads, x.acc,
-                                                       x.scale, 7);
+                             ModelOpCase c = cross_entropy_case(dt, x.n, x.m, x.h, x.v, x.rows, x.bias, x.grads,
+                                                                x.acc, x.scale, 7);
+                             c.tol_scale = x.tol;
+                             return c;
                          }});
         }
     }
