@@ -23,6 +23,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -78,6 +79,10 @@ def main():
     targs = a.train_args[1:] if a.train_args[:1] == ["--"] else a.train_args
     if a.steps < a.last + 1:
         ap.error("--steps must exceed --last (the first step holds the GEMM timing)")
+    if not shutil.which(a.ncu):
+        sys.exit(f"pretrain_kernels: no {a.ncu} on PATH (Nsight Compute; it needs a CUDA GPU and a CUDA build of dst-pretrain)")
+    if not os.access(a.prog, os.X_OK):
+        sys.exit(f"pretrain_kernels: --prog {a.prog}: no such program (build dst-pretrain first)")
     os.makedirs(a.out, exist_ok=True)
     log = os.path.join(a.out, "kernels.csv")
     cmd = [a.ncu, "--csv", "--page", "raw", "--print-units", "base", "--cache-control", "none", "--log-file", log,
