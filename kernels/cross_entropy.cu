@@ -7,8 +7,8 @@
 //     pair-aligned tensors: 1024 threads per row, thread t holding the pairs 2t + 2048k (k < K) with
 //     the bias added once, so the row is read from memory once and its three passes run on registers.
 //     ce_row_kernel reads it three times, from DRAM where the rows in flight exceed the L2 (BERT's
-//     ~1 200 masked rows × 30 522 fp32 logits, 147 MB: 490 MB of traffic), and spends most of its
-//     instructions on 64-bit index arithmetic. The sums run in another order than ce_row_kernel's
+//     ~1 200 masked rows × 30 522 fp32 logits, 147 MB: 490 MB of traffic, 281 against 141 µs on the
+//     H200). The sums run in another order than ce_row_kernel's
 //     (per-thread partials of at most 2K terms, then a 1024-thread tree): fixed for a shape, not the
 //     same bits as the other form. (A shared-memory copy of the row with ce_row_kernel's order, one
 //     256-thread block per SM, was slower than the global form: 335 against 281 µs for BERT's rows.)
