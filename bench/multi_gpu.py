@@ -11,7 +11,8 @@ launcher variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), NVL
             with --check-replicas (the weights' checksum equal on every rank after every step)
   scale     BERT-Large S=128 fp16, micro-batch 64 per GPU, N = 1, 2, 4, 8 (as many as the host has): samples/s
             per GPU over the timed steps (after --warmup), with the all-reduce overlapped with the backward
-            and with --no-overlap; efficiency = per-GPU samples/s at N / at 1
+            and with --no-overlap; efficiency = per-GPU samples/s at N / at 1 (one process all-reduces
+            nothing: dst-pretrain's --comm auto, so N = 1 is the plain one-GPU speed)
   fault     N GPUs with checkpoints every 4 steps and --comm-timeout 45; the last rank is killed (SIGKILL) once
             rank 0 has logged step 6 (four layers, bf16); every other rank must exit with status 6 and its message within
             --fault-limit seconds; then the same N resume from the last checkpoint to step 12, and their
