@@ -27,7 +27,6 @@ namespace {
 constexpr int kThreads = 256;
 
 size_t align256(size_t v) { return (v + 255) / 256 * 256; }
-bool aligned_to(const void *p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // ================================ kernels ========================================================
 
@@ -262,25 +261,22 @@ cudaError_t cross_entropy(cudaStream_t stream, dst_dtype dt, const void *z, cons
             if (pairs)
                 for (int k : {1, 2, 4, 8, 16})
                     if (K == 0 && v <= 2 * int64_t(k) * kRegThreads) K = k;
-        const auto reg = [&](auto kernel) {
-            kernel<<<static_cast<unsigned>(m), kRegThreads, 0, stream>>>(
+        const auto rows = [&](auto kernel, int threads) {
+            kernel<<<static_cast<unsigned>(m), threads, 0, stream>>>(
                 static_cast<const C *>(z), static_cast<const T *>(b), labels, v, static_cast<C>(grad_scale), count,
                 static_cast<T *>(g), row_loss, row_hit);
         };
         if constexpr (std::is_same_v<C, float>) {
             switch (K) {
-                case 1: reg(ce_row_reg_kernel<T, 1>); break;
-                case 2: reg(ce_row_reg_kernel<T, 2>); break;
-                case 4: reg(ce_row_reg_kernel<T, 4>); break;
-                case 8: reg(ce_row_reg_kernel<T, 8>); break;
-                case 16: reg(ce_row_reg_kernel<T, 16>); break;
+                case 1: rows(ce_row_reg_kernel<T, 1>, kRegThreads); break;
+                case 2: rows(ce_row_reg_kernel<T, 2>, kRegThreads); break;
+                case 4: rows(ce_row_reg_kernel<T, 4>, kRegThreads); break;
+                case 8: rows(ce_row_reg_kernel<T, 8>, kRegThreads); break;
+                case 16: rows(ce_row_reg_kernel<T, 16>, kRegThreads); break;
                 default: break;
             }
         }
-        if (K == 0)
-            ce_row_kernel<T><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
-                static_cast<const C *>(z), static_cast<const T *>(b), labels, v, static_cast<C>(grad_scale), count,
-                static_cast<T *>(g), row_loss, row_hit);
+        if (K == 0) rows(ce_row_kernel<T>, kThreads);
         DST_KERNEL_CHECK(cudaGetLastError());
         ce_reduce_kernel<C><<<1, 1024, 0, stream>>>(row_loss, row_hit, m, count, static_cast<C *>(loss), counts);
         DST_KERNEL_CHECK(cudaGetLastError());

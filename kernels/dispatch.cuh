@@ -130,7 +130,8 @@ template <typename T>
 struct alignas(16) Vec {
     T v[kVec<T>];
 };
-inline bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool aligned_to(const void *p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+inline bool aligned16(const void *p) { return aligned_to(p, 16); }
 
 // Sum over a block whose size is a multiple of 32 (at most 1024); `scratch` holds 33 values.
 // Every thread gets the result. Fixed order: deterministic.
