@@ -5,7 +5,8 @@
 //
 // build and run on the GPU machine: bash kernels/dev/lab.sh OUTDIR [check] [time] [philox] [fp16|bf16]
 //   (LAB_ROOT=DIR builds an earlier copy of kernels/ beside it, to time before and after in one
-//   call); attention_lab profile [B S] runs one production forward and backward (for ncu); philox
+//   call); attention_lab profile [B S] [p0] [version NAME] runs one production forward and backward
+//   (dropout 0 with p0), then one launch of the numbered version NAME (for ncu); philox
 //   measures the Philox rate of the kernels' generator alone (the floor of dropout regeneration).
 //
 // Versions (fp16, d = 64, dropout 0.1, no mask, 8×2048 and 64×128; timings in bench/RESULTS.md, "attention
@@ -564,13 +565,15 @@ BwdVersion bwd_version(const char *name) {
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma forward (kernels/attention_flash_wgmma.cuh): one warpgroup, BM 64, BN keys, MB blocks/SM.
-template <typename T, int BN, int MB>
+// PROD: a second warpgroup draws the dropout keep bits (w7).
+template <typename T, int BN, int MB, int PROD = 0>
 FwdVersion fwd_wgmma_version(const char *name) {
     using Tr = flash::WgTraits<BN>;
-    return {name, BN, 4, MB, [](const flash::Params &p) { return flash::launch_fwd_wgmma<T, BN, MB>(p, 0); },
+    constexpr size_t smem = Tr::kSmem + (PROD ? flash::FwdRing::kSmem : 0);
+    return {name, BN, PROD ? 8 : 4, MB, [](const flash::Params &p) { return flash::launch_fwd_wgmma<T, BN, MB, PROD>(p, 0); },
             [] {
-                CK(flash::allow_smem(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kSmem));
-                return occupancy(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kThreads, Tr::kSmem);
+                CK(flash::allow_smem(flash::flash_fwd_wgmma_kernel<T, BN, MB, PROD>, smem));
+                return occupancy(flash::flash_fwd_wgmma_kernel<T, BN, MB, PROD>, Tr::kThreads * (PROD ? 2 : 1), smem);
             }};
 }
 #endif
@@ -584,6 +587,9 @@ std::vector<FwdVersion> fwd_versions() {
     v.push_back(fwd_wgmma_version<T, 64, 3>("w1"));
     v.push_back(fwd_wgmma_version<T, 128, 2>("w2"));
     v.push_back(fwd_wgmma_version<T, 128, 1>("w3"));
+    v.push_back(fwd_wgmma_version<T, 64, 2>("w1b"));  // w1 at 2 blocks/SM: w7's consumer occupancy
+    v.push_back(fwd_wgmma_version<T, 64, 2, 1>("w7"));
+    v.push_back(fwd_wgmma_version<T, 64, 2, 2>("w7n"));  // w7 with every bit kept and no Philox: the ring alone
 #endif
     return v;
 }
@@ -637,16 +643,30 @@ void check_versions(bool bf16) {
         const std::vector<double> ctx0 = download(dv.ctx, N * H, bf16);
         const Ref r = reference(c, in, a, ctx0);
         const double tol = bf16 ? 1e-2 : 1e-3;
-        if (det && k == 0) {
+        if (det && (k == 0 || k == 2)) {
+            // w1b and w7 run w1's arithmetic (w7 with the keep bits from its dropout warpgroup): the same bits.
+            std::vector<uint16_t> w1_bits;
             for (const FwdVersion &v : fwd_versions<T>()) {
+                if (!std::strcmp(v.name, "w7n")) continue;  // keeps every element: a timing control only
                 CK(cudaMemset(dv.ctx, 0xff, N * H * 2));
                 CK(v.run(p));
                 CK(cudaDeviceSynchronize());
                 bool nan = false;
                 const double e = rel_l2(download(dv.ctx, N * H, bf16), r.ctx, &nan);
-                const bool ok = !nan && e <= tol;
+                std::vector<uint16_t> bits(N * H);
+                CK(cudaMemcpy(bits.data(), dv.ctx, bits.size() * 2, cudaMemcpyDeviceToHost));
+                const std::string name = v.name;
+                if (name == "w1") w1_bits = bits;
+                long long differ = -1;
+                if ((name == "w1b" || name == "w7") && !w1_bits.empty()) {
+                    differ = 0;
+                    for (size_t i = 0; i < bits.size(); ++i) differ += bits[i] != w1_bits[i];
+                }
+                const bool ok = !nan && e <= tol && differ <= 0;
                 if (!ok) ++g_failures;
-                std::printf("%-4s version %s %s: ctx %.2e\n", ok ? "ok" : "FAIL", v.name, c.name().c_str(), e);
+                std::printf("%-4s version %s %s: ctx %.2e", ok ? "ok" : "FAIL", v.name, c.name().c_str(), e);
+                if (differ >= 0) std::printf(", %lld elements differ from w1", differ);
+                std::printf("\n");
             }
             CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // the reference's ctx again
         }
@@ -727,9 +747,33 @@ int main(int argc, char **argv) {
             std::fprintf(stderr, "profile: B and S must be positive integers\n");
             return 2;
         }
-        Bench bn(Case{B, S, 16, 64, 0, false, 0.1, true, false});
+        // "p0": dropout 0; "version NAME": then one launch of that numbered forward or backward version.
+        double pd = 0.1;
+        const char *version = nullptr;
+        for (int i = 1; i < argc; ++i) {
+            if (!std::strcmp(argv[i], "p0")) pd = 0.0;
+            if (!std::strcmp(argv[i], "version") && i + 1 < argc) version = argv[i + 1];
+        }
+        Bench bn(Case{B, S, 16, 64, 0, false, pd, true, false});
         CK(flash_attention_fwd(0, false, bn.a, bn.dv.qkv, bn.dv.ctx, bn.dv.lse));
         CK(flash_attention_bwd(0, false, bn.a, bn.dv.qkv, bn.dv.ctx, bn.dv.dctx, bn.dv.lse, bn.dv.dqkv, bn.dv.ws));
+        if (version) {
+            bool found = false;
+            for (const FwdVersion &v : fwd_versions<__half>())
+                if (!std::strcmp(v.name, version)) {
+                    CK(v.run(bn.p));
+                    found = true;
+                }
+            for (const BwdVersion &v : bwd_versions<__half>())
+                if (!std::strcmp(v.name, version)) {
+                    CK(v.run(bn.p, flash::BwdScratch(bn.a)));
+                    found = true;
+                }
+            if (!found) {
+                std::fprintf(stderr, "profile: no version named %s\n", version);
+                return 2;
+            }
+        }
         CK(cudaDeviceSynchronize());
         return 0;
     }
@@ -782,6 +826,9 @@ int main(int argc, char **argv) {
                         else time_versions<__half>(bn);
                         Bench nd(Case{s.B, s.S, 16, 64, 0, false, 0.0, true, bool(bf)});
                         time_production(nd, "same, dropout 0");
+                        std::printf("  versions, dropout 0:\n");
+                        if (bf) time_versions<__nv_bfloat16>(nd);
+                        else time_versions<__half>(nd);
                     }
                 }
             }

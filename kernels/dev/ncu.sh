@@ -8,6 +8,9 @@
 # stall samples.
 # ncu runs with --clock-control none (the device's own clocks, as the timings elsewhere).
 # LAB_BIN=PATH profiles an attention_lab already built (by lab.sh in the same call) instead of building one.
+# LAB_ARGS="p0 version w7" is appended to `attention_lab profile B S`; NCU_SKIP=N skips the first N
+# matching launches (the production launches before a version's); NCU_TAG names the output
+# (OUTDIR/ncu-B-S-TAG.txt). Every report also lists the pipes' utilisation (the raw metrics).
 set -u -o pipefail
 out=${1:?OUTDIR}
 regex=${2:?KERNEL_REGEX}
@@ -20,11 +23,15 @@ if [ -z "$lab" ]; then
 fi
 for shape in "$@"; do
     read -r B S <<<"$shape"
-    rep=/tmp/ncu-$B-$S
-    txt=$out/ncu-$B-$S.txt
-    ncu --clock-control none -k "regex:$regex" --launch-count 1 --set full --import-source no -f -o "$rep" \
-        "$lab" profile "$B" "$S" >"$txt.log" 2>&1 || { cat "$txt.log"; continue; }
+    tag=$B-$S${NCU_TAG:+-$NCU_TAG}
+    rep=/tmp/ncu-$tag
+    txt=$out/ncu-$tag.txt
+    # shellcheck disable=SC2086  # LAB_ARGS is a word list
+    ncu --clock-control none -k "regex:$regex" --launch-skip "${NCU_SKIP:-0}" --launch-count 1 --set full \
+        --import-source no -f -o "$rep" "$lab" profile "$B" "$S" ${LAB_ARGS:-} >"$txt.log" 2>&1 || { cat "$txt.log"; continue; }
     {
+        echo "== pipes (raw metrics) =="
+        ncu -i "$rep.ncu-rep" --page raw 2>&1 | grep -E "gpu__time_duration.sum|sm__inst_executed_pipe_[a-z_]+\.avg\.pct_of_peak_sustained_active|sm__pipe_[a-z_]+_cycles_active\.avg\.pct_of_peak_sustained_active|sm__instruction_throughput.avg.pct|smsp__issue_active.avg.pct" | sed 's/  */ /g'
         ncu -i "$rep.ncu-rep" --page details --section SpeedOfLight --section Occupancy --section LaunchStats \
             --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis \
             --section ComputeWorkloadAnalysis 2>&1
