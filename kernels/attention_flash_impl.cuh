@@ -475,9 +475,7 @@ DST_FDEV FwdRows fwd_rows(const Params &p, int b, int bh, int q0, int wrow, int 
 // mask, the keys past the length and causal, the online softmax (o rescaled, m2 and l updated) and
 // dropout. On return s holds P̃ (unnormalised, dropped entries zero), ready to become the A operand
 // of O += P̃·V.
-// kDrop = false leaves dropout to the caller (the wgmma forward whose keep bits come from its Philox
-// warpgroup, fwd_apply_keep).
-template <int NT, int DT, bool kDrop = true>
+template <int NT, int DT>
 DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], float (&o)[DT][4]) {
     constexpr int BN = NT * 8, NG = BN / 16;
     const int S = p.seq, t = w.t;
@@ -548,7 +546,6 @@ DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], f
         if (wd.z < p.threshold) s[2 * G + 1][2 * r] = 0.0f;
         if (wd.w < p.threshold) s[2 * G + 1][2 * r + 1] = 0.0f;
     };
-    if (!kDrop) return;
     if (p.dropout && p.aligned4) {
 #pragma unroll
         for (int G = 0; G < NG; ++G)

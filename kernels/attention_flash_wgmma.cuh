@@ -44,82 +44,15 @@ DST_WGA_DEV int perm16_inv(int x) { return 8 * ((x >> 1) & 1) + 2 * (x >> 2) + (
 // Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled tile.
 DST_WGA_DEV uint32_t sw128(int r, int c) { return uint32_t(r) * 128u + (uint32_t(c ^ (r & 7)) << 4); }
 
-// ---- the dropout warpgroup of the forward (PROD) -------------------------------------------------
-// With PROD the block has a second warpgroup that only draws the dropout keep bits: its warp w
-// computes, tile after tile, the Philox groups of consumer warp w's rows (the same lanes, the same
-// groups as fwd_tile draws itself) and hands each lane a 32-bit word through a ring of kSlots
-// shared-memory slots, one mbarrier pair (full, empty) per slot and warp. The generator's integer
-// multiplies then run beside the consumer's products and softmax instead of between them.
-struct FwdRing {
-    static constexpr int kSlots = 4;
-    static constexpr size_t kBits = size_t(kSlots) * 4 * 32 * 4;  // [slot][warp][lane] words
-    static constexpr size_t kSmem = kBits + 2 * size_t(kSlots) * 4 * 8;  // + full and empty mbarriers
-};
-
-DST_WGA_DEV void mbar_init(uint32_t a, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
-}
-DST_WGA_DEV void mbar_arrive(uint32_t a) {
-    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(a) : "memory");
-}
-// Waits until the phase of the given parity has completed.
-DST_WGA_DEV void mbar_wait(uint32_t a, uint32_t parity) {
-    asm volatile(
-        "{\n .reg .pred P;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n @!P bra WAIT;\n}\n" ::"r"(a),
-        "r"(parity)
-        : "memory");
-}
-// A barrier of the n threads of warps that call it with the same id (not the whole block).
-DST_WGA_DEV void bar_named(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-
-// The keep bits of a forward lane's key tile k0 (BN 64: 4 groups × 2 rows × 4 words): bit 4·(2G + r) + x
-// is word x of group G of row r (fwd_tile's drop).
-DST_WGA_DEV uint32_t fwd_keep_bits(const Params &p, uint64_t grp0, int k0) {
-    uint32_t bits = 0;
-#pragma unroll
-    for (int G = 0; G < 4; ++G)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const uint4 wd = philox_group(p, grp0 + (r ? 2 * uint64_t(p.seq) : 0) + uint64_t(k0 / 4 + 4 * G));
-            const uint32_t k4 = uint32_t(wd.x >= p.threshold) | uint32_t(wd.y >= p.threshold) << 1 |
-                                uint32_t(wd.z >= p.threshold) << 2 | uint32_t(wd.w >= p.threshold) << 3;
-            bits |= k4 << (4 * (2 * G + r));
-        }
-    return bits;
-}
-template <int NT>
-DST_WGA_DEV void fwd_apply_keep(float (&s)[NT][4], uint32_t bits) {
-#pragma unroll
-    for (int G = 0; G < NT / 2; ++G)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-            for (int x = 0; x < 4; ++x)
-                if (!((bits >> (4 * (2 * G + r) + x)) & 1u)) s[2 * G + x / 2][2 * r + x % 2] = 0.0f;
-}
-
-template <typename T, int BN, int MB, int PROD = 0>
-__global__ void __launch_bounds__(PROD ? 256 : 128, MB) flash_fwd_wgmma_kernel(const Params p) {
+template <typename T, int BN, int MB>
+__global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p) {
     DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tr = WgTraits<BN>;
-    using Ring = FwdRing;
-    constexpr int BM = Tr::kBM, NT = BN / 8, NG = BN / 16, DT = 8, NS = Ring::kSlots;
-    static_assert(!PROD || BN == 64, "the keep bits of a lane's tile are one 32-bit word at BN 64");
+    constexpr int BM = Tr::kBM, NT = BN / 8, NG = BN / 16, DT = 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = base, sKV0 = base + uint32_t(Tr::kQ);  // stage st: K at sKV0 + 2·st·kTile, V after it
-    // PROD: the keep-bit ring after the K | V stages, then the full and empty mbarriers of (slot, warp).
-    const uint32_t sBits = sKV0 + uint32_t(4 * Tr::kTile), sFull = sBits + uint32_t(Ring::kBits),
-                   sEmpty = sFull + uint32_t(NS * 4 * 8);
-    uint32_t *ring = reinterpret_cast<uint32_t *>(smem_raw + (sBits - smem_addr(smem_raw)));
-    if constexpr (PROD) {
-        if (threadIdx.x < NS * 4) {
-            mbar_init(sFull + 8 * threadIdx.x, 32);
-            mbar_init(sEmpty + 8 * threadIdx.x, 32);
-        }
-        __syncthreads();
-    }
 
     const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
     const int b = bh / p.heads, h = bh % p.heads;
@@ -128,23 +61,10 @@ __global__ void __launch_bounds__(PROD ? 256 : 128, MB) flash_fwd_wgmma_kernel(c
     const int64_t ld = 3 * int64_t(p.hidden);
     const T *gq = static_cast<const T *>(p.qkv) + seq_row0(p, b) * ld + int64_t(h) * 64;
     const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    FwdRows w = fwd_rows(p, b, bh, q0, (warp & 3) * 16, lane);
+    const int warp = threadIdx.x >> 5;
+    FwdRows w = fwd_rows(p, b, bh, q0, warp * 16, threadIdx.x & 31);
     const int n_end = p.causal ? min(w.kv_len, q0 + BM) : w.kv_len;
     const int n_blocks = (n_end + BN - 1) / BN;
-    if constexpr (PROD) {
-        if (warp >= 4) {  // the dropout warpgroup: warp w + 4 draws for consumer warp w
-            uint32_t *out = ring + (warp - 4) * 32 + lane;
-            for (int nb = 0; nb < n_blocks; ++nb) {
-                const int slot = nb % NS, use = nb / NS;
-                const uint32_t bar = 8u * uint32_t(slot * 4 + warp - 4);
-                if (use > 0) mbar_wait(sEmpty + bar, uint32_t(use - 1) & 1u);
-                out[slot * 128] = PROD == 2 ? ~0u : fwd_keep_bits(p, w.grp0, nb * BN);
-                mbar_arrive(sFull + bar);
-            }
-            return;
-        }
-    }
 
     // Copies: thread x owns 16-byte chunk x & 7 of rows x >> 3, (x >> 3) + 16, …; a key row jl of a
     // tile goes to shared row 16·(jl / 16) + perm16_inv(jl % 16), and since jl % 16 = x >> 3 for all
@@ -181,10 +101,7 @@ __global__ void __launch_bounds__(PROD ? 256 : 128, MB) flash_fwd_wgmma_kernel(c
         const int k0 = nb * BN, st = nb & 1;
         cp_async_wait<0>();
         wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
-        if constexpr (PROD)
-            bar_named(1, 128);  // the consumer warpgroup only
-        else
-            __syncthreads();  // everyone's; and every MMA of the other stage has completed
+        __syncthreads();          // everyone's; and every MMA of the other stage has completed
         if (nb + 1 < n_blocks) stage_kv(nb + 1, st ^ 1);
         cp_async_commit();
         const uint32_t sk = sKV0 + uint32_t(2 * st) * uint32_t(Tr::kTile), sv = sk + uint32_t(Tr::kTile);
@@ -197,19 +114,10 @@ __global__ void __launch_bounds__(PROD ? 256 : 128, MB) flash_fwd_wgmma_kernel(c
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BN>(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
         wg::wgmma_commit();
-        uint32_t keep = 0;
-        if constexpr (PROD) {  // this lane's keep bits of the tile, from the dropout warpgroup
-            const int slot = nb % NS;
-            const uint32_t bar = 8u * uint32_t(slot * 4 + warp);
-            mbar_wait(sFull + bar, uint32_t(nb / NS) & 1u);
-            keep = ring[slot * 128 + warp * 32 + lane];
-            mbar_arrive(sEmpty + bar);
-        }
         wg::wgmma_wait<0>();
         wg::fence_regs(s);
 
-        fwd_tile<NT, DT, !PROD>(p, w, k0, s, o);
-        if constexpr (PROD) fwd_apply_keep(s, keep);
+        fwd_tile(p, w, k0, s, o);
 
         // O += P̃·V: k16 step G covers keys (rows of V) 16G … 16G + 15, 2048 bytes apart.
         uint32_t a[NG][4];
@@ -232,21 +140,17 @@ __global__ void __launch_bounds__(PROD ? 256 : 128, MB) flash_fwd_wgmma_kernel(c
 #endif
 }
 
-// Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue). PROD (the dropout warpgroup)
-// applies to dropout on 4-aligned rows; other calls take the one-warpgroup kernel at MB_PLAIN blocks/SM.
-template <typename T, int BN, int MB, int PROD = 0, int MB_PLAIN = 3>
+// Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue).
+template <typename T, int BN, int MB>
 cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
     using Tr = WgTraits<BN>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
-    if constexpr (PROD)
-        if (!(p.dropout && p.aligned4)) return launch_fwd_wgmma<T, BN, MB_PLAIN>(p, stream);
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBM));
-    const auto kernel = flash_fwd_wgmma_kernel<T, BN, MB, PROD>;
-    const size_t smem = Tr::kSmem + (PROD ? FwdRing::kSmem : 0);
-    cudaError_t e = allow_smem(kernel, smem);
+    const auto kernel = flash_fwd_wgmma_kernel<T, BN, MB>;
+    cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e != cudaSuccess) return e;
-    return launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads),
-                            Tr::kThreads * (PROD ? 2 : 1), smem, stream, p);
+    return launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads,
+                            Tr::kSmem, stream, p);
 }
 
 // ================================ backward =======================================================

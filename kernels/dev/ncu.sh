@@ -8,8 +8,9 @@
 # stall samples.
 # ncu runs with --clock-control none (the device's own clocks, as the timings elsewhere).
 # LAB_BIN=PATH profiles an attention_lab already built (by lab.sh in the same call) instead of building one.
-# LAB_ARGS="p0 version w7" is appended to `attention_lab profile B S`; NCU_SKIP=N skips the first N
-# matching launches (the production launches before a version's); NCU_TAG names the output
+# LAB_ARGS="p0 version NAME" is appended to `attention_lab profile B S`; NCU_SKIP=N skips the first N
+# matching launches (a forward version's launch is the third forward: NCU_SKIP=2, after the setup's and
+# the production one; a backward version's the second: NCU_SKIP=1); NCU_TAG names the output
 # (OUTDIR/ncu-B-S-TAG.txt). Every report also lists the pipes' utilisation (the raw metrics).
 set -u -o pipefail
 out=${1:?OUTDIR}
