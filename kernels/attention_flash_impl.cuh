@@ -92,6 +92,11 @@ struct Params {
     // M0·lo).
     uint32_t key0[10], key1[10];
     uint32_t r0a, r0b, r0c;
+    // grp32: every group a kernel of the call draws (tile overhangs included) is below 2^32, so the
+    // group's high word is 0 and round 1's first product M0·r0a is uniform: r1h = mulhi(M0, r0a) ^
+    // key1[1], r1l = M0·r0a, r1b = r0b ^ key0[1] (philox_group_m0).
+    bool grp32;
+    uint32_t r1h, r1l, r1b;
 };
 
 // The head dim the kernels are built for: head_dim rounded up to 32, 64, 96 or 128.
@@ -112,6 +117,16 @@ inline void philox_round0(Params &p) {
     p.r0a = hi1 ^ p.key0[0];
     p.r0b = lo1;
     p.r0c = off_hi ^ p.key1[0];
+    uint32_t hia, loa;
+    philox_mulhilo(kPhiloxM0, p.r0a, hia, loa);
+    p.r1h = hia ^ p.key1[1];
+    p.r1l = loa;
+    p.r1b = p.r0b ^ p.key0[1];
+    // The rows a kernel draws for: B·heads·S and up to a tile past the last; the groups of a row:
+    // S/4 and up to a key tile past the last.
+    const uint64_t rows = uint64_t(p.batch) * uint64_t(p.heads) * uint64_t(p.seq) + 128;
+    const uint64_t per_row = uint64_t(p.seq) / 4 + 64;
+    p.grp32 = rows <= (uint64_t(1) << 32) && rows * per_row <= 0xFFFFFFFFull;
 }
 
 // The scalars of a call (pointers are set by the caller).
@@ -388,6 +403,24 @@ DST_FDEV uint4 philox_group(const Params &p, uint32_t lo, uint32_t hi) {
 DST_FDEV uint4 philox_group(const Params &p, uint64_t group) {
     return philox_group(p, uint32_t(group), uint32_t(group >> 32));
 }
+// The same words when p.grp32 (the group's high word 0), from m0 = M0·group (the 64-bit product,
+// which callers walking groups at a fixed stride form by additions): round 0 needs no multiply and
+// round 1 one, 17 wide multiplies per group instead of 19.
+DST_FDEV uint4 philox_group_m0(const Params &p, uint64_t m0) {
+    const uint32_t c3r0 = uint32_t(m0);
+    const uint64_t b1 = uint64_t(kPhiloxM1) * (uint32_t(m0 >> 32) ^ p.r0c);
+    uint32_t c0 = uint32_t(b1 >> 32) ^ p.r1b, c1 = uint32_t(b1), c2 = c3r0 ^ p.r1h, c3 = p.r1l;
+#pragma unroll
+    for (int r = 2; r < 10; ++r) {
+        const uint64_t a = uint64_t(kPhiloxM0) * c0, b = uint64_t(kPhiloxM1) * c2;
+        const uint32_t n0 = uint32_t(b >> 32) ^ c1 ^ p.key0[r], n2 = uint32_t(a >> 32) ^ c3 ^ p.key1[r];
+        c1 = uint32_t(b);
+        c3 = uint32_t(a);
+        c0 = n0;
+        c2 = n2;
+    }
+    return make_uint4(c0, c1, c2, c3);
+}
 // The word of one element (any alignment).
 DST_FDEV uint32_t philox_word(const Params &p, uint64_t e) {
     const uint4 r = philox_group(p, e >> 2);
@@ -546,7 +579,15 @@ DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], f
         if (wd.z < p.threshold) s[2 * G + 1][2 * r] = 0.0f;
         if (wd.w < p.threshold) s[2 * G + 1][2 * r + 1] = 0.0f;
     };
-    if (p.dropout && p.aligned4) {
+    if (p.dropout && p.aligned4 && p.grp32) {  // M0·group by additions: the tile's, the row's, G's
+        const uint64_t mt = uint64_t(kPhiloxM0) * uint32_t(w.grp0 + uint64_t(k0 / 4));
+        const uint64_t mr = uint64_t(kPhiloxM0) * uint32_t(2 * S);
+#pragma unroll
+        for (int G = 0; G < NG; ++G)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                drop(G, r, philox_group_m0(p, mt + (r ? mr : 0) + uint64_t(kPhiloxM0) * uint64_t(4 * G)));
+    } else if (p.dropout && p.aligned4) {
 #pragma unroll
         for (int G = 0; G < NG; ++G)
 #pragma unroll
@@ -825,17 +866,32 @@ DST_FDEV void bwd_tile(const Params &p, const BwdKeys &k, int k0, int wrow, int 
     };
     if (p.dropout && p.aligned4) {
         // This lane draws the block of query 2t + hh (its keys are words 2hh, 2hh + 1) and
-        // trades the other two words with lane ^ 4, which holds the block's other keys.
+        // trades the other two words with lane ^ 4, which holds the block's other keys. With grp32
+        // the groups of a lane's queries i0 + 8nt + 2t + hh are 2S apart: M0·group by additions.
         const int hh = k.hh;
+        const uint64_t g0 = (k.row_base + uint64_t(i0 + 2 * t + hh)) * uint64_t(S / 4) + k.kgroup;
+        auto each = [&](auto &&words) {  // words(nt): the Philox words of this lane's group nt
 #pragma unroll
-        for (int nt = 0; nt < NTQ; ++nt) {
-            const uint4 r = philox_group(p, (k.row_base + uint64_t(i0 + nt * 8 + 2 * t + hh)) * uint64_t(S / 4) + k.kgroup);
-            const uint32_t mine0 = hh ? r.z : r.x, mine1 = hh ? r.w : r.y;
-            const uint32_t got0 = __shfl_xor_sync(0xffffffffu, hh ? r.x : r.z, 4);
-            const uint32_t got1 = __shfl_xor_sync(0xffffffffu, hh ? r.y : r.w, 4);
-            // element e = 2x + y is key 2g + x, query 2t + y; the own block is y == hh.
-            const uint32_t w[4] = {hh ? got0 : mine0, hh ? mine0 : got0, hh ? got1 : mine1, hh ? mine1 : got1};
-            grad(nt, w);
+            for (int nt = 0; nt < NTQ; ++nt) {
+                const uint4 r = words(nt);
+                const uint32_t mine0 = hh ? r.z : r.x, mine1 = hh ? r.w : r.y;
+                const uint32_t got0 = __shfl_xor_sync(0xffffffffu, hh ? r.x : r.z, 4);
+                const uint32_t got1 = __shfl_xor_sync(0xffffffffu, hh ? r.y : r.w, 4);
+                // element e = 2x + y is key 2g + x, query 2t + y; the own block is y == hh.
+                const uint32_t w[4] = {hh ? got0 : mine0, hh ? mine0 : got0, hh ? got1 : mine1, hh ? mine1 : got1};
+                grad(nt, w);
+            }
+        };
+        if (p.grp32) {
+            const uint64_t mstep = uint64_t(kPhiloxM0) * uint32_t(2 * S);
+            uint64_t m0 = uint64_t(kPhiloxM0) * uint32_t(g0);
+            each([&](int) {
+                const uint4 r = philox_group_m0(p, m0);
+                m0 += mstep;
+                return r;
+            });
+        } else {
+            each([&](int nt) { return philox_group(p, g0 + uint64_t(nt) * uint64_t(2 * S)); });
         }
     } else if (p.dropout) {
 #pragma unroll

@@ -451,14 +451,19 @@ double gemm_peak_tflops(bool bf16) {
 // with the kernels' philox_group (8 chains in flight, as a forward tile's lane has) and counts the
 // kept words, so nothing is dead code. Groups per second on the whole GPU; a direction of attention
 // at B×S with h heads draws B·h·S²/4 groups.
+// M0: the groups through philox_group_m0 (the product M0·group formed by additions, as the kernels
+// do when every group of a call is below 2^32).
+template <bool M0>
 __global__ void philox_rate_kernel(const flash::Params p, int iters, uint32_t *out) {
     uint32_t kept = 0;
     const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     for (int it = 0; it < iters; ++it) {
         const uint64_t g0 = (uint64_t(it) * gridDim.x * blockDim.x + tid) * 8;
+        uint64_t m0 = uint64_t(flash::kPhiloxM0) * uint32_t(g0);
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-            const uint4 r = flash::philox_group(p, g0 + uint64_t(c));
+            const uint4 r = M0 ? flash::philox_group_m0(p, m0) : flash::philox_group(p, g0 + uint64_t(c));
+            m0 += flash::kPhiloxM0;
             kept += (r.x >= p.threshold) + (r.y >= p.threshold) + (r.z >= p.threshold) + (r.w >= p.threshold);
         }
     }
@@ -476,14 +481,28 @@ void philox_rate() {
     const int threads = 256, blocks = sms * 8, iters = 256;
     uint32_t *out = nullptr;
     CK(cudaMalloc(&out, size_t(blocks) * threads * sizeof(uint32_t)));
-    const float ms = time_ms([&] { philox_rate_kernel<<<blocks, threads>>>(p, iters, out); }, 10);
-    CK(cudaGetLastError());
+    std::vector<uint32_t> kept[2];
+    for (int m0 : {0, 1}) {
+        const float ms = time_ms(
+            [&] {
+                if (m0) philox_rate_kernel<true><<<blocks, threads>>>(p, iters, out);
+                else philox_rate_kernel<false><<<blocks, threads>>>(p, iters, out);
+            },
+            10);
+        CK(cudaGetLastError());
+        kept[m0].resize(size_t(blocks) * threads);
+        CK(cudaMemcpy(kept[m0].data(), out, kept[m0].size() * 4, cudaMemcpyDeviceToHost));
+        const double groups = double(blocks) * threads * iters * 8, rate = groups / (ms * 1e-3);
+        const double per_dir = 8.0 * 16 * 2048.0 * 2048.0 / 4;  // 8×2048, 16 heads
+        std::printf("philox%s: %.3f ms for %.3g groups: %.3g groups/s, %.2f groups per SM per cycle at %.0f MHz; "
+                    "8x2048x16 heads (%.3g groups per direction): %.3f ms per direction\n",
+                    m0 ? " (m0 form)" : "", ms, groups, rate, rate / sms / (clock_khz * 1e3), clock_khz / 1e3, per_dir,
+                    per_dir / rate * 1e3);
+    }
     CK(cudaFree(out));
-    const double groups = double(blocks) * threads * iters * 8, rate = groups / (ms * 1e-3);
-    const double per_dir = 8.0 * 16 * 2048.0 * 2048.0 / 4;  // 8×2048, 16 heads
-    std::printf("philox: %.3f ms for %.3g groups: %.3g groups/s, %.2f groups per SM per cycle at %.0f MHz; "
-                "8x2048x16 heads (%.3g groups per direction): %.3f ms per direction\n",
-                ms, groups, rate, rate / sms / (clock_khz * 1e3), clock_khz / 1e3, per_dir, per_dir / rate * 1e3);
+    const bool same = kept[0] == kept[1];  // every thread's count of kept words: the two forms agree
+    if (!same) ++g_failures;
+    std::printf("%-4s philox: the two forms keep the same words in every thread\n", same ? "ok" : "FAIL");
 }
 
 // Params of a call with every pointer and the backward scratch bound.
