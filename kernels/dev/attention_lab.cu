@@ -685,6 +685,77 @@ void check_versions(bool bf16) {
     }
 }
 
+// The two Philox forms give the same bits: every numbered version run with grp32 (17 multiplies per
+// group, what every shape the lab and the tests can afford takes) and with it off (19: the form of
+// calls with groups past 2^32), outputs compared bit for bit, both backward modes.
+template <typename T>
+void check_philox_forms(bool bf16) {
+    for (int det : {1, 0}) {
+        Case c{3, 300, 2, 64, 2, false, 0.1, bool(det), bf16};
+        Dev dv;
+        dv.alloc(c);
+        const Inputs in = make_inputs(c, 91);
+        const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
+        dv.upload(c, in);
+        AttentionArgs a = args_of(c, dv);
+        CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
+        flash::Params p = bound_params(a, dv);
+        if (!p.grp32) {
+            ++g_failures;
+            std::printf("FAIL philox forms: grp32 off at %s\n", c.name().c_str());
+        }
+        auto bits = [&](const uint16_t *d, size_t n) {
+            std::vector<uint16_t> h(n);
+            CK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
+            return h;
+        };
+        auto differ = [](const std::vector<uint16_t> &x, const std::vector<uint16_t> &y) {
+            size_t n = 0;
+            for (size_t i = 0; i < x.size(); ++i) n += x[i] != y[i];
+            return n;
+        };
+        CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // ctx and lse for the backward
+        CK(cudaDeviceSynchronize());
+        const std::vector<uint16_t> ctx_in = bits(dv.ctx, N * H);
+        size_t worst = 0;
+        if (det)
+            for (const FwdVersion &v : fwd_versions<T>()) {
+                std::vector<uint16_t> out[2];
+                for (int g : {1, 0}) {
+                    flash::Params q = p;
+                    q.grp32 = bool(g);
+                    CK(cudaMemset(dv.ctx, 0xff, N * H * 2));
+                    CK(v.run(q));
+                    CK(cudaDeviceSynchronize());
+                    out[g] = bits(dv.ctx, N * H);
+                }
+                worst = std::max(worst, differ(out[0], out[1]));
+            }
+        CK(cudaMemcpy(dv.ctx, ctx_in.data(), N * H * 2, cudaMemcpyHostToDevice));
+        for (const BwdVersion &v : bwd_versions<T>()) {
+            std::vector<uint16_t> out[2];
+            for (int g : {1, 0}) {
+                flash::Params q = p;
+                q.grp32 = bool(g);
+                CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
+                CK(v.run(q, flash::BwdScratch(a)));
+                CK(cudaDeviceSynchronize());
+                out[g] = bits(dv.dqkv, N * 3 * H);
+            }
+            // the stochastic dQ sums in arrival order: compare dK and dV there (columns H … 3H of each row)
+            if (!det)
+                for (size_t r = 0; r < N; ++r)
+                    for (size_t cc = 0; cc < H; ++cc) out[0][r * 3 * H + cc] = out[1][r * 3 * H + cc];
+            worst = std::max(worst, differ(out[0], out[1]));
+        }
+        const bool ok = worst == 0;
+        if (!ok) ++g_failures;
+        std::printf("%-4s philox forms (17 and 19 multiplies), every version, %s: at most %zu elements differ\n",
+                    ok ? "ok" : "FAIL", c.name().c_str(), worst);
+        dv.free_all();
+    }
+}
+
 template <typename T>
 void time_versions(Bench &bn) {
     const flash::BwdScratch ws(bn.a);
@@ -807,8 +878,8 @@ int main(int argc, char **argv) {
         check_determinism(true, 4, 1000);
         check_determinism(false, 4, 1000);
         check_determinism(true, 40, 128);
-        if (!bf16_only) check_versions<__half>(false);
-        if (!fp16_only) check_versions<__nv_bfloat16>(true);
+        if (!bf16_only) check_versions<__half>(false), check_philox_forms<__half>(false);
+        if (!fp16_only) check_versions<__nv_bfloat16>(true), check_philox_forms<__nv_bfloat16>(true);
         std::printf("check: %d failure(s)\n", g_failures);
     }
     if (do_time) {
