@@ -52,6 +52,7 @@ namespace cuda {
 namespace flash {
 
 #define DST_FDEV __device__ __forceinline__
+#define DST_FHD __host__ __device__ __forceinline__  // also callable on the host (tests/cuda/test_cuda_philox.cu)
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -122,11 +123,11 @@ inline void philox_round0(Params &p) {
     p.r1h = hia ^ p.key1[1];
     p.r1l = loa;
     p.r1b = p.r0b ^ p.key0[1];
-    // The rows a kernel draws for: B·heads·S and up to a tile past the last; the groups of a row:
-    // S/4 and up to a key tile past the last.
+    // The largest group a kernel draws: rows up to a tile (≤ 128) past the last of B·heads·S, keys up
+    // to a tile (≤ 128) past S; group = row·S/4 + key/4.
     const uint64_t rows = uint64_t(p.batch) * uint64_t(p.heads) * uint64_t(p.seq) + 128;
-    const uint64_t per_row = uint64_t(p.seq) / 4 + 64;
-    p.grp32 = rows <= (uint64_t(1) << 32) && rows * per_row <= 0xFFFFFFFFull;
+    const uint64_t quarter = uint64_t(p.seq) / 4;
+    p.grp32 = rows <= (uint64_t(1) << 32) && rows * quarter + quarter + 64 <= 0xFFFFFFFFull;
 }
 
 // The scalars of a call (pointers are set by the caller).
@@ -386,10 +387,12 @@ DST_FDEV void zero(float (&c)[NT][4]) {
 // ================================ dropout ========================================================
 
 // The four words of dropout group (lo, hi) = element >> 2 (kernels/philox.h, philox_dropout_block).
-DST_FDEV uint4 philox_group(const Params &p, uint32_t lo, uint32_t hi) {
+DST_FHD uint4 philox_group(const Params &p, uint32_t lo, uint32_t hi) {
     const uint64_t m0 = uint64_t(kPhiloxM0) * lo;
     uint32_t c0 = hi ^ p.r0a, c1 = p.r0b, c2 = uint32_t(m0 >> 32) ^ p.r0c, c3 = uint32_t(m0);
+#if defined(__CUDA_ARCH__)  // host compilers (the host twin of the tests) know no unroll pragma
 #pragma unroll
+#endif
     for (int r = 1; r < 10; ++r) {
         const uint64_t a = uint64_t(kPhiloxM0) * c0, b = uint64_t(kPhiloxM1) * c2;
         const uint32_t n0 = uint32_t(b >> 32) ^ c1 ^ p.key0[r], n2 = uint32_t(a >> 32) ^ c3 ^ p.key1[r];
@@ -400,17 +403,19 @@ DST_FDEV uint4 philox_group(const Params &p, uint32_t lo, uint32_t hi) {
     }
     return make_uint4(c0, c1, c2, c3);
 }
-DST_FDEV uint4 philox_group(const Params &p, uint64_t group) {
+DST_FHD uint4 philox_group(const Params &p, uint64_t group) {
     return philox_group(p, uint32_t(group), uint32_t(group >> 32));
 }
 // The same words when p.grp32 (the group's high word 0), from m0 = M0·group (the 64-bit product,
 // which callers walking groups at a fixed stride form by additions): round 0 needs no multiply and
 // round 1 one, 17 wide multiplies per group instead of 19.
-DST_FDEV uint4 philox_group_m0(const Params &p, uint64_t m0) {
+DST_FHD uint4 philox_group_m0(const Params &p, uint64_t m0) {
     const uint32_t c3r0 = uint32_t(m0);
     const uint64_t b1 = uint64_t(kPhiloxM1) * (uint32_t(m0 >> 32) ^ p.r0c);
     uint32_t c0 = uint32_t(b1 >> 32) ^ p.r1b, c1 = uint32_t(b1), c2 = c3r0 ^ p.r1h, c3 = p.r1l;
+#if defined(__CUDA_ARCH__)  // host compilers (the host twin of the tests) know no unroll pragma
 #pragma unroll
+#endif
     for (int r = 2; r < 10; ++r) {
         const uint64_t a = uint64_t(kPhiloxM0) * c0, b = uint64_t(kPhiloxM1) * c2;
         const uint32_t n0 = uint32_t(b >> 32) ^ c1 ^ p.key0[r], n2 = uint32_t(a >> 32) ^ c3 ^ p.key1[r];
@@ -1382,6 +1387,7 @@ cudaError_t dispatch(bool bf16, int D, F &&f) {
 }
 
 #undef DST_FDEV
+#undef DST_FHD
 
 }  // namespace flash
 }  // namespace cuda

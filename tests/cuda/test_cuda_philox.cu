@@ -1,0 +1,116 @@
+// The flash attention kernels' Philox forms (kernels/attention_flash_impl.cuh) against the shared
+// generator of kernels/philox.h, on the host: philox_group (19 wide multiplies per group, any group)
+// and philox_group_m0 (17, for calls whose every group is below 2^32, from the product M0·group) must
+// give the words of philox_dropout_block for every seed, offset and group, and make_params may set
+// grp32 only when no kernel of the call draws a group at or past 2^32. The kernels call these very
+// functions; the GPU tests and kernels/dev/attention_lab.cu compare the dropped sets they make.
+// Needs no GPU.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/attention_flash_impl.cuh"
+
+namespace {
+
+using dst::Philox4;
+using dst::cuda::flash::kPhiloxM0;
+using dst::cuda::flash::Params;
+
+Params params_for(uint64_t seed, uint64_t offset, int64_t batch = 1, int64_t heads = 1, int64_t seq = 128) {
+    dst::cuda::AttentionArgs a;
+    a.batch = batch;
+    a.seq = seq;
+    a.heads = heads;
+    a.head_dim = 64;
+    a.hidden = heads * 64;
+    a.seed = seed;
+    a.offset = offset;
+    a.threshold = dst::dropout_threshold(0.1);
+    a.drop_scale = 1.0 / 0.9;
+    return dst::cuda::flash::make_params(a);
+}
+
+bool same(const uint4 &w, const Philox4 &r) {
+    return w.x == r.v[0] && w.y == r.v[1] && w.z == r.v[2] && w.w == r.v[3];
+}
+
+TEST(CudaPhiloxForms, BothFormsGiveTheGeneratorsWords) {
+    const uint64_t seeds[] = {0, 0x1234567890ULL, 0xFFFFFFFFFFFFFFFFULL, 0x9E3779B97F4A7C15ULL};
+    const uint64_t offsets[] = {0, 77, (uint64_t(1) << 32) + 5, 0xFFFFFFFFFFFFFFFEULL};
+    std::mt19937_64 rng(2026);
+    for (uint64_t seed : seeds)
+        for (uint64_t offset : offsets) {
+            const Params p = params_for(seed, offset);
+            std::vector<uint64_t> small = {0, 1, 2, 3, 0x7FFFFFFFULL, 0x80000000ULL, 0xFFFFFFFEULL, 0xFFFFFFFFULL};
+            for (int i = 0; i < 500; ++i) small.push_back(rng() & 0xFFFFFFFFULL);
+            for (uint64_t g : small) {
+                const Philox4 r = dst::philox_dropout_block(seed, offset, g);
+                ASSERT_TRUE(same(dst::cuda::flash::philox_group(p, g), r)) << "seed " << seed << " offset " << offset << " group " << g;
+                ASSERT_TRUE(same(dst::cuda::flash::philox_group_m0(p, uint64_t(kPhiloxM0) * g), r))
+                    << "17-multiply form, seed " << seed << " offset " << offset << " group " << g;
+            }
+            // Past 2^32 only the general form applies.
+            for (int i = 0; i < 200; ++i) {
+                const uint64_t g = (uint64_t(1) << 32) + (rng() >> 2);
+                ASSERT_TRUE(same(dst::cuda::flash::philox_group(p, g), dst::philox_dropout_block(seed, offset, g)))
+                    << "seed " << seed << " offset " << offset << " group " << g;
+            }
+        }
+}
+
+// The kernels form M0·group from a per-tile product and additions along a lane's groups (the forward:
+// a row's 2S groups and a column block's 4; the backward: 2S per query block). At the largest groups
+// the bound allows the sums still equal the product, and give the generator's words.
+TEST(CudaPhiloxForms, ProductsByAdditionMatchAtTheBound) {
+    const Params p = params_for(5, 9);
+    const uint64_t S = 2048;
+    const uint64_t g0 = 0xFFFFFFFFULL - 7 * 2 * S - 12;  // the last groups below 2^32
+    uint64_t m0 = uint64_t(kPhiloxM0) * uint32_t(g0);
+    for (int nt = 0; nt < 8; ++nt, m0 += uint64_t(kPhiloxM0) * uint32_t(2 * S)) {
+        const uint64_t g = g0 + uint64_t(nt) * 2 * S;
+        ASSERT_LE(g, 0xFFFFFFFFULL);
+        EXPECT_EQ(m0, uint64_t(kPhiloxM0) * g);
+        for (int G = 0; G < 4; ++G)
+            EXPECT_TRUE(same(dst::cuda::flash::philox_group_m0(p, m0 + uint64_t(kPhiloxM0) * uint64_t(4 * G)),
+                             dst::philox_dropout_block(5, 9, g + 4 * G)))
+                << "group " << g + 4 * G;
+    }
+}
+
+// grp32 only where every group a kernel can draw is below 2^32: rows up to a 128-row tile past the
+// last, keys up to a 256-key tile past the last (more than any kernel's tiles).
+TEST(CudaPhiloxForms, Grp32OnlyBelowTheBound) {
+    struct Shape {
+        int64_t b, h, s;
+        bool expect;  // the BERT-Large shapes of the benchmarks take the 17-multiply form
+    } shapes[] = {{64, 16, 128, true},  {16, 16, 512, true},   {8, 16, 2048, true},   {2, 16, 8192, true},
+                  {1, 16, 16384, true}, {1, 16, 32768, false}, {4096, 16, 2048, false}, {3, 2, 1, true}};
+    for (const Shape &sh : shapes) {
+        const Params p = params_for(1, 2, sh.b, sh.h, sh.s);
+        EXPECT_EQ(p.grp32, sh.expect) << sh.b << "x" << sh.h << "x" << sh.s;
+    }
+    // Around the edge: the largest group a kernel draws against grp32, batch by batch.
+    auto edge = [](int64_t S, int64_t h, int64_t b_lo, int64_t b_hi) {
+        int on = 0, off = 0;
+        for (int64_t b = b_lo; b <= b_hi; ++b) {
+            const Params p = params_for(1, 2, b, h, S);
+            const uint64_t max_row = uint64_t(b * h - 1) * S + ((S + 127) / 128) * 128 - 1;
+            const uint64_t max_key = ((S + 255) / 256) * 256 - 1;
+            const uint64_t max_group = max_row * uint64_t(S / 4) + max_key / 4;
+            if (p.grp32) EXPECT_LE(max_group, 0xFFFFFFFFULL) << "S " << S << " batch " << b;
+            // and no more than about a row of groups lost to the bound's simpler overhang
+            const uint64_t slack = uint64_t(S / 4) * uint64_t(S + 2) + 64;
+            if (max_group + slack <= 0xFFFFFFFFULL) EXPECT_TRUE(p.grp32) << "S " << S << " batch " << b;
+            (p.grp32 ? on : off) += 1;
+        }
+        EXPECT_GT(on, 0) << "S " << S;
+        EXPECT_GT(off, 0) << "S " << S;
+    };
+    edge(2048, 16, 200, 300);                     // 2^32 groups at batch 256: steps of 2^24 groups
+    edge(4, 1, 1073741784 - 40, 1073741784 + 8);  // steps of one group: the tiles' overhang decides
+}
+
+}  // namespace
