@@ -386,14 +386,13 @@ DST_FDEV void zero(float (&c)[NT][4]) {
 
 // ================================ dropout ========================================================
 
-// The four words of dropout group (lo, hi) = element >> 2 (kernels/philox.h, philox_dropout_block).
-DST_FHD uint4 philox_group(const Params &p, uint32_t lo, uint32_t hi) {
-    const uint64_t m0 = uint64_t(kPhiloxM0) * lo;
-    uint32_t c0 = hi ^ p.r0a, c1 = p.r0b, c2 = uint32_t(m0 >> 32) ^ p.r0c, c3 = uint32_t(m0);
+// Rounds kFirst … 9 of the dropout stream's Philox on the state (c0, c1, c2, c3), the keys of p.
+template <int kFirst>
+DST_FHD uint4 philox_rounds(const Params &p, uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3) {
 #if defined(__CUDA_ARCH__)  // host compilers (the host twin of the tests) know no unroll pragma
 #pragma unroll
 #endif
-    for (int r = 1; r < 10; ++r) {
+    for (int r = kFirst; r < 10; ++r) {
         const uint64_t a = uint64_t(kPhiloxM0) * c0, b = uint64_t(kPhiloxM1) * c2;
         const uint32_t n0 = uint32_t(b >> 32) ^ c1 ^ p.key0[r], n2 = uint32_t(a >> 32) ^ c3 ^ p.key1[r];
         c1 = uint32_t(b);
@@ -402,6 +401,12 @@ DST_FHD uint4 philox_group(const Params &p, uint32_t lo, uint32_t hi) {
         c2 = n2;
     }
     return make_uint4(c0, c1, c2, c3);
+}
+// The four words of dropout group (lo, hi) = element >> 2 (kernels/philox.h, philox_dropout_block).
+DST_FHD uint4 philox_group(const Params &p, uint32_t lo, uint32_t hi) {
+    const uint64_t m0 = uint64_t(kPhiloxM0) * lo;
+    const uint32_t c0 = hi ^ p.r0a, c1 = p.r0b, c2 = uint32_t(m0 >> 32) ^ p.r0c, c3 = uint32_t(m0);
+    return philox_rounds<1>(p, c0, c1, c2, c3);
 }
 DST_FHD uint4 philox_group(const Params &p, uint64_t group) {
     return philox_group(p, uint32_t(group), uint32_t(group >> 32));
@@ -412,19 +417,8 @@ DST_FHD uint4 philox_group(const Params &p, uint64_t group) {
 DST_FHD uint4 philox_group_m0(const Params &p, uint64_t m0) {
     const uint32_t c3r0 = uint32_t(m0);
     const uint64_t b1 = uint64_t(kPhiloxM1) * (uint32_t(m0 >> 32) ^ p.r0c);
-    uint32_t c0 = uint32_t(b1 >> 32) ^ p.r1b, c1 = uint32_t(b1), c2 = c3r0 ^ p.r1h, c3 = p.r1l;
-#if defined(__CUDA_ARCH__)  // host compilers (the host twin of the tests) know no unroll pragma
-#pragma unroll
-#endif
-    for (int r = 2; r < 10; ++r) {
-        const uint64_t a = uint64_t(kPhiloxM0) * c0, b = uint64_t(kPhiloxM1) * c2;
-        const uint32_t n0 = uint32_t(b >> 32) ^ c1 ^ p.key0[r], n2 = uint32_t(a >> 32) ^ c3 ^ p.key1[r];
-        c1 = uint32_t(b);
-        c3 = uint32_t(a);
-        c0 = n0;
-        c2 = n2;
-    }
-    return make_uint4(c0, c1, c2, c3);
+    const uint32_t c0 = uint32_t(b1 >> 32) ^ p.r1b, c1 = uint32_t(b1), c2 = c3r0 ^ p.r1h, c3 = p.r1l;
+    return philox_rounds<2>(p, c0, c1, c2, c3);
 }
 // The word of one element (any alignment).
 DST_FDEV uint32_t philox_word(const Params &p, uint64_t e) {
