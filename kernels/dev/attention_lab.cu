@@ -3,11 +3,12 @@
 // version against the reference, and times them at BERT-Large heads (16 × 64) next to the GPU's
 // dense fp16 GEMM rate measured in the same run.
 //
-// build and run on the GPU machine: bash kernels/dev/lab.sh OUTDIR [check] [time] [philox] [fp16|bf16]
+// build and run on the GPU machine: bash kernels/dev/lab.sh OUTDIR [check] [time] [philox] [tma] [fp16|bf16]
 //   (LAB_ROOT=DIR builds an earlier copy of kernels/ beside it, to time before and after in one
 //   call); attention_lab profile [B S] [p0] [version NAME] runs one production forward and backward
 //   (dropout 0 with p0), then one launch of the numbered version NAME (for ncu); philox
-//   measures the Philox rate of the kernels' generator alone (the floor of dropout regeneration).
+//   measures the Philox rate of the kernels' generator alone (the floor of dropout regeneration); tma
+//   checks that TMA loads a key tile in the kernels' perm16 row order (check_tma_tile; not yet run).
 //
 // Versions (fp16, d = 64, dropout 0.1, no mask, 8×2048 and 64×128; timings in bench/RESULTS.md, "attention
 // lab"). Earlier kernels (2026-12-01, separate dK/dV and dQ backward kernels, one Philox block per
@@ -50,6 +51,9 @@
 #include "kernels/attention_flash_impl.cuh"
 #include "kernels/philox.h"
 #if defined(DST_LAB_SM90A)
+#include <cuda.h>  // CUtensorMap (the encoder is fetched through the runtime: no libcuda link)
+#include <cudaTypedefs.h>
+
 #include "kernels/attention_flash_wgmma.cuh"
 #endif
 
@@ -505,6 +509,106 @@ void philox_rate() {
     std::printf("%-4s philox: the two forms keep the same words in every thread\n", same ? "ok" : "FAIL");
 }
 
+#if defined(DST_LAB_SM90A)
+// ---- TMA: a key tile in perm16 row order (docs/design-notes.md, "What the long-sequence target asks")
+// Two 4-D tensor maps over qkv [rows][ld], at row 0 and row 2: dimensions (columns, x0, x2 + 2·x3,
+// 16-row group), strides (1, ld, 4·ld, 16·ld) elements; a (64, 2, 4, 1) box of map x1 for group G
+// holds keys 16G + x0 + 2·x1 + 4·(x2 + 2·x3) in the order x0 fastest, then x2 + 2·x3: loaded at
+// shared row 16G + 8·x1, it puts key x of the group at row perm16_inv(x), as the cp.async copies of
+// flash_fwd_wgmma_kernel do. tma_tile_kernel loads one 64-key tile of one head that way (eight 1 KB
+// boxes, one mbarrier) and copies the 8 KB of shared memory out as they are (swizzled); the host
+// compares them with the layout the wgmma descriptors read.
+__global__ void tma_tile_kernel(const __grid_constant__ CUtensorMap map0, const __grid_constant__ CUtensorMap map2,
+                                int col0, int group0, uint4 *out) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t base = (flash::smem_addr(smem_raw) + 1023u) & ~1023u;
+    const uint32_t bar = base + 8192;
+    unsigned char *gen = smem_raw + (base - flash::smem_addr(smem_raw));
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], 8192;\n}\n" ::"r"(bar)
+                     : "memory");
+        for (int G = 0; G < 4; ++G)
+            for (int x1 = 0; x1 < 2; ++x1) {
+                const CUtensorMap *m = x1 ? &map2 : &map0;
+                const uint32_t dst = base + uint32_t(16 * G + 8 * x1) * 128u;
+                asm volatile(
+                    "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+                    "%4, %5}], [%6];\n" ::"r"(dst),
+                    "l"(reinterpret_cast<uint64_t>(m)), "r"(col0), "r"(0), "r"(0), "r"(group0 + G), "r"(bar)
+                    : "memory");
+            }
+    }
+    asm volatile(
+        "{\n .reg .pred P;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 P, [%0], 0;\n @!P bra WAIT;\n}\n" ::"r"(bar)
+        : "memory");
+    for (int i = threadIdx.x; i < 512; i += blockDim.x) out[i] = reinterpret_cast<const uint4 *>(gen)[i];
+}
+
+// The check: B = 2, S = 128, 16 heads of 64 (ld = 3072), the K tile of head 3 at keys 64 … 127 of batch 1.
+void check_tma_tile() {
+    const int B = 2, S = 128, heads = 16, H = heads * 64, ld = 3 * H, rows = B * S;
+    std::vector<uint16_t> qkv(size_t(rows) * ld);
+    for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = uint16_t(hash32(i) & 0x7BFF);  // finite fp16 bits
+    uint16_t *dqkv = nullptr;
+    uint4 *dout = nullptr;
+    CK(cudaMalloc(&dqkv, qkv.size() * 2));
+    CK(cudaMalloc(&dout, 8192));
+    CK(cudaMemcpy(dqkv, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    if (!fn || q != cudaDriverEntryPointSuccess) {
+        ++g_failures;
+        std::printf("FAIL tma: no cuTensorMapEncodeTiled\n");
+        return;
+    }
+    auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    CUtensorMap maps[2];
+    for (int x1 = 0; x1 < 2; ++x1) {
+        const cuuint64_t dims[4] = {cuuint64_t(ld), 2, 4, cuuint64_t(rows / 16)};
+        const cuuint64_t strides[3] = {cuuint64_t(ld) * 2, cuuint64_t(4) * ld * 2, cuuint64_t(16) * ld * 2};  // bytes
+        const cuuint32_t box[4] = {64, 2, 4, 1}, estr[4] = {1, 1, 1, 1};
+        const CUresult r = encode(&maps[x1], CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, dqkv + size_t(2 * x1) * ld, dims, strides,
+                                  box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS) {
+            ++g_failures;
+            std::printf("FAIL tma: cuTensorMapEncodeTiled refused map %d (CUresult %d)\n", x1, int(r));
+            return;
+        }
+    }
+    const int head = 3, key0 = S + 64;  // batch 1, keys 64 … 127
+    const int col0 = H + head * 64;     // K of the head
+    CK(cudaFuncSetAttribute(tma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024 + 16));
+    tma_tile_kernel<<<1, 128, 8192 + 1024 + 16>>>(maps[0], maps[1], col0, key0 / 16, dout);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> got(4096);
+    CK(cudaMemcpy(got.data(), dout, 8192, cudaMemcpyDeviceToHost));
+    auto perm16_inv = [](int x) { return 8 * ((x >> 1) & 1) + 2 * (x >> 2) + (x & 1); };
+    int64_t wrong = 0;
+    for (int jl = 0; jl < 64; ++jl) {                     // the tile's key jl
+        const int r = 16 * (jl / 16) + perm16_inv(jl % 16);  // its shared row
+        for (int c = 0; c < 64; ++c) {
+            const size_t at = size_t(r) * 64 + size_t(((c / 8) ^ (r & 7)) * 8 + c % 8);  // swizzled 16-byte chunk
+            wrong += got[at] != qkv[size_t(key0 + jl) * ld + col0 + c];
+        }
+    }
+    const bool ok = wrong == 0;
+    if (!ok) ++g_failures;
+    std::printf("%-4s tma: a 64-key tile in perm16 order from eight boxes of two 4-D maps: %lld of 4096 elements "
+                "misplaced\n",
+                ok ? "ok" : "FAIL", (long long)wrong);
+    CK(cudaFree(dqkv));
+    CK(cudaFree(dout));
+}
+#endif
+
 // Params of a call with every pointer and the backward scratch bound.
 flash::Params bound_params(const AttentionArgs &a, Dev &dv) {
     flash::Params p = flash::make_params(a);
@@ -799,7 +903,8 @@ void time_production(Bench &bn, const char *label) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    bool do_check = false, do_time = false, bf16_only = false, fp16_only = false, profile = false, philox = false;
+    bool do_check = false, do_time = false, bf16_only = false, fp16_only = false, profile = false, philox = false,
+         tma = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "check")) do_check = true;
         if (!std::strcmp(argv[i], "time")) do_time = true;
@@ -807,6 +912,7 @@ int main(int argc, char **argv) {
         if (!std::strcmp(argv[i], "fp16")) fp16_only = true;
         if (!std::strcmp(argv[i], "profile")) profile = true;
         if (!std::strcmp(argv[i], "philox")) philox = true;
+        if (!std::strcmp(argv[i], "tma")) tma = true;
     }
     if (profile) {  // one production forward and backward, at 8×2048 or at "profile B S" (for ncu --launch-count)
         int B = 8, S = 2048;
@@ -849,11 +955,14 @@ int main(int argc, char **argv) {
         CK(cudaDeviceSynchronize());
         return 0;
     }
-    if (!do_check && !do_time && !philox) do_check = do_time = true;
+    if (!do_check && !do_time && !philox && !tma) do_check = do_time = true;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     std::printf("attention lab on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
     if (philox) philox_rate();
+#if defined(DST_LAB_SM90A)
+    if (tma) check_tma_tile();
+#endif
 
     if (do_check) {
         std::vector<Case> cases;
