@@ -482,6 +482,8 @@ struct FwdRows {
     bool has_bias;
     float cexp;  // s is scaled with the mask added (1), or raw (scale·log2 e)
     float m2[2], l[2];
+    float alpha[2];  // fwd_tile<…, true>: the factors o still has to be scaled by, when grew
+    bool grew;
 };
 
 DST_FDEV FwdRows fwd_rows(const Params &p, int b, int bh, int q0, int wrow, int lane) {
@@ -507,7 +509,9 @@ DST_FDEV FwdRows fwd_rows(const Params &p, int b, int bh, int q0, int wrow, int 
 // mask, the keys past the length and causal, the online softmax (o rescaled, m2 and l updated) and
 // dropout. On return s holds P̃ (unnormalised, dropped entries zero), ready to become the A operand
 // of O += P̃·V.
-template <int NT, int DT>
+// kDeferRescale: o is left alone (a warpgroup MMA may still be adding into it); the factors go to
+// w.alpha and w.grew for the caller to apply (kernels/dev/attention_lab.cu, w8).
+template <int NT, int DT, bool kDeferRescale = false>
 DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], float (&o)[DT][4]) {
     constexpr int BN = NT * 8, NG = BN / 16;
     const int S = p.seq, t = w.t;
@@ -562,7 +566,11 @@ DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], f
         }
     w.l[0] = fmaf(w.l[0], alpha[0], sum[0]);
     w.l[1] = fmaf(w.l[1], alpha[1], sum[1]);
-    if (__any_sync(0xffffffffu, grew)) {  // after the first tiles the maxima seldom move (else alpha = 1)
+    if constexpr (kDeferRescale) {
+        w.alpha[0] = alpha[0];
+        w.alpha[1] = alpha[1];
+        w.grew = __any_sync(0xffffffffu, grew);
+    } else if (__any_sync(0xffffffffu, grew)) {  // after the first tiles the maxima seldom move (else alpha = 1)
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt)
 #pragma unroll

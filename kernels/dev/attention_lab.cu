@@ -21,6 +21,10 @@
 //        (w4–w6 and b7, which drew the dropout keep bits while the products ran, measured no faster
 //        and were removed: commit 09487bb; w7, a second warpgroup drawing them, measured slower and
 //        was removed: commit a8ce23e; bench/RESULTS.md)
+//        w8 (kernels/dev/attention_ws.cuh; warp-specialised: a producer warpgroup loads K and V
+//        by TMA in perm16 order, two consumer warpgroups of 64 rows issue the next tile's scores
+//        before the softmax; written 2026-12-04 without a GPU, not yet run: first
+//        `lab.sh OUT tma check`, then time it)
 //        all: 16 query rows per warp, Q fragments held in registers, perm16 key columns so that a
 //        lane's four columns of a row are one Philox block (no shuffles), the scale folded into
 //        the exponent's FFMA, the first Philox round's uniform products folded on the host.
@@ -51,10 +55,8 @@
 #include "kernels/attention_flash_impl.cuh"
 #include "kernels/philox.h"
 #if defined(DST_LAB_SM90A)
-#include <cuda.h>  // CUtensorMap (the encoder is fetched through the runtime: no libcuda link)
-#include <cudaTypedefs.h>
-
 #include "kernels/attention_flash_wgmma.cuh"
+#include "kernels/dev/attention_ws.cuh"  // w8 and the TMA tile (CUtensorMap)
 #endif
 
 using namespace dst;
@@ -518,34 +520,19 @@ void philox_rate() {
 // flash_fwd_wgmma_kernel do. tma_tile_kernel loads one 64-key tile of one head that way (eight 1 KB
 // boxes, one mbarrier) and copies the 8 KB of shared memory out as they are (swizzled); the host
 // compares them with the layout the wgmma descriptors read.
-__global__ void tma_tile_kernel(const __grid_constant__ CUtensorMap map0, const __grid_constant__ CUtensorMap map2,
-                                int col0, int group0, uint4 *out) {
+__global__ void tma_tile_kernel(const __grid_constant__ ws::Maps maps, int col0, int group0, uint4 *out) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t base = (flash::smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t bar = base + 8192;
     unsigned char *gen = smem_raw + (base - flash::smem_addr(smem_raw));
-    if (threadIdx.x == 0) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
+    if (threadIdx.x == 0) ws::mbar_init(bar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     __syncthreads();
     if (threadIdx.x == 0) {
-        asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], 8192;\n}\n" ::"r"(bar)
-                     : "memory");
-        for (int G = 0; G < 4; ++G)
-            for (int x1 = 0; x1 < 2; ++x1) {
-                const CUtensorMap *m = x1 ? &map2 : &map0;
-                const uint32_t dst = base + uint32_t(16 * G + 8 * x1) * 128u;
-                asm volatile(
-                    "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
-                    "%4, %5}], [%6];\n" ::"r"(dst),
-                    "l"(reinterpret_cast<uint64_t>(m)), "r"(col0), "r"(0), "r"(0), "r"(group0 + G), "r"(bar)
-                    : "memory");
-            }
+        ws::mbar_expect(bar, 8192);
+        ws::tma_tile(maps, base, col0, group0, bar);  // w8's loads
     }
-    asm volatile(
-        "{\n .reg .pred P;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 P, [%0], 0;\n @!P bra WAIT;\n}\n" ::"r"(bar)
-        : "memory");
+    ws::mbar_wait(bar, 0);
     for (int i = threadIdx.x; i < 512; i += blockDim.x) out[i] = reinterpret_cast<const uint4 *>(gen)[i];
 }
 
@@ -559,33 +546,17 @@ void check_tma_tile() {
     CK(cudaMalloc(&dqkv, qkv.size() * 2));
     CK(cudaMalloc(&dout, 8192));
     CK(cudaMemcpy(dqkv, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
-    void *fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-    if (!fn || q != cudaDriverEntryPointSuccess) {
+    ws::Maps maps;
+    const cudaError_t me = ws::make_maps(maps, dqkv, rows, ld);
+    if (me != cudaSuccess) {
         ++g_failures;
-        std::printf("FAIL tma: no cuTensorMapEncodeTiled\n");
+        std::printf("FAIL tma: the tensor maps were refused (%s)\n", cudaGetErrorString(me));
         return;
-    }
-    auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    CUtensorMap maps[2];
-    for (int x1 = 0; x1 < 2; ++x1) {
-        const cuuint64_t dims[4] = {cuuint64_t(ld), 2, 4, cuuint64_t(rows / 16)};
-        const cuuint64_t strides[3] = {cuuint64_t(ld) * 2, cuuint64_t(4) * ld * 2, cuuint64_t(16) * ld * 2};  // bytes
-        const cuuint32_t box[4] = {64, 2, 4, 1}, estr[4] = {1, 1, 1, 1};
-        const CUresult r = encode(&maps[x1], CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, dqkv + size_t(2 * x1) * ld, dims, strides,
-                                  box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-        if (r != CUDA_SUCCESS) {
-            ++g_failures;
-            std::printf("FAIL tma: cuTensorMapEncodeTiled refused map %d (CUresult %d)\n", x1, int(r));
-            return;
-        }
     }
     const int head = 3, key0 = S + 64;  // batch 1, keys 64 … 127
     const int col0 = H + head * 64;     // K of the head
     CK(cudaFuncSetAttribute(tma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024 + 16));
-    tma_tile_kernel<<<1, 128, 8192 + 1024 + 16>>>(maps[0], maps[1], col0, key0 / 16, dout);
+    tma_tile_kernel<<<1, 128, 8192 + 1024 + 16>>>(maps, col0, key0 / 16, dout);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     std::vector<uint16_t> got(4096);
@@ -699,6 +670,16 @@ FwdVersion fwd_wgmma_version(const char *name) {
             }};
 }
 #endif
+#if defined(DST_LAB_SM90A)
+template <typename T>
+FwdVersion fwd_ws_version(const char *name) {
+    return {name, 64, 12, 1, [](const flash::Params &p) { return ws::launch<T>(p, 0); },
+            [] {
+                CK(flash::allow_smem(ws::flash_fwd_ws_kernel<T>, ws::kSmem));
+                return occupancy(ws::flash_fwd_ws_kernel<T>, 384, ws::kSmem);
+            }};
+}
+#endif
 template <typename T>
 std::vector<FwdVersion> fwd_versions() {
     std::vector<FwdVersion> v = {fwd_version<T, 64, 4, 4>("f1"), fwd_version<T, 64, 4, 3>("f2"),
@@ -709,6 +690,7 @@ std::vector<FwdVersion> fwd_versions() {
     v.push_back(fwd_wgmma_version<T, 64, 3>("w1"));
     v.push_back(fwd_wgmma_version<T, 128, 2>("w2"));
     v.push_back(fwd_wgmma_version<T, 128, 1>("w3"));
+    v.push_back(fwd_ws_version<T>("w8"));
 #endif
     return v;
 }
@@ -743,12 +725,14 @@ std::vector<BwdVersion> bwd_versions() {
 
 // Every numbered version against the fp64 reference on two awkward cases (both modes of the backward): S = 300
 // (several key blocks), and S = 128 with more (batch, head) items than SMs (one key block each, one
-// sequence with no keys).
+// sequence with no keys); the forward versions also on S = 256 with an additive mask and causal.
 template <typename T>
 void check_versions(bool bf16) {
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < 5; ++k) {
         const int det = k % 2 == 0;
-        Case c = k < 2 ? Case{3, 300, 2, 64, 2, false, 0.1, bool(det), bf16} : Case{40, 128, 4, 64, 2, false, 0.1, bool(det), bf16};
+        Case c = k < 2   ? Case{3, 300, 2, 64, 2, false, 0.1, bool(det), bf16}
+                 : k < 4 ? Case{40, 128, 4, 64, 2, false, 0.1, bool(det), bf16}
+                         : Case{6, 256, 4, 64, 1, true, 0.1, true, bf16};
         Dev dv;
         dv.alloc(c);
         const Inputs in = make_inputs(c, 77);
@@ -762,18 +746,34 @@ void check_versions(bool bf16) {
         const std::vector<double> ctx0 = download(dv.ctx, N * H, bf16);
         const Ref r = reference(c, in, a, ctx0);
         const double tol = bf16 ? 1e-2 : 1e-3;
-        if (det && k == 0) {
+        if (det) {  // S = 300 and S = 128 (the second: 16-row aligned, where w8 runs its own kernel)
+            // w8 runs w1's arithmetic on the same tiles: the same bits as w1.
+            std::vector<uint16_t> w1_bits;
             for (const FwdVersion &v : fwd_versions<T>()) {
                 CK(cudaMemset(dv.ctx, 0xff, N * H * 2));
                 CK(v.run(p));
                 CK(cudaDeviceSynchronize());
                 bool nan = false;
                 const double e = rel_l2(download(dv.ctx, N * H, bf16), r.ctx, &nan);
-                const bool ok = !nan && e <= tol;
+                std::vector<uint16_t> bits(N * H);
+                CK(cudaMemcpy(bits.data(), dv.ctx, bits.size() * 2, cudaMemcpyDeviceToHost));
+                if (!std::strcmp(v.name, "w1")) w1_bits = bits;
+                long long differ = -1;
+                if (!std::strcmp(v.name, "w8") && !w1_bits.empty()) {
+                    differ = 0;
+                    for (size_t i = 0; i < bits.size(); ++i) differ += bits[i] != w1_bits[i];
+                }
+                const bool ok = !nan && e <= tol && differ <= 0;
                 if (!ok) ++g_failures;
-                std::printf("%-4s version %s %s: ctx %.2e\n", ok ? "ok" : "FAIL", v.name, c.name().c_str(), e);
+                std::printf("%-4s version %s %s: ctx %.2e", ok ? "ok" : "FAIL", v.name, c.name().c_str(), e);
+                if (differ >= 0) std::printf(", %lld elements differ from w1", differ);
+                std::printf("\n");
             }
             CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // the reference's ctx again
+        }
+        if (k == 4) {  // forward versions only
+            dv.free_all();
+            continue;
         }
         for (const BwdVersion &v : bwd_versions<T>()) {
             CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
