@@ -296,9 +296,30 @@ AttentionArgs args_of(const Case &c, const Dev &dv) {
     return a;
 }
 
-std::vector<double> download(const uint16_t *p, size_t n, bool bf16) {
+// A case's device tensors: allocated, the inputs uploaded, the backward's workspace allocated.
+AttentionArgs prepare(Dev &dv, const Case &c, const Inputs &in) {
+    dv.alloc(c);
+    dv.upload(c, in);
+    const AttentionArgs a = args_of(c, dv);
+    dv.ws_bytes = flash_attention_bwd_workspace(a);
+    CK(cudaMalloc(&dv.ws, dv.ws_bytes));
+    return a;
+}
+
+// n 16-bit elements from the device, as their bits.
+std::vector<uint16_t> download_bits(const uint16_t *p, size_t n) {
     std::vector<uint16_t> h(n);
     CK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+    return h;
+}
+size_t count_differing(const std::vector<uint16_t> &x, const std::vector<uint16_t> &y) {
+    size_t n = 0;
+    for (size_t i = 0; i < x.size(); ++i) n += x[i] != y[i];
+    return n;
+}
+
+std::vector<double> download(const uint16_t *p, size_t n, bool bf16) {
+    const std::vector<uint16_t> h = download_bits(p, n);
     std::vector<double> out(n);
     for (size_t i = 0; i < n; ++i) out[i] = from_bits(h[i], bf16);
     return out;
@@ -309,16 +330,12 @@ int g_failures = 0;
 // Runs the production path on one case and compares ctx, lse and dqkv with the fp64 reference.
 void check_case(const Case &c) {
     Dev dv;
-    dv.alloc(c);
     const Inputs in = make_inputs(c, 1000 + c.S * 7 + c.d);
     const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
-    dv.upload(c, in);
+    const AttentionArgs a = prepare(dv, c, in);
     CK(cudaMemset(dv.ctx, 0xff, N * H * 2));  // poison: NaN in fp16 and bf16
     CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
     CK(cudaMemset(dv.lse, 0xff, N * c.heads * 4));
-    AttentionArgs a = args_of(c, dv);
-    dv.ws_bytes = flash_attention_bwd_workspace(a);
-    CK(cudaMalloc(&dv.ws, dv.ws_bytes));
     CK(flash_attention_fwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.lse));
     CK(flash_attention_bwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
     CK(cudaDeviceSynchronize());
@@ -383,20 +400,13 @@ void check_dropped_set(bool bf16, int S, bool det) {
 void check_determinism(bool det, int B, int S) {
     Case c{B, S, 4, 64, 2, false, 0.1, det, false};
     Dev dv;
-    dv.alloc(c);
-    const Inputs in = make_inputs(c, 5);
     const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
-    dv.upload(c, in);
-    AttentionArgs a = args_of(c, dv);
-    CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
+    const AttentionArgs a = prepare(dv, c, make_inputs(c, 5));
     CK(flash_attention_fwd(0, false, a, dv.qkv, dv.ctx, dv.lse));
-    std::vector<uint16_t> r1(N * 3 * H), r2(N * 3 * H);
     CK(flash_attention_bwd(0, false, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
-    CK(cudaMemcpy(r1.data(), dv.dqkv, r1.size() * 2, cudaMemcpyDeviceToHost));
+    const std::vector<uint16_t> r1 = download_bits(dv.dqkv, N * 3 * H);
     CK(flash_attention_bwd(0, false, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
-    CK(cudaMemcpy(r2.data(), dv.dqkv, r2.size() * 2, cudaMemcpyDeviceToHost));
-    size_t diff = 0;
-    for (size_t i = 0; i < r1.size(); ++i) diff += r1[i] != r2[i];
+    const size_t diff = count_differing(r1, download_bits(dv.dqkv, N * 3 * H));
     const bool ok = det ? diff == 0 : true;
     if (!ok) ++g_failures;
     std::printf("%-4s %s backward twice, %dx%d: %zu of %zu elements differ\n", ok ? "ok" : "FAIL",
@@ -597,14 +607,10 @@ struct Bench {
     flash::Params p;
     double fwd_flops;
     explicit Bench(const Case &cc) : c(cc) {
-        dv.alloc(c);
-        const Inputs in = make_inputs(c, 3);
-        dv.upload(c, in);
+        a = prepare(dv, c, make_inputs(c, 3));
         std::vector<int32_t> lens(c.B);
         for (int b = 0; b < c.B; ++b) lens[b] = b % 2 ? c.S - c.S / 4 : c.S;
         CK(cudaMemcpy(dv.lens, lens.data(), c.B * 4, cudaMemcpyHostToDevice));
-        a = args_of(c, dv);
-        CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
         CK(flash_attention_fwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.lse));
         p = bound_params(a, dv);
         CK(cudaDeviceSynchronize());
@@ -734,12 +740,9 @@ void check_versions(bool bf16) {
                  : k < 4 ? Case{40, 128, 4, 64, 2, false, 0.1, bool(det), bf16}
                          : Case{6, 256, 4, 64, 1, true, 0.1, true, bf16};
         Dev dv;
-        dv.alloc(c);
         const Inputs in = make_inputs(c, 77);
         const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
-        dv.upload(c, in);
-        AttentionArgs a = args_of(c, dv);
-        CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
+        const AttentionArgs a = prepare(dv, c, in);
         const flash::Params p = bound_params(a, dv);
         CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));
         CK(cudaDeviceSynchronize());
@@ -755,14 +758,10 @@ void check_versions(bool bf16) {
                 CK(cudaDeviceSynchronize());
                 bool nan = false;
                 const double e = rel_l2(download(dv.ctx, N * H, bf16), r.ctx, &nan);
-                std::vector<uint16_t> bits(N * H);
-                CK(cudaMemcpy(bits.data(), dv.ctx, bits.size() * 2, cudaMemcpyDeviceToHost));
+                const std::vector<uint16_t> bits = download_bits(dv.ctx, N * H);
                 if (!std::strcmp(v.name, "w1")) w1_bits = bits;
                 long long differ = -1;
-                if (!std::strcmp(v.name, "w8") && !w1_bits.empty()) {
-                    differ = 0;
-                    for (size_t i = 0; i < bits.size(); ++i) differ += bits[i] != w1_bits[i];
-                }
+                if (!std::strcmp(v.name, "w8") && !w1_bits.empty()) differ = (long long)count_differing(bits, w1_bits);
                 const bool ok = !nan && e <= tol && differ <= 0;
                 if (!ok) ++g_failures;
                 std::printf("%-4s version %s %s: ctx %.2e", ok ? "ok" : "FAIL", v.name, c.name().c_str(), e);
@@ -797,30 +796,16 @@ void check_philox_forms(bool bf16) {
     for (int det : {1, 0}) {
         Case c{3, 300, 2, 64, 2, false, 0.1, bool(det), bf16};
         Dev dv;
-        dv.alloc(c);
-        const Inputs in = make_inputs(c, 91);
         const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
-        dv.upload(c, in);
-        AttentionArgs a = args_of(c, dv);
-        CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
+        const AttentionArgs a = prepare(dv, c, make_inputs(c, 91));
         flash::Params p = bound_params(a, dv);
         if (!p.grp32) {
             ++g_failures;
             std::printf("FAIL philox forms: grp32 off at %s\n", c.name().c_str());
         }
-        auto bits = [&](const uint16_t *d, size_t n) {
-            std::vector<uint16_t> h(n);
-            CK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
-            return h;
-        };
-        auto differ = [](const std::vector<uint16_t> &x, const std::vector<uint16_t> &y) {
-            size_t n = 0;
-            for (size_t i = 0; i < x.size(); ++i) n += x[i] != y[i];
-            return n;
-        };
         CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // ctx and lse for the backward
         CK(cudaDeviceSynchronize());
-        const std::vector<uint16_t> ctx_in = bits(dv.ctx, N * H);
+        const std::vector<uint16_t> ctx_in = download_bits(dv.ctx, N * H);
         size_t worst = 0;
         if (det)
             for (const FwdVersion &v : fwd_versions<T>()) {
@@ -831,9 +816,9 @@ void check_philox_forms(bool bf16) {
                     CK(cudaMemset(dv.ctx, 0xff, N * H * 2));
                     CK(v.run(q));
                     CK(cudaDeviceSynchronize());
-                    out[g] = bits(dv.ctx, N * H);
+                    out[g] = download_bits(dv.ctx, N * H);
                 }
-                worst = std::max(worst, differ(out[0], out[1]));
+                worst = std::max(worst, count_differing(out[0], out[1]));
             }
         CK(cudaMemcpy(dv.ctx, ctx_in.data(), N * H * 2, cudaMemcpyHostToDevice));
         for (const BwdVersion &v : bwd_versions<T>()) {
@@ -844,13 +829,13 @@ void check_philox_forms(bool bf16) {
                 CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
                 CK(v.run(q, flash::BwdScratch(a)));
                 CK(cudaDeviceSynchronize());
-                out[g] = bits(dv.dqkv, N * 3 * H);
+                out[g] = download_bits(dv.dqkv, N * 3 * H);
             }
             // the stochastic dQ sums in arrival order: compare dK and dV there (columns H … 3H of each row)
             if (!det)
                 for (size_t r = 0; r < N; ++r)
                     for (size_t cc = 0; cc < H; ++cc) out[0][r * 3 * H + cc] = out[1][r * 3 * H + cc];
-            worst = std::max(worst, differ(out[0], out[1]));
+            worst = std::max(worst, count_differing(out[0], out[1]));
         }
         const bool ok = worst == 0;
         if (!ok) ++g_failures;
