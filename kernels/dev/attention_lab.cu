@@ -21,10 +21,10 @@
 //        (w4–w6 and b7, which drew the dropout keep bits while the products ran, measured no faster
 //        and were removed: commit 09487bb; w7, a second warpgroup drawing them, measured slower and
 //        was removed: commit a8ce23e; bench/RESULTS.md)
-//        w8 (kernels/dev/attention_ws.cuh; warp-specialised: a producer warpgroup loads K and V
+//        w8 (kernels/attention_flash_ws.cuh; warp-specialised: a producer warpgroup loads K and V
 //        by TMA in perm16 order, two consumer warpgroups of 64 rows issue the next tile's scores
-//        before the softmax; written 2026-12-04 without a GPU, not yet run: first
-//        `lab.sh OUT tma check`, then time it)
+//        before the softmax; w1's bits), w9 (three consumer warpgroups), w10 (two, key tiles of
+//        128: w2's bits)
 //        all: 16 query rows per warp, Q fragments held in registers, perm16 key columns so that a
 //        lane's four columns of a row are one Philox block (no shuffles), the scale folded into
 //        the exponent's FFMA, the first Philox round's uniform products folded on the host.
@@ -56,7 +56,7 @@
 #include "kernels/philox.h"
 #if defined(DST_LAB_SM90A)
 #include "kernels/attention_flash_wgmma.cuh"
-#include "kernels/dev/attention_ws.cuh"  // w8 and the TMA tile (CUtensorMap)
+#include "kernels/attention_flash_ws.cuh"  // w8–w10 and the TMA tile (CUtensorMap)
 #endif
 
 using namespace dst;
@@ -530,19 +530,19 @@ void philox_rate() {
 // flash_fwd_wgmma_kernel do. tma_tile_kernel loads one 64-key tile of one head that way (eight 1 KB
 // boxes, one mbarrier) and copies the 8 KB of shared memory out as they are (swizzled); the host
 // compares them with the layout the wgmma descriptors read.
-__global__ void tma_tile_kernel(const __grid_constant__ ws::Maps maps, int col0, int group0, uint4 *out) {
+__global__ void tma_tile_kernel(const __grid_constant__ flash::ws::Maps maps, int col0, int group0, uint4 *out) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t base = (flash::smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t bar = base + 8192;
     unsigned char *gen = smem_raw + (base - flash::smem_addr(smem_raw));
-    if (threadIdx.x == 0) ws::mbar_init(bar, 1);
+    if (threadIdx.x == 0) flash::ws::mbar_init(bar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     __syncthreads();
     if (threadIdx.x == 0) {
-        ws::mbar_expect(bar, 8192);
-        ws::tma_tile(maps, base, col0, group0, bar);  // w8's loads
+        flash::ws::mbar_expect(bar, 8192);
+        flash::ws::tma_tile(maps, base, col0, group0, bar);  // w8's loads
     }
-    ws::mbar_wait(bar, 0);
+    flash::ws::mbar_wait(bar, 0);
     for (int i = threadIdx.x; i < 512; i += blockDim.x) out[i] = reinterpret_cast<const uint4 *>(gen)[i];
 }
 
@@ -556,8 +556,8 @@ void check_tma_tile() {
     CK(cudaMalloc(&dqkv, qkv.size() * 2));
     CK(cudaMalloc(&dout, 8192));
     CK(cudaMemcpy(dqkv, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
-    ws::Maps maps;
-    const cudaError_t me = ws::make_maps(maps, dqkv, rows, ld);
+    flash::ws::Maps maps;
+    const cudaError_t me = flash::ws::make_maps(maps, dqkv, rows, ld);
     if (me != cudaSuccess) {
         ++g_failures;
         std::printf("FAIL tma: the tensor maps were refused (%s)\n", cudaGetErrorString(me));
@@ -677,12 +677,12 @@ FwdVersion fwd_wgmma_version(const char *name) {
 }
 #endif
 #if defined(DST_LAB_SM90A)
-template <typename T>
+template <typename T, int NC, int BN>
 FwdVersion fwd_ws_version(const char *name) {
-    return {name, 64, 12, 1, [](const flash::Params &p) { return ws::launch<T>(p, 0); },
+    return {name, BN, 4 * (NC + 1), 1, [](const flash::Params &p) { return flash::ws::launch<T, NC, BN>(p, 0); },
             [] {
-                CK(flash::allow_smem(ws::flash_fwd_ws_kernel<T>, ws::kSmem));
-                return occupancy(ws::flash_fwd_ws_kernel<T>, 384, ws::kSmem);
+                CK(flash::allow_smem(flash::ws::flash_fwd_ws_kernel<T, NC, BN>, flash::ws::smem_bytes<NC, BN>()));
+                return occupancy(flash::ws::flash_fwd_ws_kernel<T, NC, BN>, 128 * (NC + 1), flash::ws::smem_bytes<NC, BN>());
             }};
 }
 #endif
@@ -696,7 +696,9 @@ std::vector<FwdVersion> fwd_versions() {
     v.push_back(fwd_wgmma_version<T, 64, 3>("w1"));
     v.push_back(fwd_wgmma_version<T, 128, 2>("w2"));
     v.push_back(fwd_wgmma_version<T, 128, 1>("w3"));
-    v.push_back(fwd_ws_version<T>("w8"));
+    v.push_back(fwd_ws_version<T, 2, 64>("w8"));
+    v.push_back(fwd_ws_version<T, 3, 64>("w9"));
+    v.push_back(fwd_ws_version<T, 2, 128>("w10"));
 #endif
     return v;
 }
@@ -751,7 +753,7 @@ void check_versions(bool bf16) {
         const double tol = bf16 ? 1e-2 : 1e-3;
         if (det) {  // S = 300 and S = 128 (the second: 16-row aligned, where w8 runs its own kernel)
             // w8 runs w1's arithmetic on the same tiles: the same bits as w1.
-            std::vector<uint16_t> w1_bits;
+            std::vector<uint16_t> w1_bits, w2_bits;  // w8 and w9 run w1's tiles, w10 w2's
             for (const FwdVersion &v : fwd_versions<T>()) {
                 CK(cudaMemset(dv.ctx, 0xff, N * H * 2));
                 CK(v.run(p));
@@ -760,12 +762,21 @@ void check_versions(bool bf16) {
                 const double e = rel_l2(download(dv.ctx, N * H, bf16), r.ctx, &nan);
                 const std::vector<uint16_t> bits = download_bits(dv.ctx, N * H);
                 if (!std::strcmp(v.name, "w1")) w1_bits = bits;
+                if (!std::strcmp(v.name, "w2")) w2_bits = bits;
                 long long differ = -1;
-                if (!std::strcmp(v.name, "w8") && !w1_bits.empty()) differ = (long long)count_differing(bits, w1_bits);
+                const char *same_as = nullptr;
+                if ((!std::strcmp(v.name, "w8") || !std::strcmp(v.name, "w9")) && !w1_bits.empty()) {
+                    differ = (long long)count_differing(bits, w1_bits);
+                    same_as = "w1";
+                }
+                if (!std::strcmp(v.name, "w10") && !w2_bits.empty()) {
+                    differ = (long long)count_differing(bits, w2_bits);
+                    same_as = "w2";
+                }
                 const bool ok = !nan && e <= tol && differ <= 0;
                 if (!ok) ++g_failures;
                 std::printf("%-4s version %s %s: ctx %.2e", ok ? "ok" : "FAIL", v.name, c.name().c_str(), e);
-                if (differ >= 0) std::printf(", %lld elements differ from w1", differ);
+                if (differ >= 0) std::printf(", %lld elements differ from %s", differ, same_as);
                 std::printf("\n");
             }
             CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // the reference's ctx again
@@ -846,15 +857,17 @@ void check_philox_forms(bool bf16) {
 }
 
 template <typename T>
-void time_versions(Bench &bn) {
+void time_versions(Bench &bn, bool wgmma_fwd_only = false) {
     const flash::BwdScratch ws(bn.a);
     for (const FwdVersion &v : fwd_versions<T>()) {
+        if (wgmma_fwd_only && v.name[0] != 'w') continue;
         const int occ = v.occ();
         const float ms = time_ms([&] { CK(v.run(bn.p)); }, bn.reps());
         std::printf("  fwd  %-3s (BN %3d, %d warps, %d/SM) %2d blk/SM %8.3f ms  %6.1f TFLOP/s\n", v.name, v.bn, v.nw, v.mb,
                     occ, ms, bn.fwd_flops / (ms * 1e-3) / 1e12);
     }
     for (const BwdVersion &v : bwd_versions<T>()) {
+        if (wgmma_fwd_only) break;
         const int occ = v.occ();
         float ms[2];
         for (int det : {1, 0}) {
@@ -980,13 +993,17 @@ int main(int argc, char **argv) {
         for (int bf : {0, 1}) {
             if ((bf && fp16_only) || (!bf && bf16_only)) continue;
             std::printf("dense %s GEMM 8192^3: %.0f TFLOP/s\n", bf ? "bf16" : "fp16", gemm_peak_tflops(bool(bf)));
-            struct Shape { int B, S; } shapes[] = {{64, 128}, {16, 512}, {8, 2048}, {2, 8192}, {1, 16384}};
+            struct Shape { int B, S; } shapes[] = {{64, 128}, {16, 512}, {16, 1024}, {8, 2048}, {2, 8192}, {1, 16384}};
             for (const Shape &s : shapes) {
                 for (int mask : {0, 2}) {
                     Bench bn(Case{s.B, s.S, 16, 64, mask, false, 0.1, true, bool(bf)});
                     char label[64];
                     std::snprintf(label, sizeof label, "%s %dx%d %s", bf ? "bf16" : "fp16", s.B, s.S, mask ? "lengths" : "no mask");
                     time_production(bn, label);
+                    if ((s.S == 512 || s.S == 1024) && mask == 0) {  // where the warp-specialised forward starts to pay
+                        if (bf) time_versions<__nv_bfloat16>(bn, true);
+                        else time_versions<__half>(bn, true);
+                    }
                     if ((s.S == 2048 || s.S == 128) && mask == 0) {
                         if (bf) time_versions<__nv_bfloat16>(bn);
                         else time_versions<__half>(bn);

@@ -2,14 +2,17 @@
 // 64. This file alone is compiled for sm_90a (the CMake target dst_sm90, CUDA_ARCHITECTURES
 // 90a-real), when CMAKE_CUDA_ARCHITECTURES lists 90; the library then defines DST_WITH_SM90A and
 // flash::fwd / flash::bwd send the calls wgmma_runs() accepts here.
-#include "kernels/attention_flash_wgmma.cuh"
+#include "kernels/attention_flash_ws.cuh"
 
 namespace dst {
 namespace cuda {
 namespace flash {
 
-// The lab's w1: key tiles of 64, 3 blocks per SM.
+// The lab's w9 (kernels/attention_flash_ws.cuh: a TMA producer warpgroup, three consumer warpgroups)
+// from ws::kMinSeq keys on where it applies; else w1: key tiles of 64, 3 blocks per SM. The same bits.
 cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
+    if (p.seq >= ws::kMinSeq && ws::applies(p))
+        return bf16 ? ws::launch<__nv_bfloat16, 3, 64>(p, stream) : ws::launch<__half, 3, 64>(p, stream);
     return bf16 ? launch_fwd_wgmma<__nv_bfloat16, 64, 3>(p, stream) : launch_fwd_wgmma<__half, 64, 3>(p, stream);
 }
 

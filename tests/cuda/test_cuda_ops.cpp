@@ -542,7 +542,8 @@ Arg mask_arg(const AttnShape &a, dst_dtype dt) {
 }
 
 void add_attention_cases(std::vector<OpCase> &out) {
-    // Awkward S (1, 7, 65, 100, 129, 1000, 4097: rows not 4-aligned and partial tiles), B 1 to 3,
+    // Awkward S (1, 7, 65, 100, 129, 1000, 4097: rows not 4-aligned and partial tiles; 1024, 1088,
+    // 1152: the sm_90 forward's own kernel and its last block's idle warpgroups), B 1 to 3,
     // odd head counts, every head dim the flash kernels are built for (32, 64, 96, 128), dims in
     // between (5, 12, 24, 80: zero padding; 5 and 12 also element-wise loads), heads wider than
     // 128 (200, 256, 800), every mask kind, fully masked rows, causal, dropout on and off;
@@ -572,6 +573,11 @@ void add_attention_cases(std::vector<OpCase> &out) {
         {2, 64, 2, 12, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
         {1, 1000, 2, 64, DST_MASK_KEY_LENGTHS, false, true, 0.1, true, false},
         {1, 4097, 1, 64, DST_MASK_NONE, false, false, 0.1, true, false},
+        // S a multiple of 64 from 1024 on: the warp-specialised forward on sm_90 (three warpgroups of
+        // 64 rows per block: 1088 and 1024 leave one or two of the last block's past the sequence).
+        {2, 1024, 2, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
+        {1, 1088, 3, 64, DST_MASK_ADDITIVE, true, true, 0.1, true, false},
+        {2, 1152, 1, 64, DST_MASK_ADDITIVE, false, false, 0.0, false, true},
         // Heads wider than 128 (generic kernels, 128-column chunks; 800 is DeepSpeed's test size).
         {2, 65, 2, 200, DST_MASK_KEY_LENGTHS, false, true, 0.1, true, false},
         {3, 33, 1, 800, DST_MASK_ADDITIVE, false, false, 0.1, true, true},
@@ -914,17 +920,20 @@ struct AttnDev {
 
 // The dropped set, exactly, for the flash kernels (fp16, bf16; S % 4 == 0 and not) and the generic
 // ones (fp32). With Q = 0 every visible score is equal (a deliberate non-random input: it makes
-// the mask readable), and with one-hot values v_j = e_j (S ≤ head_dim) ctx_i[j] = keep_ij/((1−p)·S):
-// non-zero exactly where element ((b·heads + h)·S + i)·S + j is kept. With one-hot dctx_i = e_i
-// the backward's dV_j[i] = P̃_ij shows the mask the dK/dV kernel regenerates; dQ's kernel is held
-// to the reference by the op table above.
+// the mask readable), and with one-hot values v_j = e_(j mod d) ctx_i[t] = n_it/((1−p)·S), n_it the
+// number of kept elements ((b·heads + h)·S + i)·S + j with j ≡ t (mod d): at S ≤ d (S = 100, 128) a
+// single element, so ctx shows the dropped set itself; at S = 1024 (head dim 64, the warp-specialised
+// forward on sm_90) counts of 16. With one-hot dctx_i = e_(i mod d) the backward's dV_j[t] = n'_jt/((1−p)·S)
+// likewise shows the mask the dK/dV kernel regenerates; dQ's kernel is held to the reference by the
+// op table above.
 TEST(CudaBackend, AttentionDroppedSetIsExact) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     Backend &gpu = *backends().gpu;
     for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16, DST_DTYPE_FP32})
-        for (int64_t S : {100, 128}) {
+        for (int64_t S : {100, 128, 1024}) {
             SCOPED_TRACE(std::string(dst_dtype_string(dt)) + " S=" + std::to_string(S));
-            const AttnShape a{2, S, 2, S, DST_MASK_NONE, false, false, 0.3, true, false};
+            const int64_t d = S <= 128 ? S : 64;
+            const AttnShape a{2, S, 2, d, DST_MASK_NONE, false, false, 0.3, true, false};
             const int64_t H = a.heads * a.d;
             HostBuf qkv(dt, a.b * S * 3 * H), dctx(dt, a.b * S * H), ctx(dt, a.b * S * H), dqkv(dt, a.b * S * 3 * H);
             std::mt19937_64 rng(11);
@@ -936,8 +945,8 @@ TEST(CudaBackend, AttentionDroppedSetIsExact) {
                             const int64_t row = (b * S + i) * 3 * H + h * a.d + t;
                             qkv.set(row, 0.0);
                             qkv.set(row + H, u(rng));
-                            qkv.set(row + 2 * H, t == i ? 1.0 : 0.0);
-                            dctx.set((b * S + i) * H + h * a.d + t, t == i ? 1.0 : 0.0);
+                            qkv.set(row + 2 * H, t == i % d ? 1.0 : 0.0);
+                            dctx.set((b * S + i) * H + h * a.d + t, t == i % d ? 1.0 : 0.0);
                         }
             AttnDev dev(gpu);
             void *dq = dev.put(qkv), *dc = dev.put(ctx), *dd = dev.put(dctx), *dg = dev.put(dqkv);
@@ -949,17 +958,29 @@ TEST(CudaBackend, AttentionDroppedSetIsExact) {
             dev.get(ctx, dc);
             dev.get(dqkv, dg);
             int64_t kept = 0, wrong_fwd = 0, wrong_bwd = 0;
+            const double unit = (1.0 - a.p) * double(S);  // 1/(a kept element's share)
+            std::vector<int> n_fwd(size_t(S * d)), n_bwd(size_t(S * d));
             for (int64_t b = 0; b < a.b; ++b)
-                for (int64_t h = 0; h < a.heads; ++h)
+                for (int64_t h = 0; h < a.heads; ++h) {
+                    std::fill(n_fwd.begin(), n_fwd.end(), 0);
+                    std::fill(n_bwd.begin(), n_bwd.end(), 0);
                     for (int64_t i = 0; i < S; ++i)
                         for (int64_t j = 0; j < S; ++j) {
                             const uint64_t e = static_cast<uint64_t>(((b * a.heads + h) * S + i) * S + j);
                             const bool keep = dst::philox_dropout_keep(p.dropout.seed, p.dropout.offset, e,
                                                                        p.dropout.threshold);
                             kept += keep;
-                            wrong_fwd += (ctx.get((b * S + i) * H + h * a.d + j) != 0.0) != keep;
-                            wrong_bwd += (dqkv.get((b * S + j) * 3 * H + 2 * H + h * a.d + i) != 0.0) != keep;
+                            n_fwd[size_t(i * d + j % d)] += keep;
+                            n_bwd[size_t(j * d + i % d)] += keep;
                         }
+                    for (int64_t i = 0; i < S; ++i)
+                        for (int64_t t = 0; t < d; ++t) {
+                            const double f = ctx.get((b * S + i) * H + h * a.d + t) * unit;
+                            const double g = dqkv.get((b * S + i) * 3 * H + 2 * H + h * a.d + t) * unit;
+                            wrong_fwd += std::llround(f) != n_fwd[size_t(i * d + t)];
+                            wrong_bwd += std::llround(g) != n_bwd[size_t(i * d + t)];
+                        }
+                }
             EXPECT_EQ(wrong_fwd, 0) << "forward keeps a different set";
             EXPECT_EQ(wrong_bwd, 0) << "backward regenerates a different set";
             EXPECT_NEAR(double(kept) / double(a.b * a.heads * S * S), 0.7, 0.01);

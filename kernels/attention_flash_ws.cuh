@@ -1,6 +1,24 @@
-// The attention lab's w8 (kernels/dev/attention_lab.cu): the wgmma forward warp-specialised, sm_90a only.
-#ifndef DST_KERNELS_DEV_ATTENTION_WS_CUH
-#define DST_KERNELS_DEV_ATTENTION_WS_CUH
+// The flash attention forward warp-specialised (sm_90a only; FlashAttention-3's structure): a producer
+// warpgroup loads K and V by TMA, NC consumer warpgroups of 64 query rows each run the wgmma forward's
+// arithmetic (kernels/attention_flash_wgmma.cuh: fwd_tile, fwd_store, the same products on the same
+// tiles), so its results are that kernel's bit for bit (the lab compares them: kernels/dev).
+//
+// A block owns 64·NC query rows of one (batch, head). Warpgroup 0 is the producer: one thread issues
+// the TMA loads of every K and V tile, in perm16 row order, into kStages stages, each with a full and
+// an empty mbarrier; the warpgroup gives most of its registers to the consumers (setmaxnreg). Each
+// consumer issues the next tile's S = Q·Kᵀ before this tile's P̃·V and softmaxes the next tile while
+// that P̃·V runs; o's rescale waits until the P̃·V is done (fwd_tile's deferred form), so that no
+// instruction touches a register an MMA in flight uses and ptxas keeps the MMAs asynchronous.
+//
+// The perm16 tile by TMA: cuTensorMapEncodeTiled requires every stride to be a multiple of the one
+// before it times its dimension, which rules out one 5-D box in perm16 order; two 4-D maps over qkv
+// (columns, x0, x2 + 2·x3, 16-row group), at rows 0 and 2, with boxes of (64, 2, 4, 1), put the 16 rows
+// of a group in perm16 order in two 1 KB loads (docs/design-notes.md).
+//
+// The library runs NC 3, key tiles of 64 (the lab's w9) where ws::applies() holds; the lab also times
+// w8 (NC 2) and w10 (NC 2, key tiles of 128: the bits of the wgmma forward at BN 128).
+#ifndef DST_KERNELS_ATTENTION_FLASH_WS_CUH
+#define DST_KERNELS_ATTENTION_FLASH_WS_CUH
 
 #include <cuda.h>  // CUtensorMap (the encoder is fetched through the runtime: no libcuda link)
 #include <cudaTypedefs.h>
@@ -9,20 +27,21 @@
 
 namespace dst {
 namespace cuda {
-// ---- w8: the forward warp-specialised (written 2026-12-04 without a GPU; not yet run) ------------
-// A block of three warpgroups owns 128 query rows of one (batch, head): warpgroup 0 is the producer
-// (one thread issues the TMA loads of every K and V tile, in perm16 order as above, into kStages
-// stages, each with a full and an empty mbarrier; the warpgroup gives most of its registers away),
-// warpgroups 1 and 2 are consumers of 64 rows each, running w1's arithmetic (fwd_tile, fwd_store, the
-// same products) with the next tile's S = Q·Kᵀ issued before this tile's softmax, so the tensor
-// cores work while the softmax and the dropout run (FlashAttention-3's intra-warpgroup overlap).
-// The bits are w1's: the lab compares them. Calls it cannot take (head dim ≠ 64, packed rows, S not a
-// multiple of 16, unaligned rows) run w1.
+namespace flash {
 namespace ws {
 
 constexpr int kStages = 3;
 constexpr size_t kTile = 8192;  // 64 rows × 128 bytes
-constexpr size_t kSmem = 1024 + 2 * kTile + 2 * kStages * kTile + 4 * kStages * 8;
+// NC consumer warpgroups of 64 query rows each, one producer warpgroup, key tiles of BN (64 or 128):
+// w8 is NC 2 BN 64, w9 NC 3 BN 64, w10 NC 2 BN 128.
+template <int NC, int BN>
+constexpr size_t smem_bytes() { return 1024 + NC * kTile + 2 * kStages * (BN / 64) * kTile + 4 * kStages * 8; }
+// The registers setmaxnreg moves from the producer to the consumers: a 64 K file over 128·(NC + 1) threads
+// (ptxas allocates the consumers' code within the raised count: w10 spills at 232, not at 240).
+template <int NC>
+constexpr int kProducerRegs = 24;
+template <int NC>
+constexpr int kConsumerRegs = NC == 2 ? 240 : 160;
 
 struct Maps {
     CUtensorMap row0, row2;  // qkv as (columns, x0, x2 + 2·x3, 16-row group) at row 0 and at row 2
@@ -57,16 +76,16 @@ __device__ __forceinline__ void tma_tile(const Maps &m, uint32_t dst, int col, i
                 : "memory");
 }
 // The two maps of qkv ([rows][ld] 16-bit elements, rows a multiple of 16); the encoder is fetched
-// from the driver once.
+// from the driver once per process.
 inline cudaError_t make_maps(Maps &maps, const void *qkv, int64_t rows, int64_t ld) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-    if (!encode) {
+    static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
         void *fn = nullptr;
         cudaDriverEntryPointQueryResult q{};
         const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
-        if (e != cudaSuccess || !fn || q != cudaDriverEntryPointSuccess) return cudaErrorNotSupported;
-        encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    }
+        return e == cudaSuccess && q == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
+                                                                     : nullptr;
+    }();
+    if (!encode) return cudaErrorNotSupported;
     if (rows % 16 != 0) return cudaErrorInvalidValue;
     const cuuint64_t l = cuuint64_t(ld);
     for (int x1 = 0; x1 < 2; ++x1) {
@@ -82,21 +101,25 @@ inline cudaError_t make_maps(Maps &maps, const void *qkv, int64_t rows, int64_t 
     return cudaSuccess;
 }
 
-// Each consumer warp's lane 0 arrives once its warp is done with a stage (8 arrivals per phase).
+// Each consumer warp's lane 0 arrives once its warp is done with a stage (4·NC arrivals per phase).
 __device__ __forceinline__ void release(uint32_t bar) {
     __syncwarp();
     if ((threadIdx.x & 31) == 0) mbar_arrive(bar);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(384, 1) flash_fwd_ws_kernel(const __grid_constant__ Maps maps, const flash::Params p) {
-    using namespace flash;
+template <typename T, int NC, int BN>
+__global__ void __launch_bounds__(128 * (NC + 1), 1) flash_fwd_ws_kernel(const __grid_constant__ Maps maps, const Params p) {
+    static_assert(NC == 2 || NC == 3, "two or three consumer warpgroups");
+    static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
+    static_assert(128 * kProducerRegs<NC> + 128 * NC * kConsumerRegs<NC> <= 65536, "register file");
     DST_GRID_DEPENDENCY();
-    constexpr int NS = kStages, NT = 8, DT = 8, NG = 4;
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int NS = kStages, NT = BN / 8, DT = 8, NG = BN / 16;
+    constexpr uint32_t kKV = uint32_t(BN / 64 * kTile);  // bytes of one K or V stage
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-    const uint32_t sQ = base, sK = base + uint32_t(2 * kTile), sV = sK + uint32_t(NS * kTile);
-    const uint32_t bars = sV + uint32_t(NS * kTile);  // kfull[NS], kempty[NS], vfull[NS], vempty[NS]
+    const uint32_t sQ = base, sK = base + uint32_t(NC * kTile), sV = sK + NS * kKV;
+    const uint32_t bars = sV + NS * kKV;  // kfull[NS], kempty[NS], vfull[NS], vempty[NS]
     auto kfull = [&](int st) { return bars + 8u * uint32_t(st); };
     auto kempty = [&](int st) { return bars + 8u * uint32_t(NS + st); };
     auto vfull = [&](int st) { return bars + 8u * uint32_t(2 * NS + st); };
@@ -104,35 +127,39 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_ws_kernel(const __grid_const
     if (threadIdx.x < NS) {
         mbar_init(kfull(threadIdx.x), 1);
         mbar_init(vfull(threadIdx.x), 1);
-        mbar_init(kempty(threadIdx.x), 8);
-        mbar_init(vempty(threadIdx.x), 8);
+        mbar_init(kempty(threadIdx.x), 4 * NC);
+        mbar_init(vempty(threadIdx.x), 4 * NC);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     __syncthreads();
 
     const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
     const int b = bh / p.heads, h = bh % p.heads, S = p.seq;
-    const int q0 = m_block * 128;
+    const int q0 = m_block * 64 * NC;
     const int kv_len = key_limit(p, b);
     // Warp-uniform for the compiler too (a shuffle's result is), so that the products' branches do
     // not make ptxas serialise the warpgroup MMAs.
-    const int n_blk = __shfl_sync(0xffffffffu, ((p.causal ? min(kv_len, q0 + 128) : kv_len) + 63) / 64, 0);
+    const int n_blk = __shfl_sync(0xffffffffu, ((p.causal ? min(kv_len, q0 + 64 * NC) : kv_len) + BN - 1) / BN, 0);
     const int wgi = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
     if (wgi == 0) {  // the producer
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs<NC>) : "memory");
         if (threadIdx.x == 0)
             for (int nb = 0; nb < n_blk; ++nb) {
-                const int st = nb % NS, use = nb / NS, group0 = (b * S + nb * 64) / 16;
+                const int st = nb % NS, use = nb / NS, group0 = (b * S + nb * BN) / 16;
                 if (use > 0) mbar_wait(kempty(st), uint32_t(use - 1) & 1u);
-                mbar_expect(kfull(st), uint32_t(kTile));
-                tma_tile(maps, sK + uint32_t(st * kTile), p.hidden + h * 64, group0, kfull(st));
+                mbar_expect(kfull(st), kKV);
+#pragma unroll
+                for (int t = 0; t < BN / 64; ++t)
+                    tma_tile(maps, sK + st * kKV + uint32_t(t * kTile), p.hidden + h * 64, group0 + 4 * t, kfull(st));
                 if (use > 0) mbar_wait(vempty(st), uint32_t(use - 1) & 1u);
-                mbar_expect(vfull(st), uint32_t(kTile));
-                tma_tile(maps, sV + uint32_t(st * kTile), 2 * p.hidden + h * 64, group0, vfull(st));
+                mbar_expect(vfull(st), kKV);
+#pragma unroll
+                for (int t = 0; t < BN / 64; ++t)
+                    tma_tile(maps, sV + st * kKV + uint32_t(t * kTile), 2 * p.hidden + h * 64, group0 + 4 * t, vfull(st));
             }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs<NC>) : "memory");
     const int cw = wgi - 1, tid = threadIdx.x & 127, warp = tid >> 5, lane = threadIdx.x & 31;
     const int q0c = q0 + 64 * cw;
     const int64_t ld = 3 * int64_t(p.hidden);
@@ -152,7 +179,9 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_ws_kernel(const __grid_const
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
     }
     FwdRows w = fwd_rows(p, b, bh, q0c, warp * 16, lane);
-    const int n_mine = __shfl_sync(0xffffffffu, p.causal ? (min(kv_len, q0c + 64) + 63) / 64 : n_blk, 0);
+    // Rows past the sequence (the last block's overhang) need no tile: such a warpgroup only frees the stages.
+    const int n_mine =
+        __shfl_sync(0xffffffffu, q0c >= S ? 0 : p.causal ? (min(kv_len, q0c + 64) + BN - 1) / BN : n_blk, 0);
     const uint64_t dq = wg::desc_sw128(sq);
     float o[DT][4], s[NT][4], sn[NT][4];
     uint32_t a[NG][4];
@@ -160,11 +189,11 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_ws_kernel(const __grid_const
     auto issue_s = [&](float (&acc)[NT][4], int nb) {
         const int st = nb % NS;
         mbar_wait(kfull(st), uint32_t(nb / NS) & 1u);
-        const uint64_t dk = wg::desc_sw128(sK + uint32_t(st * kTile));
+        const uint64_t dk = wg::desc_sw128(sK + st * kKV);
         wg::fence_regs(acc);
         wg::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, 64>(acc, dq + 2 * kk, dk + 2 * kk, kk > 0);
+        for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BN>(acc, dq + 2 * kk, dk + 2 * kk, kk > 0);
         wg::wgmma_commit();
     };
     // FlashAttention-3's order: while P̃·V of tile nb runs, the scores of tile nb + 1 (issued before
@@ -186,7 +215,7 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_ws_kernel(const __grid_const
     auto issue_pv = [&](int nb) {
         const int st = nb % NS;
         mbar_wait(vfull(st), uint32_t(nb / NS) & 1u);
-        const uint64_t dv = wg::desc_sw128(sV + uint32_t(st * kTile));
+        const uint64_t dv = wg::desc_sw128(sV + st * kKV);
         wg::fence_regs(o);
         wg::wgmma_fence();
 #pragma unroll
@@ -201,7 +230,7 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_ws_kernel(const __grid_const
         wg::wgmma_wait<1>();  // the scores of nb + 1 (committed first)
         wg::fence_regs(nxt);
         release(kempty((nb + 1) % NS));
-        fwd_tile<NT, DT, true>(p, w, (nb + 1) * 64, nxt, o);
+        fwd_tile<NT, DT, true>(p, w, (nb + 1) * BN, nxt, o);
         wg::wgmma_wait<0>();
         drain_pv(nb, true);
         to_a<T, NT>(a, nxt);
@@ -222,7 +251,7 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_ws_kernel(const __grid_const
         wg::wgmma_wait<0>();
         drain_pv(nb, false);
     }
-    for (int nb = n_mine; nb < n_blk; ++nb) {  // causal: the tiles only the other warpgroup needs
+    for (int nb = n_mine; nb < n_blk; ++nb) {  // the tiles only the other warpgroups need
         const int st = nb % NS;
         mbar_wait(kfull(st), uint32_t(nb / NS) & 1u);
         release(kempty(st));
@@ -230,27 +259,41 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_ws_kernel(const __grid_const
         release(vempty(st));
     }
     fwd_store(p, w, static_cast<T *>(p.ctx) + int64_t(b) * S * p.hidden + int64_t(h) * 64, 64, o);
+#else
+    (void)maps, (void)p;
+    __trap();  // built for another target: launched only from sm_90a objects (the lab: DST_LAB_SM90A)
+#endif
 }
 
-// w8's launch: the two tensor maps of the call, or w1 where w8 does not apply.
-template <typename T>
-cudaError_t launch(flash::Params p, cudaStream_t stream) {
-    const int64_t rows = int64_t(p.batch) * p.seq;
-    if (p.head_dim != 64 || !p.vec16 || p.seq_start || p.seq % 16 != 0)
-        return flash::launch_fwd_wgmma<T, 64, 3>(p, stream);
+// The shortest sequence the library sends here: below it the wgmma forward's smaller blocks fill the
+// GPU better (bench/RESULTS.md, 2026-12-04 fifth session).
+constexpr int kMinSeq = 1024;
+
+// Whether this kernel takes the call: head dim 64 with 16-byte rows, padded batches (the TMA loads
+// 16-row groups of the flattened rows), and S a multiple of the key tile, so that no tile reaches
+// into the next sequence's rows (the last one's overhang reads zeros).
+inline bool applies(const Params &p, int BN = 64) {
+    return p.head_dim == 64 && p.vec16 && p.seq_start == nullptr && p.seq % BN == 0;
+}
+
+// The call on NC consumer warpgroups and key tiles of BN, or on the wgmma forward (BN 64, 3 blocks
+// per SM, or BN 128, 2) where it does not apply or the tensor maps cannot be made.
+template <typename T, int NC, int BN>
+cudaError_t launch(Params p, cudaStream_t stream) {
     Maps maps;
-    const cudaError_t e0 = make_maps(maps, p.qkv, rows, 3 * int64_t(p.hidden));
-    if (e0 != cudaSuccess) return e0;
-    p.m_blocks = static_cast<int>((p.seq + 127) / 128);
-    cudaError_t e = flash::allow_smem(flash_fwd_ws_kernel<T>, kSmem);
+    if (!applies(p, BN) || make_maps(maps, p.qkv, int64_t(p.batch) * p.seq, 3 * int64_t(p.hidden)) != cudaSuccess)
+        return launch_fwd_wgmma<T, BN, BN == 64 ? 3 : 2>(p, stream);
+    p.m_blocks = static_cast<int>((p.seq + 64 * NC - 1) / (64 * NC));
+    const auto kernel = flash_fwd_ws_kernel<T, NC, BN>;
+    const cudaError_t e = allow_smem(kernel, smem_bytes<NC, BN>());
     if (e != cudaSuccess) return e;
-    flash_fwd_ws_kernel<T><<<static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), 384, kSmem, stream>>>(maps, p);
-    return cudaGetLastError();
+    return launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), 128 * (NC + 1),
+                            smem_bytes<NC, BN>(), stream, maps, p);
 }
 
 }  // namespace ws
-
+}  // namespace flash
 }  // namespace cuda
 }  // namespace dst
 
-#endif  // DST_KERNELS_DEV_ATTENTION_WS_CUH
+#endif  // DST_KERNELS_ATTENTION_FLASH_WS_CUH
