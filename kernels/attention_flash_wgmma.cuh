@@ -172,14 +172,14 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // per SM as two blocks of one (b6).
 // K and V rows are stored in rho16 order within each 16 keys (row r holds key rho16(r)), so that the
 // accumulator rows of lane g are keys 2g and 2g + 1, the layout bwd_tile and the Philox pairing assume.
-template <int BM, int WGS, int NST = 2>
+template <int BM, int WGS>
 struct WgBwdTraits {
     static constexpr int kBN = 64 * WGS, kThreads = 128 * WGS, kRow = 128, kLds = 64 + 8, kLdsS = BM + 8;
     static constexpr size_t kKV = size_t(kBN) * kRow, kQ = size_t(BM) * kRow;
-    // Swizzled region (1024-byte aligned): K, V, NST stages of [Q | dctx]; then K padded, the row
-    // statistics (NST stages of [lse2 | D]), dSᵀ and the ticket.
-    static constexpr size_t kSw = 2 * kKV + 2 * NST * kQ;
-    static constexpr size_t kSmem = 1024 + kSw + size_t(kBN) * kLds * 2 + size_t(2 * NST * BM) * sizeof(float) +
+    // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx]; then K padded, the row
+    // statistics (two stages of [lse2 | D]), dSᵀ and the ticket.
+    static constexpr size_t kSw = 2 * kKV + 4 * kQ;
+    static constexpr size_t kSmem = 1024 + kSw + size_t(kBN) * kLds * 2 + size_t(4 * BM) * sizeof(float) +
                                     size_t(kBN) * kLdsS * 2 + 16;
     static_assert(BM == 64, "query tiles of 64 rows (the generated m64nBMk16 shapes)");
     static_assert(WGS == 1 || WGS == 2, "one or two warpgroups");
@@ -188,12 +188,11 @@ struct WgBwdTraits {
 // Inverse of rho16: the row (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 
-template <typename T, int BM, int MB, int WGS, bool PIPE = false>
+template <typename T, int BM, int MB, int WGS>
 __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Params p) {
     DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Tr = WgBwdTraits<BM, WGS, PIPE ? 3 : 2>;
-    constexpr int NST = PIPE ? 3 : 2;
+    using Tr = WgBwdTraits<BM, WGS>;
     using Dq = BwdTraits<T, 64, BM, 4 * WGS>;  // the dQ product's split over the warps
     constexpr int BN = Tr::kBN, NTQ = BM / 8, DT = 8, LDS = Tr::kLds, LDSS = Tr::kLdsS, DQT = Dq::kDqT;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -201,8 +200,8 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
     unsigned char *const gen = smem_raw + (base - smem_addr(smem_raw));  // the same address, generic
     const uint32_t sK = base, sV = base + uint32_t(Tr::kKV), sQ0 = base + uint32_t(2 * Tr::kKV);
     T *sKp = reinterpret_cast<T *>(gen + Tr::kSw);                       // K [BN][64 + 8], key order
-    float *sStat = reinterpret_cast<float *>(sKp + BN * LDS);           // NST stages of [lse2 | D]
-    T *sS = reinterpret_cast<T *>(sStat + 2 * NST * BM);                 // dSᵀ [BN][BM + 8]
+    float *sStat = reinterpret_cast<float *>(sKp + BN * LDS);           // 2 stages of [lse2 | D]
+    T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                       // dSᵀ [BN][BM + 8]
     int *sTicket = reinterpret_cast<int *>(sS + BN * LDSS);
 
     int *ticket = p.counters + int64_t(p.batch) * p.heads * p.q_tiles;
@@ -289,165 +288,75 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
     const int g = lane >> 2, t = lane & 3;
 
     DqOwed owed;
-    if constexpr (PIPE) {
-        // The steps overlapped (b10): tile step + 1's Sᵀ and dP̃ᵀ are issued with tile step's dV and dK,
-        // and both run during this step's dQ product (mma.sync) and its adds; every MMA is waited for
-        // within its step (an MMA in flight across the loop's back edge makes ptxas serialise them
-        // all). Three stages of [Q | dctx]: tile step + 2 is loaded into the one tile step − 1 left,
-        // a whole step ahead.
-        float s[NTQ][4], dp[NTQ][4];
-        uint32_t ap[NTQ / 2][4], as[NTQ / 2][4];
-        auto issue_sdp = [&](int st) {
-            const uint32_t sq = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), sdo = sq + uint32_t(Tr::kQ);
-            const uint64_t dq_desc = wg::desc_sw128(sq), do_desc = wg::desc_sw128(sdo);
-            wg::fence_regs(s);
-            wg::fence_regs(dp);
-            wg::wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(s, dk_desc + 2 * kk, dq_desc + 2 * kk, kk > 0);
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(dp, dv_desc + 2 * kk, do_desc + 2 * kk, kk > 0);
-            wg::wgmma_commit();
-        };
-        if (n_steps > 1) stage(tile_at(1), 1);
+    for (int step = 0; step < n_steps; ++step) {
+        const int mb = tile_at(step), st = step & 1, i0 = mb * BM;
+        cp_async_wait<0>();
+        wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
+        __syncthreads();          // everyone's; every MMA of the other stage has completed; sS is free; the
+                                  // last step's dQ adds are done (released below, while the MMAs run)
+        if (step + 1 < n_steps) stage(tile_at(step + 1), st ^ 1);
         cp_async_commit();
-        cp_async_wait<1>();  // tile 0's stage and the block's K and V (the group before)
-        wg::fence_proxy_async();
-        __syncthreads();
-        if (n_steps > 0) {  // (always: a block with keys has a query tile)
-            issue_sdp(0);
-            wg::wgmma_wait<0>();
-            wg::fence_regs(s);
-            wg::fence_regs(dp);
+        const uint32_t sq = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), sdo = sq + uint32_t(Tr::kQ);
+        const uint64_t dq_desc = wg::desc_sw128(sq), do_desc = wg::desc_sw128(sdo);
+        const float *sL = sStat + st * 2 * BM, *sD = sL + BM;
+
+        // Sᵀ = K·Qᵀ, dP̃ᵀ = V·dctxᵀ: four k16 steps along the head dim each.
+        float s[NTQ][4], dp[NTQ][4];
+        wg::fence_regs(s);
+        wg::fence_regs(dp);
+        wg::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(s, dk_desc + 2 * kk, dq_desc + 2 * kk, kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(dp, dv_desc + 2 * kk, do_desc + 2 * kk, kk > 0);
+        wg::wgmma_commit();
+        dq_publish(owed);
+        wg::wgmma_wait<0>();
+        wg::fence_regs(s);
+        wg::fence_regs(dp);
+
+        bwd_tile(p, keys, k0w, wrow, i0, sL, sD, s, dp);
+
+        // The A fragments of P̃ᵀ/σ and dSᵀ; dSᵀ to shared memory for the dQ product (rows in key order).
+        uint32_t ap[NTQ / 2][4], as[NTQ / 2][4];
+        to_a<T, NTQ>(ap, s);
+        to_a<T, NTQ>(as, dp);
+#pragma unroll
+        for (int kk = 0; kk < NTQ / 2; ++kk) {
+            T *r0 = sS + (64 * wgi + wrow + 2 * g) * LDSS + kk * 16 + 2 * t, *r1 = r0 + LDSS;
+            *reinterpret_cast<uint32_t *>(r0) = as[kk][0];
+            *reinterpret_cast<uint32_t *>(r1) = as[kk][1];
+            *reinterpret_cast<uint32_t *>(r0 + 8) = as[kk][2];
+            *reinterpret_cast<uint32_t *>(r1 + 8) = as[kk][3];
         }
-        // One step; kMore: a next tile exists (the last step is peeled off, so that no branch lies
-        // between an MMA's issue and its wait).
-        auto one_step = [&](int step, auto more_tag) {
-            constexpr bool kMore = decltype(more_tag)::value;
-            const int mb = tile_at(step), st = step % 3, i0 = mb * BM;
-            __syncthreads();  // every warp's dQ reads of sS (last step) done; the last step's dQ adds done
-            dq_publish(owed);
-            const float *sL = sStat + st * 2 * BM, *sD = sL + BM;
-            bwd_tile(p, keys, k0w, wrow, i0, sL, sD, s, dp);
-            to_a<T, NTQ>(ap, s);
-            to_a<T, NTQ>(as, dp);
+
+        // dV·(1/σ) += (P̃ᵀ/σ)·dctx and dK += dSᵀ·Q: k16 step G covers queries 16G …, 2048 bytes apart.
+        wg::fence_regs(dv);
+        wg::fence_regs(dk);
+        wg::wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < NTQ / 2; ++kk) {
-                T *r0 = sS + (64 * wgi + wrow + 2 * g) * LDSS + kk * 16 + 2 * t, *r1 = r0 + LDSS;
-                *reinterpret_cast<uint32_t *>(r0) = as[kk][0];
-                *reinterpret_cast<uint32_t *>(r1) = as[kk][1];
-                *reinterpret_cast<uint32_t *>(r0 + 8) = as[kk][2];
-                *reinterpret_cast<uint32_t *>(r1 + 8) = as[kk][3];
-            }
-            cp_async_wait<0>();  // the next tile's stage (this thread's copies)
-            wg::fence_proxy_async();
-            __syncthreads();  // dSᵀ of every warp visible; the next stage everyone's
-            if (step + 2 < n_steps) stage(tile_at(step + 2), (step + 2) % 3);  // the stage of step − 1
-            cp_async_commit();
-            {
-                const uint32_t sq = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), sdo = sq + uint32_t(Tr::kQ);
-                const uint64_t dq_desc = wg::desc_sw128(sq), do_desc = wg::desc_sw128(sdo);
-                wg::fence_regs(dv);
-                wg::fence_regs(dk);
-                wg::wgmma_fence();
+        for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dv, ap[G], do_desc + uint64_t(G) * (2048 >> 4), 1);
 #pragma unroll
-                for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dv, ap[G], do_desc + uint64_t(G) * (2048 >> 4), 1);
+        for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dk, as[G], dq_desc + uint64_t(G) * (2048 >> 4), 1);
+        wg::wgmma_commit();
+        __syncthreads();  // dSᵀ of every warp visible
+
+        // Partial dQ of the tile (while the dV and dK MMAs run): rows 16·wm …, columns wn·DQT·8 … of dS·K.
+        float dqp[1][DQT][4];
+        zero(dqp[0]);
 #pragma unroll
-                for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dk, as[G], dq_desc + uint64_t(G) * (2048 >> 4), 1);
-                wg::wgmma_commit();
-            }
-            if constexpr (kMore) issue_sdp((step + 1) % 3);
-            float dqp[1][DQT][4];
-            zero(dqp[0]);
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) {
-                uint32_t af[1][1][4];
-                ldsm_x4_t(af[0][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 +
-                                              ((lane >> 3) & 1) * 8));
-                mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
-            }
-            bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
-            wg::wgmma_wait<0>();
-            wg::fence_regs(dv);
-            wg::fence_regs(dk);
-            wg::fence_a(ap);
-            wg::fence_a(as);
-            wg::fence_regs(s);
-            wg::fence_regs(dp);
-        };
-        for (int step = 0; step + 1 < n_steps; ++step) one_step(step, std::true_type{});
-        if (n_steps > 0) one_step(n_steps - 1, std::false_type{});
-    } else {
-        for (int step = 0; step < n_steps; ++step) {
-            const int mb = tile_at(step), st = step & 1, i0 = mb * BM;
-            cp_async_wait<0>();
-            wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
-            __syncthreads();          // everyone's; every MMA of the other stage has completed; sS is free; the
-                                      // last step's dQ adds are done (released below, while the MMAs run)
-            if (step + 1 < n_steps) stage(tile_at(step + 1), st ^ 1);
-            cp_async_commit();
-            const uint32_t sq = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), sdo = sq + uint32_t(Tr::kQ);
-            const uint64_t dq_desc = wg::desc_sw128(sq), do_desc = wg::desc_sw128(sdo);
-            const float *sL = sStat + st * 2 * BM, *sD = sL + BM;
-
-            // Sᵀ = K·Qᵀ, dP̃ᵀ = V·dctxᵀ: four k16 steps along the head dim each.
-            float s[NTQ][4], dp[NTQ][4];
-            wg::fence_regs(s);
-            wg::fence_regs(dp);
-            wg::wgmma_fence();
-    #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(s, dk_desc + 2 * kk, dq_desc + 2 * kk, kk > 0);
-    #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BM>(dp, dv_desc + 2 * kk, do_desc + 2 * kk, kk > 0);
-            wg::wgmma_commit();
-            dq_publish(owed);
-            wg::wgmma_wait<0>();
-            wg::fence_regs(s);
-            wg::fence_regs(dp);
-
-            bwd_tile(p, keys, k0w, wrow, i0, sL, sD, s, dp);
-
-            // The A fragments of P̃ᵀ/σ and dSᵀ; dSᵀ to shared memory for the dQ product (rows in key order).
-            uint32_t ap[NTQ / 2][4], as[NTQ / 2][4];
-            to_a<T, NTQ>(ap, s);
-            to_a<T, NTQ>(as, dp);
-    #pragma unroll
-            for (int kk = 0; kk < NTQ / 2; ++kk) {
-                T *r0 = sS + (64 * wgi + wrow + 2 * g) * LDSS + kk * 16 + 2 * t, *r1 = r0 + LDSS;
-                *reinterpret_cast<uint32_t *>(r0) = as[kk][0];
-                *reinterpret_cast<uint32_t *>(r1) = as[kk][1];
-                *reinterpret_cast<uint32_t *>(r0 + 8) = as[kk][2];
-                *reinterpret_cast<uint32_t *>(r1 + 8) = as[kk][3];
-            }
-
-            // dV·(1/σ) += (P̃ᵀ/σ)·dctx and dK += dSᵀ·Q: k16 step G covers queries 16G …, 2048 bytes apart.
-            wg::fence_regs(dv);
-            wg::fence_regs(dk);
-            wg::wgmma_fence();
-    #pragma unroll
-            for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dv, ap[G], do_desc + uint64_t(G) * (2048 >> 4), 1);
-    #pragma unroll
-            for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dk, as[G], dq_desc + uint64_t(G) * (2048 >> 4), 1);
-            wg::wgmma_commit();
-            __syncthreads();  // dSᵀ of every warp visible
-
-            // Partial dQ of the tile (while the dV and dK MMAs run): rows 16·wm …, columns wn·DQT·8 … of dS·K.
-            float dqp[1][DQT][4];
-            zero(dqp[0]);
-    #pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) {
-                uint32_t af[1][1][4];
-                ldsm_x4_t(af[0][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 +
-                                              ((lane >> 3) & 1) * 8));
-                mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
-            }
-            bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
-            wg::wgmma_wait<0>();
-            wg::fence_regs(dv);
-            wg::fence_regs(dk);
-            wg::fence_a(ap);  // the A registers stay untouched until the MMAs reading them are done
-            wg::fence_a(as);
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            uint32_t af[1][1][4];
+            ldsm_x4_t(af[0][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 +
+                                          ((lane >> 3) & 1) * 8));
+            mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
         }
+        bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
+        wg::wgmma_wait<0>();
+        wg::fence_regs(dv);
+        wg::fence_regs(dk);
+        wg::fence_a(ap);  // the A registers stay untouched until the MMAs reading them are done
+        wg::fence_a(as);
     }
     cp_async_wait<0>();
     if (owed.cnt) {  // uniform: every thread holds the same
@@ -464,13 +373,13 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
 
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue). The prologue (bwd_prologue)
 // must have run; order as in launch_bwd.
-template <typename T, int BM, int MB, int WGS, bool PIPE = false>
+template <typename T, int BM, int MB, int WGS>
 cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
-    using Tr = WgBwdTraits<BM, WGS, PIPE ? 3 : 2>;
+    using Tr = WgBwdTraits<BM, WGS>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBN));
     p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
-    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS, PIPE>;
+    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;
