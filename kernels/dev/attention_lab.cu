@@ -8,7 +8,8 @@
 //   call); attention_lab profile [B S] [p0] [version NAME] runs one production forward and backward
 //   (dropout 0 with p0), then one launch of the numbered version NAME (for ncu); philox
 //   measures the Philox rate of the kernels' generator alone (the floor of dropout regeneration); tma
-//   checks that TMA loads a key tile in the kernels' perm16 row order (check_tma_tile; not yet run).
+//   checks that TMA loads a key tile in the kernels' perm16 row order (check_tma_tile). LAB_ONLY=w1,w9,b8
+//   (environment) times only the versions named (checks still run every version).
 //
 // Versions (fp16, d = 64, dropout 0.1, no mask, 8×2048 and 64×128; timings in bench/RESULTS.md, "attention
 // lab"). Earlier kernels (2026-12-01, separate dK/dV and dQ backward kernels, one Philox block per
@@ -858,11 +859,20 @@ void check_philox_forms(bool bf16) {
     }
 }
 
+// Whether the environment's LAB_ONLY (a comma-separated list of version names, e.g. "w1,w9,b8")
+// leaves version `name` in the timings; unset or empty: every version.
+bool timed_version(const char *name) {
+    const char *only = std::getenv("LAB_ONLY");
+    if (!only || !*only) return true;
+    const std::string list = std::string(",") + only + ",", key = std::string(",") + name + ",";
+    return list.find(key) != std::string::npos;
+}
+
 template <typename T>
 void time_versions(Bench &bn, bool wgmma_fwd_only = false) {
     const flash::BwdScratch ws(bn.a);
     for (const FwdVersion &v : fwd_versions<T>()) {
-        if (wgmma_fwd_only && v.name[0] != 'w') continue;
+        if ((wgmma_fwd_only && v.name[0] != 'w') || !timed_version(v.name)) continue;
         const int occ = v.occ();
         const float ms = time_ms([&] { CK(v.run(bn.p)); }, bn.reps());
         std::printf("  fwd  %-3s (BN %3d, %d warps, %d/SM) %2d blk/SM %8.3f ms  %6.1f TFLOP/s\n", v.name, v.bn, v.nw, v.mb,
@@ -870,6 +880,7 @@ void time_versions(Bench &bn, bool wgmma_fwd_only = false) {
     }
     for (const BwdVersion &v : bwd_versions<T>()) {
         if (wgmma_fwd_only) break;
+        if (!timed_version(v.name)) continue;
         const int occ = v.occ();
         float ms[2];
         for (int det : {1, 0}) {

@@ -8,6 +8,7 @@
 #   LAB_ROOT=DIR  take the kernel sources and the lab from DIR/kernels instead of ./kernels (a copy
 #                 of an earlier version, to time before and after in one call); LAB_TAG names it.
 #   LAB_NORUN=1   build only (the binary is /tmp/dst-lab-TAG/attention_lab).
+#   LAB_ONLY=w1,w9,b8  time only these numbered versions (the checks still run all of them).
 #   LAB_SASS=1    also write OUTDIR/sass-TAG.txt: per kernel, its SASS instruction count and the
 #                 count of every opcode (static counts: what the compiler made of each version).
 set -u -o pipefail
