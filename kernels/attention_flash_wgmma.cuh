@@ -188,7 +188,9 @@ struct WgBwdTraits {
 // Inverse of rho16: the row (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 
-template <typename T, int BM, int MB, int WGS>
+// DQ false (the lab's timing control b8n only): the dQ product and its adds are left out, so that
+// the difference to b8 is what they cost; dQ is then not written.
+template <typename T, int BM, int MB, int WGS, bool DQ = true>
 __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Params p) {
     DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -342,16 +344,18 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
         __syncthreads();  // dSᵀ of every warp visible
 
         // Partial dQ of the tile (while the dV and dK MMAs run): rows 16·wm …, columns wn·DQT·8 … of dS·K.
-        float dqp[1][DQT][4];
-        zero(dqp[0]);
+        if constexpr (DQ) {
+            float dqp[1][DQT][4];
+            zero(dqp[0]);
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            uint32_t af[1][1][4];
-            ldsm_x4_t(af[0][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 +
-                                          ((lane >> 3) & 1) * 8));
-            mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                uint32_t af[1][1][4];
+                ldsm_x4_t(af[0][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 +
+                                              ((lane >> 3) & 1) * 8));
+                mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
+            }
+            bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
         }
-        bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
         wg::wgmma_wait<0>();
         wg::fence_regs(dv);
         wg::fence_regs(dk);
@@ -373,13 +377,13 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
 
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue). The prologue (bwd_prologue)
 // must have run; order as in launch_bwd.
-template <typename T, int BM, int MB, int WGS>
+template <typename T, int BM, int MB, int WGS, bool DQ = true>
 cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
     using Tr = WgBwdTraits<BM, WGS>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBN));
     p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
-    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS>;
+    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQ>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;

@@ -39,6 +39,7 @@
 //        during the last tile, measured no faster and was removed: commit 306aea1; b10, b8 with the
 //        next tile's Sᵀ and dP̃ᵀ issued beside this tile's dV, dK and dQ products, measured slower and
 //        was removed: commit 4bcf25c)
+//        b8n = b8 without the dQ product and its adds: a timing control (what dQ costs), not checked
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -643,6 +644,7 @@ struct BwdVersion {
     int bm, nw, mb;
     std::function<cudaError_t(const flash::Params &, const flash::BwdScratch &)> run;
     std::function<int()> occ;
+    bool control = false;  // a timing control that leaves part of the work out: timed, not checked
 };
 
 template <typename T, int BN, int NW, int MB>
@@ -707,18 +709,19 @@ std::vector<FwdVersion> fwd_versions() {
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma backward (kernels/attention_flash_wgmma.cuh): WGS warpgroups, 64·WGS keys, BM queries, MB blocks/SM.
-template <typename T, int BM, int MB, int WGS>
+template <typename T, int BM, int MB, int WGS, bool DQ = true>
 BwdVersion bwd_wgmma_version(const char *name) {
     using Tr = flash::WgBwdTraits<BM, WGS>;
     return {name, BM, 4 * WGS, MB,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS>(p, 0);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQ>(p, 0);
             },
             [] {
-                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS>, Tr::kSmem));
-                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS>, Tr::kThreads, Tr::kSmem);
-            }};
+                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQ>, Tr::kSmem));
+                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQ>, Tr::kThreads, Tr::kSmem);
+            },
+            !DQ};
 }
 #endif
 template <typename T>
@@ -730,6 +733,7 @@ std::vector<BwdVersion> bwd_versions() {
 #if defined(DST_LAB_SM90A)
     v.push_back(bwd_wgmma_version<T, 64, 2, 1>("b6"));
     v.push_back(bwd_wgmma_version<T, 64, 1, 2>("b8"));
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, false>("b8n"));  // control: b8 without dQ
 #endif
     return v;
 }
@@ -789,6 +793,7 @@ void check_versions(bool bf16) {
             continue;
         }
         for (const BwdVersion &v : bwd_versions<T>()) {
+            if (v.control) continue;
             CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
             CK(v.run(p, flash::BwdScratch(a)));
             CK(cudaDeviceSynchronize());
@@ -836,6 +841,7 @@ void check_philox_forms(bool bf16) {
             }
         CK(cudaMemcpy(dv.ctx, ctx_in.data(), N * H * 2, cudaMemcpyHostToDevice));
         for (const BwdVersion &v : bwd_versions<T>()) {
+            if (v.control) continue;
             std::vector<uint16_t> out[2];
             for (int g : {1, 0}) {
                 flash::Params q = p;
