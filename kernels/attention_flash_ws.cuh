@@ -38,7 +38,6 @@ template <int NC, int BN>
 constexpr size_t smem_bytes() { return 1024 + NC * kTile + 2 * kStages * (BN / 64) * kTile + 4 * kStages * 8; }
 // The registers setmaxnreg moves from the producer to the consumers: a 64 K file over 128·(NC + 1) threads
 // (ptxas allocates the consumers' code within the raised count: w10 spills at 232, not at 240).
-template <int NC>
 constexpr int kProducerRegs = 24;
 template <int NC>
 constexpr int kConsumerRegs = NC == 2 ? 240 : 160;
@@ -111,7 +110,7 @@ template <typename T, int NC, int BN>
 __global__ void __launch_bounds__(128 * (NC + 1), 1) flash_fwd_ws_kernel(const __grid_constant__ Maps maps, const Params p) {
     static_assert(NC == 2 || NC == 3, "two or three consumer warpgroups");
     static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
-    static_assert(128 * kProducerRegs<NC> + 128 * NC * kConsumerRegs<NC> <= 65536, "register file");
+    static_assert(128 * kProducerRegs + 128 * NC * kConsumerRegs<NC> <= 65536, "register file");
     DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int NS = kStages, NT = BN / 8, DT = 8, NG = BN / 16;
@@ -142,7 +141,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1) flash_fwd_ws_kernel(const _
     const int n_blk = __shfl_sync(0xffffffffu, ((p.causal ? min(kv_len, q0 + 64 * NC) : kv_len) + BN - 1) / BN, 0);
     const int wgi = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
     if (wgi == 0) {  // the producer
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs<NC>) : "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs) : "memory");
         if (threadIdx.x == 0)
             for (int nb = 0; nb < n_blk; ++nb) {
                 const int st = nb % NS, use = nb / NS, group0 = (b * S + nb * BN) / 16;

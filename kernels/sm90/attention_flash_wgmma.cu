@@ -9,9 +9,10 @@ namespace cuda {
 namespace flash {
 
 // The lab's w9 (kernels/attention_flash_ws.cuh: a TMA producer warpgroup, three consumer warpgroups)
-// from ws::kMinSeq keys on where it applies; else w1: key tiles of 64, 3 blocks per SM. The same bits.
+// from ws::kMinSeq keys on (ws::launch runs w1 itself where it does not apply); below, w1: key tiles
+// of 64, 3 blocks per SM. The same bits.
 cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
-    if (p.seq >= ws::kMinSeq && ws::applies(p))
+    if (p.seq >= ws::kMinSeq)
         return bf16 ? ws::launch<__nv_bfloat16, 3, 64>(p, stream) : ws::launch<__half, 3, 64>(p, stream);
     return bf16 ? launch_fwd_wgmma<__nv_bfloat16, 64, 3>(p, stream) : launch_fwd_wgmma<__half, 64, 3>(p, stream);
 }
