@@ -163,24 +163,34 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 //                                 memory (K-major)
 //   P̃ᵀ, dSᵀ (bwd_tile)           the mma.sync kernel's code on the same accumulator layout
 //   dV += P̃ᵀ·dctx, dK += dSᵀ·Q   wgmma m64n64k16 × BM/16 each, A from registers, B = dctx / Q
-//                                 MN-major (imm-trans-b), issued together and left running while
-//   dQ partial = dS·K             mma.sync over the block's 64·WGS keys, as in flash_bwd_kernel (dSᵀ
-//                                 and a [key][D + 8] copy of K in shared memory), split over all its
-//                                 warps, then bwd_dq_add.
+//                                 MN-major (imm-trans-b), issued together, then
+//   dQ partial = dS·K             over the block's 64·WGS keys (DQM below): the library's kDqWgmma
+//                                 on wgmma m64n(64/WGS)k16 per warpgroup, A = dSᵀ and B = K both
+//                                 MN-major in shared memory; then bwd_dq_add.
 // Two warpgroups (b8) halve what the dQ reduction moves and waits for per key (one partial per 128
 // keys, and at S ≤ 128 a (batch, head) is one block that stores dQ directly), at the same 8 warps
-// per SM as two blocks of one (b6).
+// per SM as two blocks of one (b6). The dQ product on wgmma (b11) took 5 % off b8 at 8×2048; what
+// dQ still costs is its adds and their order (the lab's b8n), not the product.
 // K and V rows are stored in rho16 order within each 16 keys (row r holds key rho16(r)), so that the
 // accumulator rows of lane g are keys 2g and 2g + 1, the layout bwd_tile and the Philox pairing assume.
-template <int BM, int WGS>
+// How the backward forms a tile's partial dQ: kDqMma, mma.sync over dSᵀ and a padded copy of K (b8);
+// kDqWgmma, warpgroup MMAs with both operands MN-major in shared memory (dSᵀ written swizzled in the
+// accumulator's rho16 row order, B the swizzled K tile itself; b11); kDqNone, no dQ at all (the
+// lab's timing control b8n: b8's copies and shared memory without the product and its adds).
+enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2 };
+
+template <int BM, int WGS, int DQM = kDqMma>
 struct WgBwdTraits {
     static constexpr int kBN = 64 * WGS, kThreads = 128 * WGS, kRow = 128, kLds = 64 + 8, kLdsS = BM + 8;
     static constexpr size_t kKV = size_t(kBN) * kRow, kQ = size_t(BM) * kRow;
-    // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx]; then K padded, the row
-    // statistics (two stages of [lse2 | D]), dSᵀ and the ticket.
-    static constexpr size_t kSw = 2 * kKV + 4 * kQ;
-    static constexpr size_t kSmem = 1024 + kSw + size_t(kBN) * kLds * 2 + size_t(4 * BM) * sizeof(float) +
-                                    size_t(kBN) * kLdsS * 2 + 16;
+    // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx] (kDqWgmma: then dSᵀ
+    // [kBN][BM]); then (not kDqWgmma) K padded, the row statistics (two stages of [lse2 | D]),
+    // (not kDqWgmma) dSᵀ padded, and the ticket.
+    static constexpr bool kPadded = DQM != kDqWgmma;
+    static constexpr size_t kDs = kPadded ? 0 : size_t(kBN) * kRow;
+    static constexpr size_t kSw = 2 * kKV + 4 * kQ + kDs;
+    static constexpr size_t kKp = kPadded ? size_t(kBN) * kLds * 2 : 0, kSp = kPadded ? size_t(kBN) * kLdsS * 2 : 0;
+    static constexpr size_t kSmem = 1024 + kSw + kKp + size_t(4 * BM) * sizeof(float) + kSp + 16;
     static_assert(BM == 64, "query tiles of 64 rows (the generated m64nBMk16 shapes)");
     static_assert(WGS == 1 || WGS == 2, "one or two warpgroups");
 };
@@ -188,23 +198,26 @@ struct WgBwdTraits {
 // Inverse of rho16: the row (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 
-// DQ false (the lab's timing control b8n only): the dQ product and its adds are left out, so that
-// the difference to b8 is what they cost; dQ is then not written.
-template <typename T, int BM, int MB, int WGS, bool DQ = true>
+// DQM: how the partial dQ is formed (kDqMma, kDqWgmma), or kDqNone (the lab's timing control b8n:
+// the product and its adds left out, so that the difference to b8 is what they cost; dQ is then not
+// written).
+template <typename T, int BM, int MB, int WGS, int DQM = kDqMma>
 __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Params p) {
     DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Tr = WgBwdTraits<BM, WGS>;
+    using Tr = WgBwdTraits<BM, WGS, DQM>;
     using Dq = BwdTraits<T, 64, BM, 4 * WGS>;  // the dQ product's split over the warps
     constexpr int BN = Tr::kBN, NTQ = BM / 8, DT = 8, LDS = Tr::kLds, LDSS = Tr::kLdsS, DQT = Dq::kDqT;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     unsigned char *const gen = smem_raw + (base - smem_addr(smem_raw));  // the same address, generic
     const uint32_t sK = base, sV = base + uint32_t(Tr::kKV), sQ0 = base + uint32_t(2 * Tr::kKV);
-    T *sKp = reinterpret_cast<T *>(gen + Tr::kSw);                       // K [BN][64 + 8], key order
-    float *sStat = reinterpret_cast<float *>(sKp + BN * LDS);           // 2 stages of [lse2 | D]
-    T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                       // dSᵀ [BN][BM + 8]
-    int *sTicket = reinterpret_cast<int *>(sS + BN * LDSS);
+    T *sKp = reinterpret_cast<T *>(gen + Tr::kSw);                          // K [BN][64 + 8], key order
+    float *sStat = reinterpret_cast<float *>(gen + Tr::kSw + Tr::kKp);     // 2 stages of [lse2 | D]
+    T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                          // dSᵀ [BN][BM + 8]
+    int *sTicket = reinterpret_cast<int *>(reinterpret_cast<unsigned char *>(sS) + Tr::kSp);
+    const uint32_t sDs = sQ0 + uint32_t(4 * Tr::kQ);  // kDqWgmma: dSᵀ [BN][BM], swizzled, rho16 rows
+    unsigned char *const gDs = gen + 2 * Tr::kKV + 4 * Tr::kQ;
 
     int *ticket = p.counters + int64_t(p.batch) * p.heads * p.q_tiles;
     if (threadIdx.x == 0) *sTicket = atomicAdd(ticket, 1);
@@ -273,7 +286,7 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
             const uint32_t o = sw128(CR * k + srow, cchunk);
             cp_async16(sK + o, gk + off, ok ? 16 : 0);
             cp_async16(sV + o, gv + off, ok ? 16 : 0);
-            cp_async16(smem_addr(sKp + jl * LDS + cchunk * 8), gk + off, ok ? 16 : 0);
+            if constexpr (Tr::kPadded) cp_async16(smem_addr(sKp + jl * LDS + cchunk * 8), gk + off, ok ? 16 : 0);
         }
     }
     stage(tile_at(0), 0);
@@ -319,17 +332,33 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
 
         bwd_tile(p, keys, k0w, wrow, i0, sL, sD, s, dp);
 
-        // The A fragments of P̃ᵀ/σ and dSᵀ; dSᵀ to shared memory for the dQ product (rows in key order).
+        // The A fragments of P̃ᵀ/σ and dSᵀ; dSᵀ to shared memory for the dQ product: kDqWgmma swizzled
+        // in the accumulator's row order (row wrow + g holds key 2g, row wrow + g + 8 key 2g + 1: K's
+        // rho16 order, so that the product pairs each key with its K row), otherwise in key order.
         uint32_t ap[NTQ / 2][4], as[NTQ / 2][4];
         to_a<T, NTQ>(ap, s);
         to_a<T, NTQ>(as, dp);
+        if constexpr (DQM == kDqWgmma) {
+            // Query 16·kk + 2t is 16-byte chunk 2·kk, byte 4t; both rows have (row & 7) = g.
+            unsigned char *r0 = gDs + (64 * wgi + wrow + g) * Tr::kRow + 4 * t, *r1 = r0 + 8 * Tr::kRow;
 #pragma unroll
-        for (int kk = 0; kk < NTQ / 2; ++kk) {
-            T *r0 = sS + (64 * wgi + wrow + 2 * g) * LDSS + kk * 16 + 2 * t, *r1 = r0 + LDSS;
-            *reinterpret_cast<uint32_t *>(r0) = as[kk][0];
-            *reinterpret_cast<uint32_t *>(r1) = as[kk][1];
-            *reinterpret_cast<uint32_t *>(r0 + 8) = as[kk][2];
-            *reinterpret_cast<uint32_t *>(r1 + 8) = as[kk][3];
+            for (int kk = 0; kk < NTQ / 2; ++kk) {
+                const int c0 = ((2 * kk) ^ g) << 4, c1 = ((2 * kk + 1) ^ g) << 4;
+                *reinterpret_cast<uint32_t *>(r0 + c0) = as[kk][0];
+                *reinterpret_cast<uint32_t *>(r1 + c0) = as[kk][1];
+                *reinterpret_cast<uint32_t *>(r0 + c1) = as[kk][2];
+                *reinterpret_cast<uint32_t *>(r1 + c1) = as[kk][3];
+            }
+            wg::fence_proxy_async();  // for the dQ MMAs (async proxy), after the barrier below
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < NTQ / 2; ++kk) {
+                T *r0 = sS + (64 * wgi + wrow + 2 * g) * LDSS + kk * 16 + 2 * t, *r1 = r0 + LDSS;
+                *reinterpret_cast<uint32_t *>(r0) = as[kk][0];
+                *reinterpret_cast<uint32_t *>(r1) = as[kk][1];
+                *reinterpret_cast<uint32_t *>(r0 + 8) = as[kk][2];
+                *reinterpret_cast<uint32_t *>(r1 + 8) = as[kk][3];
+            }
         }
 
         // dV·(1/σ) += (P̃ᵀ/σ)·dctx and dK += dSᵀ·Q: k16 step G covers queries 16G …, 2048 bytes apart.
@@ -343,8 +372,8 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
         wg::wgmma_commit();
         __syncthreads();  // dSᵀ of every warp visible
 
-        // Partial dQ of the tile (while the dV and dK MMAs run): rows 16·wm …, columns wn·DQT·8 … of dS·K.
-        if constexpr (DQ) {
+        // Partial dQ of the tile: rows 16·wm …, columns wn·DQT·8 … of dS·K.
+        if constexpr (DQM == kDqMma) {  // mma.sync, while the dV and dK MMAs run
             float dqp[1][DQT][4];
             zero(dqp[0]);
 #pragma unroll
@@ -354,6 +383,25 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
                                               ((lane >> 3) & 1) * 8));
                 mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
             }
+            bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
+        } else if constexpr (DQM == kDqWgmma) {
+            // Warpgroup wgi: m64n(DQT·8)k16 per 16 keys, A = dSᵀ rows (MN-major), B = the K tile's
+            // columns wn·DQT·8 … (MN-major: the swizzle is of the address, so a column offset inside
+            // the 128-byte rows is a start-address offset). Its accumulator is bwd_dq_add's layout
+            // (warp w of the warpgroup rows 16w …, wm = w, wn = wgi).
+            static_assert(Dq::kWM == 4 && Dq::kWN == WGS, "one column block of dQ per warpgroup");
+            float dqp[1][DQT][4];
+            zero(dqp[0]);
+            wg::fence_regs(dqp[0]);
+            wg::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+                wg::wgmma_ss_tt<T, DQT * 8>(dqp[0], wg::desc_sw128(sDs + uint32_t(kk) * 2048u),
+                                            wg::desc_sw128(sK + uint32_t(kk) * 2048u + uint32_t(wn * DQT * 16)),
+                                            kk > 0);
+            wg::wgmma_commit();
+            wg::wgmma_wait<0>();
+            wg::fence_regs(dqp[0]);
             bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
         }
         wg::wgmma_wait<0>();
@@ -377,13 +425,13 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
 
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue). The prologue (bwd_prologue)
 // must have run; order as in launch_bwd.
-template <typename T, int BM, int MB, int WGS, bool DQ = true>
+template <typename T, int BM, int MB, int WGS, int DQM = kDqMma>
 cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
-    using Tr = WgBwdTraits<BM, WGS>;
+    using Tr = WgBwdTraits<BM, WGS, DQM>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBN));
     p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
-    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQ>;
+    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;

@@ -40,6 +40,11 @@
 //        next tile's Sᵀ and dP̃ᵀ issued beside this tile's dV, dK and dQ products, measured slower and
 //        was removed: commit 4bcf25c)
 //        b8n = b8 without the dQ product and its adds: a timing control (what dQ costs), not checked
+//        b11 = b8 with the dQ product on warpgroup MMAs (dSᵀ swizzled in shared memory, both
+//        operands MN-major, each warpgroup 32 of dQ's columns; the library's backward)  (b12, b11
+//        with the partials added 16 bytes at a time, and b13, b11 with a tile's dQ adds made in the
+//        next step while its Sᵀ and dP̃ᵀ products run, measured no faster and were not kept;
+//        bench/RESULTS.md)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -709,19 +714,19 @@ std::vector<FwdVersion> fwd_versions() {
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma backward (kernels/attention_flash_wgmma.cuh): WGS warpgroups, 64·WGS keys, BM queries, MB blocks/SM.
-template <typename T, int BM, int MB, int WGS, bool DQ = true>
+template <typename T, int BM, int MB, int WGS, int DQM = flash::kDqMma>
 BwdVersion bwd_wgmma_version(const char *name) {
-    using Tr = flash::WgBwdTraits<BM, WGS>;
+    using Tr = flash::WgBwdTraits<BM, WGS, DQM>;
     return {name, BM, 4 * WGS, MB,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQ>(p, 0);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQM>(p, 0);
             },
             [] {
-                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQ>, Tr::kSmem));
-                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQ>, Tr::kThreads, Tr::kSmem);
+                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>, Tr::kSmem));
+                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>, Tr::kThreads, Tr::kSmem);
             },
-            !DQ};
+            DQM == flash::kDqNone};
 }
 #endif
 template <typename T>
@@ -733,7 +738,8 @@ std::vector<BwdVersion> bwd_versions() {
 #if defined(DST_LAB_SM90A)
     v.push_back(bwd_wgmma_version<T, 64, 2, 1>("b6"));
     v.push_back(bwd_wgmma_version<T, 64, 1, 2>("b8"));
-    v.push_back(bwd_wgmma_version<T, 64, 1, 2, false>("b8n"));  // control: b8 without dQ
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqNone>("b8n"));  // control: b8 without dQ
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWgmma>("b11"));
 #endif
     return v;
 }

@@ -17,10 +17,12 @@ cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
     return bf16 ? launch_fwd_wgmma<__nv_bfloat16, 64, 3>(p, stream) : launch_fwd_wgmma<__half, 64, 3>(p, stream);
 }
 
-// The lab's b8: two warpgroups, 128 keys per block, query tiles of 64, 1 block per SM.
+// The lab's b11: two warpgroups, 128 keys per block, query tiles of 64, 1 block per SM, the partial
+// dQ on warpgroup MMAs.
 cudaError_t bwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
     constexpr int kW = kWgBwdWarpgroups;
-    return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW>(p, stream) : launch_bwd_wgmma<__half, 64, 1, kW>(p, stream);
+    return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, kDqWgmma>(p, stream)
+                : launch_bwd_wgmma<__half, 64, 1, kW, kDqWgmma>(p, stream);
 }
 
 }  // namespace flash
