@@ -245,6 +245,16 @@ DST_FDEV void wait_turn(const int *cnt, int want) {
         __nanosleep(64);
     }
 }
+DST_FDEV void red_add4(float *p, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+#else
+    atomicAdd(p, v.x);
+    atomicAdd(p + 1, v.y);
+    atomicAdd(p + 2, v.z);
+    atomicAdd(p + 3, v.w);
+#endif
+}
 DST_FDEV void red_add2(float *p, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
@@ -929,6 +939,23 @@ DST_FDEV void dq_publish(DqOwed &owed) {
     owed.cnt = nullptr;
 }
 
+// A key block's place in the deterministic dQ order of query tile mb (see bwd_dq_add; nq: the query
+// tiles, p.q_tiles): the tile's counter, this block's rank among the key blocks 0 … jmax that add into it (ascending key blocks,
+// or the order of the steps at which they visit the tile), and whether it is the first or the last.
+struct DqTurn {
+    int *cnt;
+    int rank;
+    bool first, last;
+};
+DST_FDEV DqTurn dq_turn(const Params &p, int bh, int jb, int mb, int nk, int nq, int BM, int BN) {
+    const int jmax = p.causal ? min(nk - 1, ((mb + 1) * BM - 1) / BN) : nk - 1;
+    const int rank = !p.dq_order ? jb
+                     : p.causal  ? jmax - jb
+                     : jb <= mb  ? max(0, min(mb, nk - 1) - jb)
+                                 : min(mb + 1, nk) + (nk - 1 - jb);
+    return {p.counters + int64_t(bh) * nq + mb, rank, rank == 0, rank == jmax};
+}
+
 // Adds a block's partial dQ of query tile mb (dqp: this warp's rows 16·wm …, columns wn·DQT·8 … of the
 // BM × D tile) into the tile's accumulator (see the header).
 //   deterministic: the key blocks 0 … jmax add into tile mb in a fixed order; this block's (jb, BN keys)
@@ -965,15 +992,10 @@ DST_FDEV void bwd_dq_add(const Params &p, const float (&dqp)[1][DQT][4], int bh,
         each([](int, int, float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
         return;
     }
-    const int jmax = p.causal ? min(nk - 1, ((mb + 1) * BM - 1) / BN) : nk - 1;
-    const int rank = !p.dq_order ? jb
-                     : p.causal  ? jmax - jb
-                     : jb <= mb  ? max(0, min(mb, nk - 1) - jb)
-                                 : min(mb + 1, nk) + (nk - 1 - jb);
-    const bool first = rank == 0, last = rank == jmax;
-    int *cnt = p.counters + int64_t(bh) * nq + mb;
+    const DqTurn turn = dq_turn(p, bh, jb, mb, nk, nq, BM, BN);
+    const bool first = turn.first, last = turn.last;
     if (!first) {
-        if (threadIdx.x == 0) wait_turn(cnt, rank);
+        if (threadIdx.x == 0) wait_turn(turn.cnt, turn.rank);
         __syncthreads();
     }
     if (first && last) {
@@ -989,7 +1011,7 @@ DST_FDEV void bwd_dq_add(const Params &p, const float (&dqp)[1][DQT][4], int bh,
     } else {
         each([](int, int, float *pa, T *, int, float v0, float v1) { red_add2(pa, v0, v1); });
     }
-    if (!last) owed = DqOwed{cnt, rank + 1};
+    if (!last) owed = DqOwed{turn.cnt, turn.rank + 1};
 }
 
 // Stochastic mode's dQ after the backward kernel: dQ = scale · accumulator, rows of the sequences only.

@@ -38,6 +38,30 @@ struct WgTraits {
     static_assert(BN % 64 == 0, "key tiles of 64 or 128");
 };
 
+// The registers per thread a block of `threads` threads (__launch_bounds__(threads, 1)) holds from its
+// launch: the 64 K register file over its threads, in steps of 8 (ptxas gives a kernel that uses
+// setmaxnreg this count). setmaxnreg moves registers only within that pool: a warpgroup's .inc waits
+// until others' .dec have freed enough, forever if they never can, so every split is checked at
+// compile time against it (a 384-thread block holds 168 × 384 = 64 512, not 65 536).
+__host__ __device__ constexpr int launch_regs(int threads) { return (65536 / threads) & ~7; }
+
+// Shared-memory mbarriers (the warp-specialised kernels).
+__device__ __forceinline__ void mbar_init(uint32_t a, uint32_t n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t a) {
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint32_t a, uint32_t bytes) {
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(a), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
+    asm volatile(
+        "{\n .reg .pred P;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n @!P bra WAIT;\n}\n" ::"r"(a),
+        "r"(parity)
+        : "memory");
+}
 // Inverse of perm16: the row n (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int perm16_inv(int x) { return 8 * ((x >> 1) & 1) + 2 * (x >> 2) + (x & 1); }
 
@@ -176,8 +200,10 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // How the backward forms a tile's partial dQ: kDqMma, mma.sync over dSᵀ and a padded copy of K (b8);
 // kDqWgmma, warpgroup MMAs with both operands MN-major in shared memory (dSᵀ written swizzled in the
 // accumulator's rho16 row order, B the swizzled K tile itself; b11); kDqNone, no dQ at all (the
-// lab's timing control b8n: b8's copies and shared memory without the product and its adds).
-enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2 };
+// lab's timing control b8n: b8's copies and shared memory without the product and its adds);
+// kDqWriter, kDqWgmma with the adds made by a third warpgroup (b14): the consumers leave each
+// partial in one of two shared buffers and go on, the writer waits for its turn and adds.
+enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2, kDqWriter = 3 };
 
 template <int BM, int WGS, int DQM = kDqMma>
 struct WgBwdTraits {
@@ -186,11 +212,14 @@ struct WgBwdTraits {
     // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx] (kDqWgmma: then dSᵀ
     // [kBN][BM]); then (not kDqWgmma) K padded, the row statistics (two stages of [lse2 | D]),
     // (not kDqWgmma) dSᵀ padded, and the ticket.
-    static constexpr bool kPadded = DQM != kDqWgmma;
+    static constexpr bool kPadded = DQM < kDqWgmma, kWriter = DQM == kDqWriter;
+    static constexpr int kBlockThreads = kThreads + (kWriter ? 128 : 0), kLdq = 64 + 8;
     static constexpr size_t kDs = kPadded ? 0 : size_t(kBN) * kRow;
     static constexpr size_t kSw = 2 * kKV + 4 * kQ + kDs;
     static constexpr size_t kKp = kPadded ? size_t(kBN) * kLds * 2 : 0, kSp = kPadded ? size_t(kBN) * kLdsS * 2 : 0;
-    static constexpr size_t kSmem = 1024 + kSw + kKp + size_t(4 * BM) * sizeof(float) + kSp + 16;
+    // kDqWriter: two fp32 dQ buffers [BM][64 + 8] and their full/empty mbarriers.
+    static constexpr size_t kDqb = kWriter ? 2 * size_t(BM) * kLdq * sizeof(float) + 32 : 0;
+    static constexpr size_t kSmem = 1024 + kSw + kKp + size_t(4 * BM) * sizeof(float) + kSp + kDqb + 16;
     static_assert(BM == 64, "query tiles of 64 rows (the generated m64nBMk16 shapes)");
     static_assert(WGS == 1 || WGS == 2, "one or two warpgroups");
 };
@@ -198,11 +227,64 @@ struct WgBwdTraits {
 // Inverse of rho16: the row (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 
+// kDqWriter's writer warpgroup, thread wt of 128: adds the partial dQ of query tile mb, left by the
+// consumers in buf ([BM = 64][ldq] fp32), into the tile's accumulator exactly as bwd_dq_add does (the
+// same order, turns, first/last roles and arithmetic), then arrives on `empty` (buf may be
+// rewritten). Thread wt owns row wt % 64, columns 32·(wt / 64) … + 31. The turn's release follows a
+// barrier of the writer warpgroup (named barrier 2), as dq_publish's follows the block's.
+template <typename T>
+DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, int ldq, int wt, int bh, int jb, int BN, int mb,
+                              int BM, int nk, T *gdq, int64_t ld, int q_rows, uint32_t empty) {
+    const int r = wt & 63, c0 = (wt >> 6) * 32, i = mb * BM + r;
+    const bool ok = i < q_rows;
+    const float *src = buf + r * ldq + c0;
+    float *acc = p.dq_accum + (uint64_t(bh) * uint64_t(p.seq) + uint64_t(i)) * 64u + c0;
+    T *out = gdq + int64_t(i) * ld + c0;
+    auto wsync = [] { asm volatile("bar.sync 2, 128;\n" ::: "memory"); };
+    if (!p.deterministic) {
+        if (ok)
+#pragma unroll 2
+            for (int c = 0; c < 32; c += 4) red_add4(acc + c, *reinterpret_cast<const float4 *>(src + c));
+        mbar_arrive(empty);
+        return;
+    }
+    const DqTurn turn = dq_turn(p, bh, jb, mb, nk, p.q_tiles, BM, BN);
+    const bool first = turn.first, last = turn.last;
+    if (!first) {
+        if (wt == 0) wait_turn(turn.cnt, turn.rank);
+        wsync();
+    }
+    if (ok) {
+        const float sc = p.scale;
+#pragma unroll 2
+        for (int c = 0; c < 32; c += 4) {
+            const float4 v = *reinterpret_cast<const float4 *>(src + c);
+            if (first && last) {
+                store2(out, c, 64 - c0, v.x * sc, v.y * sc);
+                store2(out, c + 2, 64 - c0, v.z * sc, v.w * sc);
+            } else if (last) {
+                const float4 q = __ldcg(reinterpret_cast<const float4 *>(acc + c));
+                store2(out, c, 64 - c0, (q.x + v.x) * sc, (q.y + v.y) * sc);
+                store2(out, c + 2, 64 - c0, (q.z + v.z) * sc, (q.w + v.w) * sc);
+            } else if (first) {
+                __stcg(reinterpret_cast<float4 *>(acc + c), v);
+            } else {
+                red_add4(acc + c, v);
+            }
+        }
+    }
+    mbar_arrive(empty);
+    if (!last) {
+        wsync();
+        if (wt == 0) st_release(turn.cnt, turn.rank + 1);
+    }
+}
+
 // DQM: how the partial dQ is formed (kDqMma, kDqWgmma), or kDqNone (the lab's timing control b8n:
 // the product and its adds left out, so that the difference to b8 is what they cost; dQ is then not
 // written).
 template <typename T, int BM, int MB, int WGS, int DQM = kDqMma>
-__global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Params p) {
+__global__ void __launch_bounds__(128 * WGS + (DQM == kDqWriter ? 128 : 0), MB) flash_bwd_wgmma_kernel(const Params p) {
     DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tr = WgBwdTraits<BM, WGS, DQM>;
@@ -215,12 +297,23 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
     T *sKp = reinterpret_cast<T *>(gen + Tr::kSw);                          // K [BN][64 + 8], key order
     float *sStat = reinterpret_cast<float *>(gen + Tr::kSw + Tr::kKp);     // 2 stages of [lse2 | D]
     T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                          // dSᵀ [BN][BM + 8]
-    int *sTicket = reinterpret_cast<int *>(reinterpret_cast<unsigned char *>(sS) + Tr::kSp);
+    float *sDq = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(sS) + Tr::kSp);  // kDqWriter
+    const uint32_t dq_bar = smem_addr(sDq + 2 * BM * Tr::kLdq);  // full 0, full 1, empty 0, empty 1
+    int *sTicket = reinterpret_cast<int *>(reinterpret_cast<unsigned char *>(sDq) + Tr::kDqb);
     const uint32_t sDs = sQ0 + uint32_t(4 * Tr::kQ);  // kDqWgmma: dSᵀ [BN][BM], swizzled, rho16 rows
     unsigned char *const gDs = gen + 2 * Tr::kKV + 4 * Tr::kQ;
 
     int *ticket = p.counters + int64_t(p.batch) * p.heads * p.q_tiles;
-    if (threadIdx.x == 0) *sTicket = atomicAdd(ticket, 1);
+    if (threadIdx.x == 0) {
+        *sTicket = atomicAdd(ticket, 1);
+        if constexpr (Tr::kWriter) {
+            for (int i = 0; i < 2; ++i) {
+                mbar_init(dq_bar + 8 * i, Tr::kThreads);  // every consumer thread's partial written
+                mbar_init(dq_bar + 16 + 8 * i, 128);      // every writer thread done reading
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+    }
     __syncthreads();
     const int item = *sTicket;
     const int jb = item % p.m_blocks, bh = item / p.m_blocks;
@@ -237,6 +330,8 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
     const uint64_t row_base = uint64_t(bh) * uint64_t(S);
 
     if (k0 >= kv_len) {  // keys past the length: zero dK and dV (and, with no key at all, dQ)
+        if constexpr (Tr::kWriter)
+            if (threadIdx.x >= Tr::kThreads) return;  // the writer warpgroup
         for (int x = threadIdx.x; x < BN * 64; x += Tr::kThreads) {
             const int j = k0 + x / 64, c = x % 64;
             if (j < q_rows) gdq[int64_t(j) * ld + p.hidden + c] = gdq[int64_t(j) * ld + 2 * p.hidden + c] = from_float<T>(0.0f);
@@ -250,6 +345,29 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
     const int nq = bwd_q_tiles(p, q_rows, BM), m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
     auto tile_at = [&](int step) { return p.causal || !p.dq_order ? m_first + step : (jb + step) % nq; };
     const float *lse2 = p.lse2 + row_base, *dsum = p.dsum + row_base;
+    // The consumers' barrier: the whole block, or with a writer warpgroup the 256 consumer threads.
+    auto csync = [] {
+        if constexpr (Tr::kWriter)
+            asm volatile("bar.sync 1, %0;\n" ::"n"(Tr::kThreads) : "memory");
+        else
+            __syncthreads();
+    };
+    if constexpr (Tr::kWriter) {
+        constexpr int kWriterRegs = 24, kConsumerRegs = 240;
+        static_assert(128 * kWriterRegs + Tr::kThreads * kConsumerRegs <= launch_regs(Tr::kBlockThreads) * Tr::kBlockThreads,
+                      "setmaxnreg split beyond the block's registers");
+        if (threadIdx.x >= Tr::kThreads) {  // the writer: the registers go to the consumers
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWriterRegs) : "memory");
+            for (int step = 0; step < n_steps; ++step) {
+                const int u = step >> 1, bf = step & 1;
+                mbar_wait(dq_bar + 8 * bf, u & 1);
+                bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
+                                tile_at(step), BM, nk, gdq, ld, q_rows, dq_bar + 16 + 8 * bf);
+            }
+            return;
+        }
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs) : "memory");
+    }
 
     // Copies: thread x owns 16-byte chunk x & 7 of rows (x >> 3) + CR·k, CR = threads / 8 (a multiple
     // of 16, so a thread's row inside each 16-row group is fixed).
@@ -307,7 +425,7 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
         const int mb = tile_at(step), st = step & 1, i0 = mb * BM;
         cp_async_wait<0>();
         wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
-        __syncthreads();          // everyone's; every MMA of the other stage has completed; sS is free; the
+        csync();                  // everyone's; every MMA of the other stage has completed; sS is free; the
                                   // last step's dQ adds are done (released below, while the MMAs run)
         if (step + 1 < n_steps) stage(tile_at(step + 1), st ^ 1);
         cp_async_commit();
@@ -338,7 +456,7 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
         uint32_t ap[NTQ / 2][4], as[NTQ / 2][4];
         to_a<T, NTQ>(ap, s);
         to_a<T, NTQ>(as, dp);
-        if constexpr (DQM == kDqWgmma) {
+        if constexpr (DQM >= kDqWgmma) {
             // Query 16·kk + 2t is 16-byte chunk 2·kk, byte 4t; both rows have (row & 7) = g.
             unsigned char *r0 = gDs + (64 * wgi + wrow + g) * Tr::kRow + 4 * t, *r1 = r0 + 8 * Tr::kRow;
 #pragma unroll
@@ -370,7 +488,7 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
 #pragma unroll
         for (int G = 0; G < NTQ / 2; ++G) wg::wgmma_rs_tb<T, 64>(dk, as[G], dq_desc + uint64_t(G) * (2048 >> 4), 1);
         wg::wgmma_commit();
-        __syncthreads();  // dSᵀ of every warp visible
+        csync();  // dSᵀ of every warp visible
 
         // Partial dQ of the tile: rows 16·wm …, columns wn·DQT·8 … of dS·K.
         if constexpr (DQM == kDqMma) {  // mma.sync, while the dV and dK MMAs run
@@ -384,7 +502,7 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
                 mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
             }
             bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
-        } else if constexpr (DQM == kDqWgmma) {
+        } else if constexpr (DQM >= kDqWgmma) {
             // Warpgroup wgi: m64n(DQT·8)k16 per 16 keys, A = dSᵀ rows (MN-major), B = the K tile's
             // columns wn·DQT·8 … (MN-major: the swizzle is of the address, so a column offset inside
             // the 128-byte rows is a start-address offset). Its accumulator is bwd_dq_add's layout
@@ -402,7 +520,19 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
             wg::wgmma_commit();
             wg::wgmma_wait<0>();
             wg::fence_regs(dqp[0]);
-            bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
+            if constexpr (Tr::kWriter) {  // to buffer step & 1 once the writer is done with its last use
+                const int u = step >> 1, bf = step & 1;
+                if (u > 0) mbar_wait(dq_bar + 16 + 8 * bf, (u - 1) & 1);
+                float *buf = sDq + bf * BM * Tr::kLdq + (16 * wm + g) * Tr::kLdq + wn * DQT * 8 + 2 * t;
+#pragma unroll
+                for (int nt = 0; nt < DQT; ++nt) {
+                    *reinterpret_cast<float2 *>(buf + nt * 8) = make_float2(dqp[0][nt][0], dqp[0][nt][1]);
+                    *reinterpret_cast<float2 *>(buf + 8 * Tr::kLdq + nt * 8) = make_float2(dqp[0][nt][2], dqp[0][nt][3]);
+                }
+                mbar_arrive(dq_bar + 8 * bf);
+            } else {
+                bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
+            }
         }
         wg::wgmma_wait<0>();
         wg::fence_regs(dv);
@@ -411,8 +541,8 @@ __global__ void __launch_bounds__(128 * WGS, MB) flash_bwd_wgmma_kernel(const Pa
         wg::fence_a(as);
     }
     cp_async_wait<0>();
-    if (owed.cnt) {  // uniform: every thread holds the same
-        __syncthreads();
+    if (owed.cnt) {  // uniform: every thread holds the same (never with a writer)
+        csync();
         dq_publish(owed);
     }
 
@@ -433,9 +563,9 @@ cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
     p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
     const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
-    if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kThreads, Tr::kSmem, p, order);
+    if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kBlockThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;
-    e = launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads,
+    e = launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kBlockThreads,
                          Tr::kSmem, stream, p);
     return e != cudaSuccess ? e : bwd_dq_convert<T, 64>(p, stream);
 }

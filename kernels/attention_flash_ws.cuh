@@ -36,8 +36,8 @@ constexpr size_t kTile = 8192;  // 64 rows × 128 bytes
 // w8 is NC 2 BN 64, w9 NC 3 BN 64, w10 NC 2 BN 128.
 template <int NC, int BN>
 constexpr size_t smem_bytes() { return 1024 + NC * kTile + 2 * kStages * (BN / 64) * kTile + 4 * kStages * 8; }
-// The registers setmaxnreg moves from the producer to the consumers: a 64 K file over 128·(NC + 1) threads
-// (ptxas allocates the consumers' code within the raised count: w10 spills at 232, not at 240).
+// The registers setmaxnreg moves from the producer to the consumers, within the block's launch_regs
+// pool (ptxas allocates the consumers' code within the raised count: w10 spills at 232, not at 240).
 constexpr int kProducerRegs = 24;
 template <int NC>
 constexpr int kConsumerRegs = NC == 2 ? 240 : 160;
@@ -46,22 +46,6 @@ struct Maps {
     CUtensorMap row0, row2;  // qkv as (columns, x0, x2 + 2·x3, 16-row group) at row 0 and at row 2
 };
 
-__device__ __forceinline__ void mbar_init(uint32_t a, uint32_t n) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(n) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t a) {
-    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint32_t a, uint32_t bytes) {
-    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(a), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
-    asm volatile(
-        "{\n .reg .pred P;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n @!P bra WAIT;\n}\n" ::"r"(a),
-        "r"(parity)
-        : "memory");
-}
 // The 64 rows from row 16·group0 on, columns col … col + 63, in perm16 order at dst (1024-aligned).
 __device__ __forceinline__ void tma_tile(const Maps &m, uint32_t dst, int col, int group0, uint32_t bar) {
 #pragma unroll
@@ -110,7 +94,8 @@ template <typename T, int NC, int BN>
 __global__ void __launch_bounds__(128 * (NC + 1), 1) flash_fwd_ws_kernel(const __grid_constant__ Maps maps, const Params p) {
     static_assert(NC == 2 || NC == 3, "two or three consumer warpgroups");
     static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
-    static_assert(128 * kProducerRegs + 128 * NC * kConsumerRegs<NC> <= 65536, "register file");
+    static_assert(128 * kProducerRegs + 128 * NC * kConsumerRegs<NC> <= launch_regs(128 * (NC + 1)) * 128 * (NC + 1),
+                  "setmaxnreg split beyond the block's registers");
     DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int NS = kStages, NT = BN / 8, DT = 8, NG = BN / 16;

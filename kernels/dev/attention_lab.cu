@@ -44,7 +44,10 @@
 //        operands MN-major, each warpgroup 32 of dQ's columns; the library's backward)  (b12, b11
 //        with the partials added 16 bytes at a time, and b13, b11 with a tile's dQ adds made in the
 //        next step while its Sᵀ and dP̃ᵀ products run, measured no faster and were not kept;
-//        bench/RESULTS.md)
+//        bench/RESULTS.md)  b14 = b11 with a third, writer warpgroup that makes the dQ adds
+//        (its turns included) from two shared fp32 buffers while the consumers go on: NOT YET RUN
+//        successfully (its first run hung: the setmaxnreg split asked for more registers than the
+//        block holds, now a compile-time check; bench/RESULTS.md)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -544,14 +547,14 @@ __global__ void tma_tile_kernel(const __grid_constant__ flash::ws::Maps maps, in
     const uint32_t base = (flash::smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t bar = base + 8192;
     unsigned char *gen = smem_raw + (base - flash::smem_addr(smem_raw));
-    if (threadIdx.x == 0) flash::ws::mbar_init(bar, 1);
+    if (threadIdx.x == 0) flash::mbar_init(bar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     __syncthreads();
     if (threadIdx.x == 0) {
-        flash::ws::mbar_expect(bar, 8192);
+        flash::mbar_expect(bar, 8192);
         flash::ws::tma_tile(maps, base, col0, group0, bar);  // w8's loads
     }
-    flash::ws::mbar_wait(bar, 0);
+    flash::mbar_wait(bar, 0);
     for (int i = threadIdx.x; i < 512; i += blockDim.x) out[i] = reinterpret_cast<const uint4 *>(gen)[i];
 }
 
@@ -724,7 +727,7 @@ BwdVersion bwd_wgmma_version(const char *name) {
             },
             [] {
                 CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>, Tr::kSmem));
-                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>, Tr::kThreads, Tr::kSmem);
+                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>, Tr::kBlockThreads, Tr::kSmem);
             },
             DQM == flash::kDqNone};
 }
@@ -740,6 +743,7 @@ std::vector<BwdVersion> bwd_versions() {
     v.push_back(bwd_wgmma_version<T, 64, 1, 2>("b8"));
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqNone>("b8n"));  // control: b8 without dQ
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWgmma>("b11"));
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter>("b14"));
 #endif
     return v;
 }

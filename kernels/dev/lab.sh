@@ -8,6 +8,7 @@
 #   LAB_ROOT=DIR  take the kernel sources and the lab from DIR/kernels instead of ./kernels (a copy
 #                 of an earlier version, to time before and after in one call); LAB_TAG names it.
 #   LAB_NORUN=1   build only (the binary is /tmp/dst-lab-TAG/attention_lab).
+#   LAB_TIMEOUT=S stop the lab after S seconds (default 420); its output is line-buffered.
 #   LAB_ONLY=w1,w9,b8  time only these numbered versions (the checks still run all of them).
 #   LAB_SASS=1    also write OUTDIR/sass-TAG.txt: per kernel, its SASS instruction count and the
 #                 count of every opcode (static counts: what the compiler made of each version).
@@ -49,4 +50,6 @@ if [ "${LAB_SASS:-0}" = 1 ]; then
     done >"$out/sass-$tag.txt" 2>&1
 fi
 [ "${LAB_NORUN:-0}" = 1 ] && exit 0
-OMP_NUM_THREADS=$(nproc) "$obj/attention_lab" "$@" 2>&1 | tee "$out/lab-$tag.log"
+# Line-buffered, and stopped after LAB_TIMEOUT seconds (default 420): a kernel that hangs still
+# leaves every line printed before it, inside the device's 10-minute call.
+OMP_NUM_THREADS=$(nproc) timeout "${LAB_TIMEOUT:-420}" stdbuf -oL "$obj/attention_lab" "$@" 2>&1 | tee "$out/lab-$tag.log"
