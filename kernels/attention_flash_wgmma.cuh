@@ -209,9 +209,9 @@ template <int BM, int WGS, int DQM = kDqMma>
 struct WgBwdTraits {
     static constexpr int kBN = 64 * WGS, kThreads = 128 * WGS, kRow = 128, kLds = 64 + 8, kLdsS = BM + 8;
     static constexpr size_t kKV = size_t(kBN) * kRow, kQ = size_t(BM) * kRow;
-    // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx] (kDqWgmma: then dSᵀ
-    // [kBN][BM]); then (not kDqWgmma) K padded, the row statistics (two stages of [lse2 | D]),
-    // (not kDqWgmma) dSᵀ padded, and the ticket.
+    // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx] (kDqWgmma, kDqWriter: then
+    // dSᵀ [kBN][BM]); then (kDqNone, kDqMma) K padded, the row statistics (two stages of [lse2 | D]),
+    // (kDqNone, kDqMma) dSᵀ padded, (kDqWriter) the dQ buffers and their mbarriers, and the ticket.
     static constexpr bool kPadded = DQM < kDqWgmma, kWriter = DQM == kDqWriter;
     static constexpr int kBlockThreads = kThreads + (kWriter ? 128 : 0), kLdq = 64 + 8;
     static constexpr size_t kDs = kPadded ? 0 : size_t(kBN) * kRow;
