@@ -62,6 +62,22 @@ __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
         "r"(parity)
         : "memory");
 }
+// mbar_wait that traps after 2^28 failed tries (a broken protocol: seconds at the least) instead of
+// hanging the caller, as wait_turn does. The writer-warpgroup backward's writer waits with it; its
+// consumers wait only for the writer, which then either arrives or has trapped (in the consumers'
+// code, at 240 registers, the counter costs 64 bytes of spills).
+__device__ __forceinline__ void mbar_wait_bounded(uint32_t a, uint32_t parity) {
+    for (uint32_t tries = 0;; ++tries) {
+        uint32_t done;
+        asm volatile(
+            "{\n .reg .pred P;\n mbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\n selp.u32 %0, 1, 0, P;\n}\n"
+            : "=r"(done)
+            : "r"(a), "r"(parity)
+            : "memory");
+        if (done) return;
+        if (tries > (1u << 28)) __trap();
+    }
+}
 // Inverse of perm16: the row n (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int perm16_inv(int x) { return 8 * ((x >> 1) & 1) + 2 * (x >> 2) + (x & 1); }
 
@@ -360,7 +376,7 @@ __global__ void __launch_bounds__(128 * WGS + (DQM == kDqWriter ? 128 : 0), MB) 
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWriterRegs) : "memory");
             for (int step = 0; step < n_steps; ++step) {
                 const int u = step >> 1, bf = step & 1;
-                mbar_wait(dq_bar + 8 * bf, u & 1);
+                mbar_wait_bounded(dq_bar + 8 * bf, u & 1);
                 bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
                                 tile_at(step), BM, nk, gdq, ld, q_rows, dq_bar + 16 + 8 * bf);
             }
