@@ -430,6 +430,18 @@ DST_FHD uint4 philox_group_m0(const Params &p, uint64_t m0) {
     const uint32_t c0 = uint32_t(b1 >> 32) ^ p.r1b, c1 = uint32_t(b1), c2 = c3r0 ^ p.r1h, c3 = p.r1l;
     return philox_rounds<2>(p, c0, c1, c2, c3);
 }
+#if defined(DST_LAB_DROP_BITS)
+// The attention lab's timing control only (kernels/dev/lab.sh LAB_DEFS=-DDST_LAB_DROP_BITS=16 or 8;
+// never defined for the library): one Philox word serves 32 / DST_LAB_DROP_BITS elements, as a
+// mapping with 16- or 8-bit thresholds would. Slot k of each word moves to the top bits, so the keep
+// test against p.threshold is unchanged; the dropped set is not the library's (timed, not checked).
+constexpr int kLabDropSlots = 32 / DST_LAB_DROP_BITS;
+DST_FDEV uint4 lab_drop_slot(const uint4 &w, int k) {
+    const int sh = 32 - DST_LAB_DROP_BITS * (k + 1);
+    const uint32_t keep = ~((1u << (32 - DST_LAB_DROP_BITS)) - 1u);
+    return make_uint4((w.x << sh) & keep, (w.y << sh) & keep, (w.z << sh) & keep, (w.w << sh) & keep);
+}
+#endif
 // The word of one element (any alignment).
 DST_FDEV uint32_t philox_word(const Params &p, uint64_t e) {
     const uint4 r = philox_group(p, e >> 2);
@@ -599,11 +611,23 @@ DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], f
     if (p.dropout && p.aligned4 && p.grp32) {  // M0·group by additions: the tile's, the row's, G's
         const uint64_t mt = uint64_t(kPhiloxM0) * uint32_t(w.grp0 + uint64_t(k0 / 4));
         const uint64_t mr = uint64_t(kPhiloxM0) * uint32_t(2 * S);
+#if defined(DST_LAB_DROP_BITS)
+        uint4 wd = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int G = 0; G < NG; ++G)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int slot = (2 * G + r) % kLabDropSlots;
+                if (slot == 0) wd = philox_group_m0(p, mt + (r ? mr : 0) + uint64_t(kPhiloxM0) * uint64_t(4 * G));
+                drop(G, r, lab_drop_slot(wd, slot));
+            }
+#else
 #pragma unroll
         for (int G = 0; G < NG; ++G)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
                 drop(G, r, philox_group_m0(p, mt + (r ? mr : 0) + uint64_t(kPhiloxM0) * uint64_t(4 * G)));
+#endif
     } else if (p.dropout && p.aligned4) {
 #pragma unroll
         for (int G = 0; G < NG; ++G)
@@ -902,11 +926,22 @@ DST_FDEV void bwd_tile(const Params &p, const BwdKeys &k, int k0, int wrow, int 
         if (p.grp32) {
             const uint64_t mstep = uint64_t(kPhiloxM0) * uint32_t(2 * S);
             uint64_t m0 = uint64_t(kPhiloxM0) * uint32_t(g0);
+#if defined(DST_LAB_DROP_BITS)
+            uint4 wd = make_uint4(0u, 0u, 0u, 0u);
+            each([&](int nt) {
+                if (nt % kLabDropSlots == 0) {
+                    wd = philox_group_m0(p, m0);
+                    m0 += mstep;
+                }
+                return lab_drop_slot(wd, nt % kLabDropSlots);
+            });
+#else
             each([&](int) {
                 const uint4 r = philox_group_m0(p, m0);
                 m0 += mstep;
                 return r;
             });
+#endif
         } else {
             each([&](int nt) { return philox_group(p, g0 + uint64_t(nt) * uint64_t(2 * S)); });
         }

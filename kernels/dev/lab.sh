@@ -9,6 +9,10 @@
 #                 of an earlier version, to time before and after in one call); LAB_TAG names it.
 #   LAB_NORUN=1   build only (the binary is /tmp/dst-lab-TAG/attention_lab).
 #   LAB_TIMEOUT=S stop the lab after S seconds (default 420); its output is line-buffered.
+#   LAB_DEFS="…"  more compiler options, e.g. -DDST_LAB_DROP_BITS=16 (or 8): the timing control in
+#                 which one Philox word serves 2 (or 4) dropout elements, as a mapping with 16-bit
+#                 (8-bit) thresholds would; with a LAB_TAG of its own, and `time` only (its dropped
+#                 sets are not the library's, so `check` fails on them by design).
 #   LAB_ONLY=w1,w9,b8  time only these numbered versions (the checks still run all of them).
 #   LAB_SASS=1    also write OUTDIR/sass-TAG.txt: per kernel, its SASS instruction count and the
 #                 count of every opcode (static counts: what the compiler made of each version).
@@ -21,8 +25,9 @@ root=${LAB_ROOT:-.}
 tag=${LAB_TAG:-$(basename "$(cd "$root" && pwd)")}
 obj=/tmp/dst-lab-$tag
 mkdir -p "$obj"
+# shellcheck disable=SC2206  # LAB_DEFS is a list of compiler options
 flags=(-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DDST_LAB_SM90A -DDST_WITH_SM90A -I"$root" -I. -I"$root/capi/include"
-       -Icapi/include -Xcompiler -fopenmp -Xptxas -v)
+       -Icapi/include -Xcompiler -fopenmp -Xptxas -v ${LAB_DEFS:-})
 t0=$SECONDS
 pids=()
 rm -f "$obj"/*.o
