@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes kernels/wgmma_ops.cuh: inline-PTX wrappers of the sm_90a warpgroup MMAs the wgmma
-attention forward uses (one function per shape and operand source; the accumulators as fp32 arrays
+attention kernels use (one function per shape and operand source; the accumulators as fp32 arrays
 [N/8][4] in the m16n8 accumulator order, which is what wgmma's D fragment is per warp).
 
     python3 kernels/dev/gen_wgmma.py      # from the repository root; rewrites the header
@@ -10,18 +10,20 @@ import os
 TYPES = {"__half": "f16", "__nv_bfloat16": "bf16"}
 
 
-def ss(n):
-    """D[64][n] (+)= A·B, A [64][16] and B [n][16] K-major in shared memory (descriptors)."""
+def ss(n, name="wgmma_ss", trans="0, 0"):
+    """D[64][n] (+)= A·B with both operands in shared memory (descriptors): by default A [64][16] and
+    B [n][16] K-major; name "wgmma_ss_tt", trans "1, 1": both MN-major (imm-trans-a, imm-trans-b),
+    A stored [k][64], B stored [k][n]."""
     regs = n // 2
     lines = []
     for T, t in TYPES.items():
         outs = ", ".join(f"%{i}" for i in range(regs))
         ops = ", ".join(f'"+f"(d[{i // 4}][{i % 4}])' for i in range(regs))
         lines.append(f"""template <>
-DST_WG_DEV void wgmma_ss<{T}, {n}>(float (&d)[{n // 8}][4], uint64_t da, uint64_t db, int scale_d) {{
+DST_WG_DEV void {name}<{T}, {n}>(float (&d)[{n // 8}][4], uint64_t da, uint64_t db, int scale_d) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, {trans};\\n}}\\n"
         : {ops}
         : "l"(da), "l"(db), "r"(scale_d));
 }}
@@ -45,26 +47,6 @@ DST_WG_DEV void wgmma_rs_tb<{T}, {n}>(float (&d)[{n // 8}][4], const uint32_t (&
         "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{outs}}}, {{{a}}}, %{regs + 4}, p, 1, 1, 1;\\n}}\\n"
         : {ops}
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}}
-""")
-    return "".join(lines)
-
-
-def ss_tt(n):
-    """D[64][n] (+)= A·B, A [64][16] and B [16][n] both MN-major in shared memory (imm-trans-a 1,
-    imm-trans-b 1): A stored [k][64], B stored [k][n]."""
-    regs = n // 2
-    lines = []
-    for T, t in TYPES.items():
-        outs = ", ".join(f"%{i}" for i in range(regs))
-        ops = ", ".join(f'"+f"(d[{i // 4}][{i % 4}])' for i in range(regs))
-        lines.append(f"""template <>
-DST_WG_DEV void wgmma_ss_tt<{T}, {n}>(float (&d)[{n // 8}][4], uint64_t da, uint64_t db, int scale_d) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 1, 1;\\n}}\\n"
-        : {ops}
-        : "l"(da), "l"(db), "r"(scale_d));
 }}
 """)
     return "".join(lines)
@@ -145,7 +127,7 @@ TAIL = """}  // namespace wg
 """
 
 if __name__ == "__main__":
-    body = ss(64) + "\n" + ss(128) + "\n" + rs(64) + "\n" + ss_tt(32) + "\n" + ss_tt(64)
+    body = ss(64) + "\n" + ss(128) + "\n" + rs(64) + "\n" + ss(32, "wgmma_ss_tt", "1, 1") + "\n" + ss(64, "wgmma_ss_tt", "1, 1")
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "wgmma_ops.cuh")
     with open(path, "w") as f:
         f.write(HEAD + body + "\n" + TAIL)
