@@ -960,6 +960,22 @@ DST_FDEV void bwd_tile(const Params &p, const BwdKeys &k, int k0, int wrow, int 
     }
 }
 
+// The row statistics of query tile i0 … i0 + BM − 1 into st2 ([lse2 | D], BM each; cp.async), by threads
+// threadIdx.x < NT; rows past the sequence get lse2 = +inf and D = 0 (P = 0 there).
+template <int BM, int NT>
+DST_FDEV void bwd_stage_stats(float *st2, const float *lse2, const float *dsum, int i0, int q_rows) {
+    for (int r = threadIdx.x; r < BM; r += NT) {
+        const int i = i0 + r;
+        if (i < q_rows) {
+            cp_async4(smem_addr(st2 + r), lse2 + i);
+            cp_async4(smem_addr(st2 + BM + r), dsum + i);
+        } else {
+            st2[r] = INFINITY;
+            st2[BM + r] = 0.0f;
+        }
+    }
+}
+
 // A counter release a block owes after its deterministic dQ add (bwd_dq_add): thread 0 publishes it
 // (dq_publish) after the block's next barrier, so that the red.global adds of every thread come
 // before it (bar.sync, then one gpu-scope release: the pattern of cooperative groups' grid barrier)
@@ -1166,17 +1182,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
         T *q = sQ0 + st * 2 * BM * LDS;
         q_copy.copy(q, nullptr, mb * BM, q_rows);
         do_copy.copy(q + BM * LDS, nullptr, mb * BM, q_rows);
-        float *st2 = sStat + st * 2 * BM;
-        for (int r = threadIdx.x; r < BM; r += Tr::kThreads) {
-            const int i = mb * BM + r;
-            if (i < q_rows) {
-                cp_async4(smem_addr(st2 + r), lse2 + i);
-                cp_async4(smem_addr(st2 + BM + r), dsum + i);
-            } else {  // rows past the sequence: P = 0
-                st2[r] = INFINITY;
-                st2[BM + r] = 0.0f;
-            }
-        }
+        bwd_stage_stats<BM, Tr::kThreads>(sStat + st * 2 * BM, lse2, dsum, mb * BM, q_rows);
     };
     RowCopy<T, BN, D, Tr::kThreads>(gk, gv, ld, d, p.vec16).copy(sK, sV, k0, q_rows);
     stage(tile_at(0), 0);

@@ -206,19 +206,24 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 //                                 MN-major (imm-trans-b), issued together, then
 //   dQ partial = dS·K             over the block's 64·WGS keys (DQM below): the library's kDqWgmma
 //                                 on wgmma m64n(64/WGS)k16 per warpgroup, A = dSᵀ and B = K both
-//                                 MN-major in shared memory; then bwd_dq_add.
+//                                 MN-major in shared memory; then bwd_dq_add (kDqWgmma) or, with
+//                                 a writer warpgroup, its adds while the consumers go on (kDqWriter)
 // Two warpgroups (b8) halve what the dQ reduction moves and waits for per key (one partial per 128
 // keys, and at S ≤ 128 a (batch, head) is one block that stores dQ directly), at the same 8 warps
 // per SM as two blocks of one (b6). The dQ product on wgmma (b11) took 5 % off b8 at 8×2048; what
-// dQ still costs is its adds and their order (the lab's b8n), not the product.
+// dQ still costs is its adds and their order (the lab's b8n), not the product. Handing the adds to
+// a writer warpgroup (b14) took 9 % off b11 at 8×2048 and 14 % at 2×8192 with dropout (deterministic),
+// but costs at S ≤ 512 and without dropout, where the library keeps b11.
 // K and V rows are stored in rho16 order within each 16 keys (row r holds key rho16(r)), so that the
 // accumulator rows of lane g are keys 2g and 2g + 1, the layout bwd_tile and the Philox pairing assume.
 // How the backward forms a tile's partial dQ: kDqMma, mma.sync over dSᵀ and a padded copy of K (b8);
 // kDqWgmma, warpgroup MMAs with both operands MN-major in shared memory (dSᵀ written swizzled in the
 // accumulator's rho16 row order, B the swizzled K tile itself; b11); kDqNone, no dQ at all (the
 // lab's timing control b8n: b8's copies and shared memory without the product and its adds);
-// kDqWriter, kDqWgmma with the adds made by a third warpgroup (b14): the consumers leave each
-// partial in one of two shared buffers and go on, the writer waits for its turn and adds.
+// kDqWriter, kDqWgmma with the adds made by a third warpgroup (b14; the library's from S = 1024 with
+// dropout, kernels/sm90/attention_flash_wgmma.cu): the consumers leave each partial in one of two
+// shared buffers and go on, the writer waits for its turn and adds; same order, roles and arithmetic
+// as bwd_dq_add.
 enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2, kDqWriter = 3 };
 
 template <int BM, int WGS, int DQM = kDqMma>
@@ -244,23 +249,33 @@ struct WgBwdTraits {
 DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 
 // kDqWriter's writer warpgroup, thread wt of 128: adds the partial dQ of query tile mb, left by the
-// consumers in buf ([BM = 64][ldq] fp32), into the tile's accumulator exactly as bwd_dq_add does (the
-// same order, turns, first/last roles and arithmetic), then arrives on `empty` (buf may be
-// rewritten). Thread wt owns row wt % 64, columns 32·(wt / 64) … + 31. The turn's release follows a
-// barrier of the writer warpgroup (named barrier 2), as dq_publish's follows the block's.
-template <typename T>
-DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, int ldq, int wt, int bh, int jb, int BN, int mb,
-                              int BM, int nk, T *gdq, int64_t ld, int q_rows, uint32_t empty) {
+// consumers in buf ([BM = 64][ldq] fp32; kTwo: buf + buf1, two halves of the keys, summed in that
+// order), into the tile's accumulator exactly as bwd_dq_add does (the same order, turns, first/last
+// roles and arithmetic), then arrives on `empty` (the buffers may be rewritten). Thread wt owns row
+// wt % 64, columns 32·(wt / 64) … + 31. The turn's release follows a barrier of the writer
+// warpgroup (named barrier 2), as dq_publish's follows the block's.
+template <typename T, bool kTwo = false>
+DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, const float *buf1, int ldq, int wt, int bh, int jb,
+                              int BN, int mb, int BM, int nk, T *gdq, int64_t ld, int q_rows, uint32_t empty) {
     const int r = wt & 63, c0 = (wt >> 6) * 32, i = mb * BM + r;
     const bool ok = i < q_rows;
-    const float *src = buf + r * ldq + c0;
+    const float *src = buf + r * ldq + c0, *src1 = kTwo ? buf1 + r * ldq + c0 : src;
     float *acc = p.dq_accum + (uint64_t(bh) * uint64_t(p.seq) + uint64_t(i)) * 64u + c0;
     T *out = gdq + int64_t(i) * ld + c0;
+    auto part = [&](int c) {
+        const float4 a = *reinterpret_cast<const float4 *>(src + c);
+        if constexpr (!kTwo) {
+            return a;
+        } else {
+            const float4 b = *reinterpret_cast<const float4 *>(src1 + c);
+            return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+        }
+    };
     auto wsync = [] { asm volatile("bar.sync 2, 128;\n" ::: "memory"); };
     if (!p.deterministic) {
         if (ok)
 #pragma unroll 2
-            for (int c = 0; c < 32; c += 4) red_add4(acc + c, *reinterpret_cast<const float4 *>(src + c));
+            for (int c = 0; c < 32; c += 4) red_add4(acc + c, part(c));
         mbar_arrive(empty);
         return;
     }
@@ -274,7 +289,7 @@ DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, int ldq, int wt
         const float sc = p.scale;
 #pragma unroll 2
         for (int c = 0; c < 32; c += 4) {
-            const float4 v = *reinterpret_cast<const float4 *>(src + c);
+            const float4 v = part(c);
             if (first && last) {
                 store2(out, c, 64 - c0, v.x * sc, v.y * sc);
                 store2(out, c + 2, 64 - c0, v.z * sc, v.w * sc);
@@ -369,7 +384,7 @@ __global__ void __launch_bounds__(128 * WGS + (DQM == kDqWriter ? 128 : 0), MB) 
             __syncthreads();
     };
     if constexpr (Tr::kWriter) {
-        constexpr int kWriterRegs = 24, kConsumerRegs = 240;
+        constexpr int kWriterRegs = 40, kConsumerRegs = 232;  // 24 / 240: the writer spills
         static_assert(128 * kWriterRegs + Tr::kThreads * kConsumerRegs <= launch_regs(Tr::kBlockThreads) * Tr::kBlockThreads,
                       "setmaxnreg split beyond the block's registers");
         if (threadIdx.x >= Tr::kThreads) {  // the writer: the registers go to the consumers
@@ -377,7 +392,7 @@ __global__ void __launch_bounds__(128 * WGS + (DQM == kDqWriter ? 128 : 0), MB) 
             for (int step = 0; step < n_steps; ++step) {
                 const int u = step >> 1, bf = step & 1;
                 mbar_wait_bounded(dq_bar + 8 * bf, u & 1);
-                bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
+                bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, nullptr, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
                                 tile_at(step), BM, nk, gdq, ld, q_rows, dq_bar + 16 + 8 * bf);
             }
             return;
@@ -398,17 +413,7 @@ __global__ void __launch_bounds__(128 * WGS + (DQM == kDqWriter ? 128 : 0), MB) 
             cp_async16(q + sw128(r, cchunk), gq + (ok ? int64_t(i) * ld + cchunk * 8 : 0), ok ? 16 : 0);
             cp_async16(o + sw128(r, cchunk), gdo + (ok ? int64_t(i) * p.hidden + cchunk * 8 : 0), ok ? 16 : 0);
         }
-        float *st2 = sStat + st * 2 * BM;
-        for (int r = threadIdx.x; r < BM; r += Tr::kThreads) {
-            const int i = mb * BM + r;
-            if (i < q_rows) {
-                cp_async4(smem_addr(st2 + r), lse2 + i);
-                cp_async4(smem_addr(st2 + BM + r), dsum + i);
-            } else {  // rows past the sequence: P = 0
-                st2[r] = INFINITY;
-                st2[BM + r] = 0.0f;
-            }
-        }
+        bwd_stage_stats<BM, Tr::kThreads>(sStat + st * 2 * BM, lse2, dsum, mb * BM, q_rows);
     };
     {  // K (swizzled, rho16 rows, and padded in key order) and V (swizzled, rho16 rows)
         const int srow = (crow & ~15) + rho16_inv(crow & 15);

@@ -45,9 +45,12 @@
 //        with the partials added 16 bytes at a time, and b13, b11 with a tile's dQ adds made in the
 //        next step while its Sᵀ and dP̃ᵀ products run, measured no faster and were not kept;
 //        bench/RESULTS.md)  b14 = b11 with a third, writer warpgroup that makes the dQ adds
-//        (its turns included) from two shared fp32 buffers while the consumers go on: NOT YET RUN
-//        successfully (its first run hung: the setmaxnreg split asked for more registers than the
-//        block holds, now a compile-time check; bench/RESULTS.md)
+//        (its turns included) from two shared fp32 buffers while the consumers go on (the library's
+//        backward from S = 1024 with dropout: −9 % at 8×2048, −14 % at 2×8192 deterministic)
+//        b15 (kernels/attention_flash_ws_bwd.cuh) = b14 with the consumers decoupled: each forms
+//        the dQ partial of its own 64 keys, the Q/dctx tiles go through four mbarrier stages, no
+//        block barrier per step  b16 = b15 with the consumers taking turns to issue Sᵀ/dP̃ᵀ
+//        (FlashAttention-3's ping-pong); both measured no faster than b14 (bench/RESULTS.md)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -69,6 +72,7 @@
 #if defined(DST_LAB_SM90A)
 #include "kernels/attention_flash_wgmma.cuh"
 #include "kernels/attention_flash_ws.cuh"  // w8–w10 and the TMA tile (CUtensorMap)
+#include "kernels/attention_flash_ws_bwd.cuh"  // b15, b16
 #endif
 
 using namespace dst;
@@ -731,6 +735,21 @@ BwdVersion bwd_wgmma_version(const char *name) {
             },
             DQM == flash::kDqNone};
 }
+// The warp-specialised backward (kernels/attention_flash_ws_bwd.cuh); PP: the consumers take turns.
+template <typename T, bool PP>
+BwdVersion bwd_ws_version(const char *name) {
+    using Tr = flash::WsBwdTraits;
+    return {name, Tr::kBM, 12, 1,
+            [](const flash::Params &p, const flash::BwdScratch &ws) {
+                cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
+                return e != cudaSuccess ? e : flash::launch_bwd_ws<T, PP>(p, 0);
+            },
+            [] {
+                CK(flash::allow_smem(flash::flash_bwd_ws_kernel<T, PP>, Tr::kSmem));
+                return occupancy(flash::flash_bwd_ws_kernel<T, PP>, Tr::kThreads, Tr::kSmem);
+            },
+            false};
+}
 #endif
 template <typename T>
 std::vector<BwdVersion> bwd_versions() {
@@ -744,6 +763,8 @@ std::vector<BwdVersion> bwd_versions() {
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqNone>("b8n"));  // control: b8 without dQ
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWgmma>("b11"));
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter>("b14"));
+    v.push_back(bwd_ws_version<T, false>("b15"));
+    v.push_back(bwd_ws_version<T, true>("b16"));
 #endif
     return v;
 }
@@ -798,20 +819,28 @@ void check_versions(bool bf16) {
             }
             CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // the reference's ctx again
         }
-        if (k == 4) {  // forward versions only
-            dv.free_all();
-            continue;
-        }
         for (const BwdVersion &v : bwd_versions<T>()) {
             if (v.control) continue;
-            CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
-            CK(v.run(p, flash::BwdScratch(a)));
-            CK(cudaDeviceSynchronize());
+            // The causal case (k 4): the warp-specialised backwards and the two before them only.
+            const bool late = !std::strcmp(v.name, "b11") || !std::strcmp(v.name, "b14") || !std::strcmp(v.name, "b15") ||
+                              !std::strcmp(v.name, "b16");
+            if (k == 4 && !late) continue;
+            // Deterministic mode: a second run must give the same bits.
+            std::vector<uint16_t> runs[2];
+            for (int run = 0; run < (det ? 2 : 1); ++run) {
+                CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
+                CK(v.run(p, flash::BwdScratch(a)));
+                CK(cudaDeviceSynchronize());
+                runs[run] = download_bits(dv.dqkv, N * 3 * H);
+            }
             bool nan = false;
             const double e = rel_l2(download(dv.dqkv, N * 3 * H, bf16), r.dqkv, &nan);
-            const bool ok = !nan && e <= tol;
+            const long long differ = det ? (long long)count_differing(runs[0], runs[1]) : 0;
+            const bool ok = !nan && e <= tol && differ == 0;
             if (!ok) ++g_failures;
-            std::printf("%-4s version %s %s: dqkv %.2e\n", ok ? "ok" : "FAIL", v.name, c.name().c_str(), e);
+            std::printf("%-4s version %s %s: dqkv %.2e", ok ? "ok" : "FAIL", v.name, c.name().c_str(), e);
+            if (det) std::printf(", %lld elements differ between two runs", differ);
+            std::printf("\n");
         }
         dv.free_all();
     }
@@ -1029,7 +1058,12 @@ int main(int argc, char **argv) {
                     char label[64];
                     std::snprintf(label, sizeof label, "%s %dx%d %s", bf ? "bf16" : "fp16", s.B, s.S, mask ? "lengths" : "no mask");
                     time_production(bn, label);
-                    if ((s.S == 512 || s.S == 1024) && mask == 0) {  // where the warp-specialised forward starts to pay
+                    // LAB_ALL_SHAPES=1: every version at every shape (no mask), dropout 0.1 only.
+                    const char *all = std::getenv("LAB_ALL_SHAPES");
+                    if (all && *all == '1' && s.S != 2048 && s.S != 128 && mask == 0) {
+                        if (bf) time_versions<__nv_bfloat16>(bn);
+                        else time_versions<__half>(bn);
+                    } else if ((s.S == 512 || s.S == 1024) && mask == 0) {  // where the warp-specialised forward starts to pay
                         if (bf) time_versions<__nv_bfloat16>(bn, true);
                         else time_versions<__half>(bn, true);
                     }

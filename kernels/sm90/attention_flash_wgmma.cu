@@ -18,9 +18,16 @@ cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
 }
 
 // The lab's b11: two warpgroups, 128 keys per block, query tiles of 64, 1 block per SM, the partial
-// dQ on warpgroup MMAs.
+// dQ on warpgroup MMAs; from kWriterMinSeq keys on with dropout, the lab's b14: b11 with a third
+// warpgroup making the dQ adds. b14 measured against b11 (fp16, 16 heads, dropout 0.1, deterministic
+// / stochastic): 16×1024 −4 / −4 %, 8×2048 −9 / −4 %, 2×8192 −14 / −5 %; but 16×512 +7 / −3 %,
+// 64×128 +24 / −1 %, and without dropout +1 / +5 % at 8×2048 (bench/RESULTS.md, 2026-12-04).
+constexpr int kWriterMinSeq = 1024;
 cudaError_t bwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
     constexpr int kW = kWgBwdWarpgroups;
+    if (p.dropout && p.seq >= kWriterMinSeq)
+        return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, kDqWriter>(p, stream)
+                    : launch_bwd_wgmma<__half, 64, 1, kW, kDqWriter>(p, stream);
     return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, kDqWgmma>(p, stream)
                 : launch_bwd_wgmma<__half, 64, 1, kW, kDqWgmma>(p, stream);
 }
