@@ -249,33 +249,23 @@ struct WgBwdTraits {
 DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 
 // kDqWriter's writer warpgroup, thread wt of 128: adds the partial dQ of query tile mb, left by the
-// consumers in buf ([BM = 64][ldq] fp32; kTwo: buf + buf1, two halves of the keys, summed in that
-// order), into the tile's accumulator exactly as bwd_dq_add does (the same order, turns, first/last
-// roles and arithmetic), then arrives on `empty` (the buffers may be rewritten). Thread wt owns row
-// wt % 64, columns 32·(wt / 64) … + 31. The turn's release follows a barrier of the writer
-// warpgroup (named barrier 2), as dq_publish's follows the block's.
-template <typename T, bool kTwo = false>
-DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, const float *buf1, int ldq, int wt, int bh, int jb,
-                              int BN, int mb, int BM, int nk, T *gdq, int64_t ld, int q_rows, uint32_t empty) {
+// consumers in buf ([BM = 64][ldq] fp32), into the tile's accumulator exactly as bwd_dq_add does (the
+// same order, turns, first/last roles and arithmetic), then arrives on `empty` (buf may be
+// rewritten). Thread wt owns row wt % 64, columns 32·(wt / 64) … + 31. The turn's release follows a
+// barrier of the writer warpgroup (named barrier 2), as dq_publish's follows the block's.
+template <typename T>
+DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, int ldq, int wt, int bh, int jb, int BN, int mb,
+                              int BM, int nk, T *gdq, int64_t ld, int q_rows, uint32_t empty) {
     const int r = wt & 63, c0 = (wt >> 6) * 32, i = mb * BM + r;
     const bool ok = i < q_rows;
-    const float *src = buf + r * ldq + c0, *src1 = kTwo ? buf1 + r * ldq + c0 : src;
+    const float *src = buf + r * ldq + c0;
     float *acc = p.dq_accum + (uint64_t(bh) * uint64_t(p.seq) + uint64_t(i)) * 64u + c0;
     T *out = gdq + int64_t(i) * ld + c0;
-    auto part = [&](int c) {
-        const float4 a = *reinterpret_cast<const float4 *>(src + c);
-        if constexpr (!kTwo) {
-            return a;
-        } else {
-            const float4 b = *reinterpret_cast<const float4 *>(src1 + c);
-            return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-        }
-    };
     auto wsync = [] { asm volatile("bar.sync 2, 128;\n" ::: "memory"); };
     if (!p.deterministic) {
         if (ok)
 #pragma unroll 2
-            for (int c = 0; c < 32; c += 4) red_add4(acc + c, part(c));
+            for (int c = 0; c < 32; c += 4) red_add4(acc + c, *reinterpret_cast<const float4 *>(src + c));
         mbar_arrive(empty);
         return;
     }
@@ -289,7 +279,7 @@ DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, const float *bu
         const float sc = p.scale;
 #pragma unroll 2
         for (int c = 0; c < 32; c += 4) {
-            const float4 v = part(c);
+            const float4 v = *reinterpret_cast<const float4 *>(src + c);
             if (first && last) {
                 store2(out, c, 64 - c0, v.x * sc, v.y * sc);
                 store2(out, c + 2, 64 - c0, v.z * sc, v.w * sc);
@@ -392,7 +382,7 @@ __global__ void __launch_bounds__(128 * WGS + (DQM == kDqWriter ? 128 : 0), MB) 
             for (int step = 0; step < n_steps; ++step) {
                 const int u = step >> 1, bf = step & 1;
                 mbar_wait_bounded(dq_bar + 8 * bf, u & 1);
-                bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, nullptr, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
+                bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
                                 tile_at(step), BM, nk, gdq, ld, q_rows, dq_bar + 16 + 8 * bf);
             }
             return;

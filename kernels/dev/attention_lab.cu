@@ -47,10 +47,10 @@
 //        bench/RESULTS.md)  b14 = b11 with a third, writer warpgroup that makes the dQ adds
 //        (its turns included) from two shared fp32 buffers while the consumers go on (the library's
 //        backward from S = 1024 with dropout: −9 % at 8×2048, −14 % at 2×8192 deterministic)
-//        b15 (kernels/attention_flash_ws_bwd.cuh) = b14 with the consumers decoupled: each forms
-//        the dQ partial of its own 64 keys, the Q/dctx tiles go through four mbarrier stages, no
-//        block barrier per step  b16 = b15 with the consumers taking turns to issue Sᵀ/dP̃ᵀ
-//        (FlashAttention-3's ping-pong); both measured no faster than b14 (bench/RESULTS.md)
+//        (b15, b14 with the consumers decoupled: each forms the dQ partial of its own 64 keys, the
+//        Q/dctx tiles through four mbarrier stages, no block barrier per step; b16, b15 with the
+//        consumers taking turns to issue Sᵀ/dP̃ᵀ, FlashAttention-3's ping-pong: measured no faster
+//        than b14 and removed, commit e9fc30e has them in kernels/attention_flash_ws_bwd.cuh)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -72,7 +72,6 @@
 #if defined(DST_LAB_SM90A)
 #include "kernels/attention_flash_wgmma.cuh"
 #include "kernels/attention_flash_ws.cuh"  // w8–w10 and the TMA tile (CUtensorMap)
-#include "kernels/attention_flash_ws_bwd.cuh"  // b15, b16
 #endif
 
 using namespace dst;
@@ -735,21 +734,6 @@ BwdVersion bwd_wgmma_version(const char *name) {
             },
             DQM == flash::kDqNone};
 }
-// The warp-specialised backward (kernels/attention_flash_ws_bwd.cuh); PP: the consumers take turns.
-template <typename T, bool PP>
-BwdVersion bwd_ws_version(const char *name) {
-    using Tr = flash::WsBwdTraits;
-    return {name, Tr::kBM, 12, 1,
-            [](const flash::Params &p, const flash::BwdScratch &ws) {
-                cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_ws<T, PP>(p, 0);
-            },
-            [] {
-                CK(flash::allow_smem(flash::flash_bwd_ws_kernel<T, PP>, Tr::kSmem));
-                return occupancy(flash::flash_bwd_ws_kernel<T, PP>, Tr::kThreads, Tr::kSmem);
-            },
-            false};
-}
 #endif
 template <typename T>
 std::vector<BwdVersion> bwd_versions() {
@@ -763,8 +747,6 @@ std::vector<BwdVersion> bwd_versions() {
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqNone>("b8n"));  // control: b8 without dQ
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWgmma>("b11"));
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter>("b14"));
-    v.push_back(bwd_ws_version<T, false>("b15"));
-    v.push_back(bwd_ws_version<T, true>("b16"));
 #endif
     return v;
 }
@@ -821,9 +803,8 @@ void check_versions(bool bf16) {
         }
         for (const BwdVersion &v : bwd_versions<T>()) {
             if (v.control) continue;
-            // The causal case (k 4): the warp-specialised backwards and the two before them only.
-            const bool late = !std::strcmp(v.name, "b11") || !std::strcmp(v.name, "b14") || !std::strcmp(v.name, "b15") ||
-                              !std::strcmp(v.name, "b16");
+            // The causal case (k 4): the library's two backwards (and the versions after them) only.
+            const bool late = !std::strcmp(v.name, "b11") || !std::strcmp(v.name, "b14");
             if (k == 4 && !late) continue;
             // Deterministic mode: a second run must give the same bits.
             std::vector<uint16_t> runs[2];
