@@ -732,7 +732,7 @@ BwdVersion bwd_wgmma_version(const char *name) {
                 CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>, Tr::kSmem));
                 return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>, Tr::kBlockThreads, Tr::kSmem);
             },
-            DQM == flash::kDqNone};
+            DQM == flash::kDqNone || DQM == flash::kDqWriterNoAdd || DQM == flash::kDqWriterNoMma};
 }
 #endif
 template <typename T>
@@ -747,6 +747,9 @@ std::vector<BwdVersion> bwd_versions() {
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqNone>("b8n"));  // control: b8 without dQ
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWgmma>("b11"));
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter>("b14"));
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriterNoAdd>("b14a"));  // control: no global adds
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriterNoMma>("b14q"));  // control: no dQ product
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriterLate>("b17"));
 #endif
     return v;
 }
@@ -804,7 +807,7 @@ void check_versions(bool bf16) {
         for (const BwdVersion &v : bwd_versions<T>()) {
             if (v.control) continue;
             // The causal case (k 4): the library's two backwards (and the versions after them) only.
-            const bool late = !std::strcmp(v.name, "b11") || !std::strcmp(v.name, "b14");
+            const bool late = !std::strcmp(v.name, "b11") || !std::strcmp(v.name, "b14") || !std::strcmp(v.name, "b17");
             if (k == 4 && !late) continue;
             // Deterministic mode: a second run must give the same bits.
             std::vector<uint16_t> runs[2];
