@@ -224,13 +224,9 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // dropout, kernels/sm90/attention_flash_wgmma.cu): the consumers leave each partial in one of two
 // shared buffers and go on, the writer waits for its turn and adds; same order, roles and arithmetic
 // as bwd_dq_add.
-// The lab's b14 variants: kDqWriterNoAdd (b14a, a timing control: the writer makes no global adds),
-// kDqWriterNoMma (b14q, a timing control: no dQ product, the writer adds zeros) and kDqWriterLate
-// (b17: no wait at the end of a step; the dV/dK/dQ products of step s complete under step s + 1's
-// barrier, copies and Sᵀ/dP̃ᵀ issue, and the partial goes to the writer after step s + 1's Sᵀ/dP̃ᵀ
-// wait; three stages of [Q | dctx] and two dSᵀ buffers, so that nothing a product in flight reads
-// is overwritten).
-enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2, kDqWriter = 3, kDqWriterNoAdd = 4, kDqWriterNoMma = 5, kDqWriterLate = 6 };
+// The lab's timing controls on b14 (their dQ is not the result): kDqWriterNoAdd (b14a, the writer
+// makes no global adds) and kDqWriterNoMma (b14q, no dQ product: the writer adds zeros).
+enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2, kDqWriter = 3, kDqWriterNoAdd = 4, kDqWriterNoMma = 5 };
 
 template <int BM, int WGS, int DQM = kDqMma>
 struct WgBwdTraits {
@@ -239,15 +235,14 @@ struct WgBwdTraits {
     // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx] (kDqWgmma, kDqWriter: then
     // dSᵀ [kBN][BM]); then (kDqNone, kDqMma) K padded, the row statistics (two stages of [lse2 | D]),
     // (kDqNone, kDqMma) dSᵀ padded, (kDqWriter) the dQ buffers and their mbarriers, and the ticket.
-    static constexpr bool kPadded = DQM < kDqWgmma, kWriter = DQM >= kDqWriter, kLate = DQM == kDqWriterLate;
-    static constexpr int kStages = kLate ? 3 : 2;
+    static constexpr bool kPadded = DQM < kDqWgmma, kWriter = DQM >= kDqWriter;
     static constexpr int kBlockThreads = kThreads + (kWriter ? 128 : 0), kLdq = 64 + 8;
     static constexpr size_t kDs = kPadded ? 0 : size_t(kBN) * kRow;
-    static constexpr size_t kSw = 2 * kKV + 2 * kStages * kQ + (kLate ? 2 : 1) * kDs;
+    static constexpr size_t kSw = 2 * kKV + 4 * kQ + kDs;
     static constexpr size_t kKp = kPadded ? size_t(kBN) * kLds * 2 : 0, kSp = kPadded ? size_t(kBN) * kLdsS * 2 : 0;
     // kDqWriter: two fp32 dQ buffers [BM][64 + 8] and their full/empty mbarriers.
     static constexpr size_t kDqb = kWriter ? 2 * size_t(BM) * kLdq * sizeof(float) + 32 : 0;
-    static constexpr size_t kSmem = 1024 + kSw + kKp + size_t(2 * kStages * BM) * sizeof(float) + kSp + kDqb + 16;
+    static constexpr size_t kSmem = 1024 + kSw + kKp + size_t(4 * BM) * sizeof(float) + kSp + kDqb + 16;
     static_assert(BM == 64, "query tiles of 64 rows (the generated m64nBMk16 shapes)");
     static_assert(WGS == 1 || WGS == 2, "one or two warpgroups");
 };
@@ -323,13 +318,13 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     unsigned char *const gen = smem_raw + (base - smem_addr(smem_raw));  // the same address, generic
     const uint32_t sK = base, sV = base + uint32_t(Tr::kKV), sQ0 = base + uint32_t(2 * Tr::kKV);
     T *sKp = reinterpret_cast<T *>(gen + Tr::kSw);                          // K [BN][64 + 8], key order
-    float *sStat = reinterpret_cast<float *>(gen + Tr::kSw + Tr::kKp);     // kStages of [lse2 | D]
-    T *sS = reinterpret_cast<T *>(sStat + 2 * Tr::kStages * BM);            // dSᵀ [BN][BM + 8]
+    float *sStat = reinterpret_cast<float *>(gen + Tr::kSw + Tr::kKp);     // 2 stages of [lse2 | D]
+    T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                          // dSᵀ [BN][BM + 8]
     float *sDq = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(sS) + Tr::kSp);  // kDqWriter
     const uint32_t dq_bar = smem_addr(sDq + 2 * BM * Tr::kLdq);  // full 0, full 1, empty 0, empty 1
     int *sTicket = reinterpret_cast<int *>(reinterpret_cast<unsigned char *>(sDq) + Tr::kDqb);
-    const uint32_t sDs = sQ0 + uint32_t(2 * Tr::kStages * Tr::kQ);  // kDqWgmma: dSᵀ [BN][BM], swizzled, rho16 rows
-    unsigned char *const gDs = gen + 2 * Tr::kKV + 2 * Tr::kStages * Tr::kQ;
+    const uint32_t sDs = sQ0 + uint32_t(4 * Tr::kQ);  // kDqWgmma: dSᵀ [BN][BM], swizzled, rho16 rows
+    unsigned char *const gDs = gen + 2 * Tr::kKV + 4 * Tr::kQ;
 
     int *ticket = p.counters + int64_t(p.batch) * p.heads * p.q_tiles;
     if (threadIdx.x == 0) {
@@ -441,16 +436,6 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     const int wm = warp % Dq::kWM, wn = warp / Dq::kWM;  // this warp's [16][DQT·8] block of the dQ tile
     const int g = lane >> 2, t = lane & 3;
 
-    // kDqWriterLate: the partial dQ, and the A fragments of dV/dK, in flight from one step into the next.
-    float dql[DQT][4];
-    uint32_t apl[NTQ / 2][4], asl[NTQ / 2][4];
-    if constexpr (Tr::kLate) {
-        zero(dql);
-#pragma unroll
-        for (int i = 0; i < NTQ / 2; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) apl[i][j] = asl[i][j] = 0u;
-    }
     // The partial dQ of step `step` to the writer's buffer step & 1, once the writer is done with its
     // use two steps before.
     auto to_writer = [&](const float (&d)[DQT][4], int step) {
@@ -466,15 +451,12 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     };
     DqOwed owed;
     for (int step = 0; step < n_steps; ++step) {
-        const int mb = tile_at(step), i0 = mb * BM;
-        const int st = Tr::kStages == 2 ? (step & 1) : step % Tr::kStages;
-        const int st_next = Tr::kStages == 2 ? (st ^ 1) : (st + 1 == Tr::kStages ? 0 : st + 1);
+        const int mb = tile_at(step), st = step & 1, i0 = mb * BM;
         cp_async_wait<0>();
         wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
-        csync();                  // everyone's; every MMA of the stage st_next has completed (kDqWriterLate:
-                                  // three stages, its last reader was step − 2); sS is free; the last step's
-                                  // dQ adds are done (released below, while the MMAs run)
-        if (step + 1 < n_steps) stage(tile_at(step + 1), st_next);
+        csync();                  // everyone's; every MMA of the other stage has completed; sS is free; the
+                                  // last step's dQ adds are done (released below, while the MMAs run)
+        if (step + 1 < n_steps) stage(tile_at(step + 1), st ^ 1);
         cp_async_commit();
         const uint32_t sq = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), sdo = sq + uint32_t(Tr::kQ);
         const uint64_t dq_desc = wg::desc_sw128(sq), do_desc = wg::desc_sw128(sdo);
@@ -494,30 +476,18 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
         wg::wgmma_wait<0>();
         wg::fence_regs(s);
         wg::fence_regs(dp);
-        if constexpr (Tr::kLate) {  // the last step's products are done with this wait
-            wg::fence_regs(dql);
-            wg::fence_regs(dv);
-            wg::fence_regs(dk);
-            wg::fence_a(apl);
-            wg::fence_a(asl);
-            if (step > 0) to_writer(dql, step - 1);
-        }
 
         bwd_tile(p, keys, k0w, wrow, i0, sL, sD, s, dp);
 
         // The A fragments of P̃ᵀ/σ and dSᵀ; dSᵀ to shared memory for the dQ product: kDqWgmma swizzled
         // in the accumulator's row order (row wrow + g holds key 2g, row wrow + g + 8 key 2g + 1: K's
         // rho16 order, so that the product pairs each key with its K row), otherwise in key order.
-        uint32_t apn[NTQ / 2][4], asn[NTQ / 2][4];
-        auto &ap = Tr::kLate ? apl : apn;  // kDqWriterLate: still read by dV/dK after this step
-        auto &as = Tr::kLate ? asl : asn;
+        uint32_t ap[NTQ / 2][4], as[NTQ / 2][4];
         to_a<T, NTQ>(ap, s);
         to_a<T, NTQ>(as, dp);
-        // kDqWriterLate: dSᵀ buffer step & 1 (the other one may still be read by the last step's dQ).
-        const uint32_t ds_off = Tr::kLate ? uint32_t(step & 1) * uint32_t(Tr::kDs) : 0u;
         if constexpr (DQM >= kDqWgmma) {
             // Query 16·kk + 2t is 16-byte chunk 2·kk, byte 4t; both rows have (row & 7) = g.
-            unsigned char *r0 = gDs + ds_off + (64 * wgi + wrow + g) * Tr::kRow + 4 * t, *r1 = r0 + 8 * Tr::kRow;
+            unsigned char *r0 = gDs + (64 * wgi + wrow + g) * Tr::kRow + 4 * t, *r1 = r0 + 8 * Tr::kRow;
 #pragma unroll
             for (int kk = 0; kk < NTQ / 2; ++kk) {
                 const int c0 = ((2 * kk) ^ g) << 4, c1 = ((2 * kk + 1) ^ g) << 4;
@@ -567,52 +537,30 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
             // the 128-byte rows is a start-address offset). Its accumulator is bwd_dq_add's layout
             // (warp w of the warpgroup rows 16w …, wm = w, wn = wgi).
             static_assert(Dq::kWM == 4 && Dq::kWN == WGS, "one column block of dQ per warpgroup");
-            if constexpr (Tr::kLate) {  // issued, not waited for: to the writer after the next step's wait
-                wg::fence_regs(dql);
+            float dqp[1][DQT][4];
+            zero(dqp[0]);
+            if constexpr (DQM != kDqWriterNoMma) {
+                wg::fence_regs(dqp[0]);
                 wg::wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BN / 16; ++kk)
-                    wg::wgmma_ss_tt<T, DQT * 8>(dql, wg::desc_sw128(sDs + ds_off + uint32_t(kk) * 2048u),
+                    wg::wgmma_ss_tt<T, DQT * 8>(dqp[0], wg::desc_sw128(sDs + uint32_t(kk) * 2048u),
                                                 wg::desc_sw128(sK + uint32_t(kk) * 2048u + uint32_t(wn * DQT * 16)),
                                                 kk > 0);
                 wg::wgmma_commit();
-            } else {
-                float dqp[1][DQT][4];
-                zero(dqp[0]);
-                if constexpr (DQM != kDqWriterNoMma) {
-                    wg::fence_regs(dqp[0]);
-                    wg::wgmma_fence();
-#pragma unroll
-                    for (int kk = 0; kk < BN / 16; ++kk)
-                        wg::wgmma_ss_tt<T, DQT * 8>(dqp[0], wg::desc_sw128(sDs + uint32_t(kk) * 2048u),
-                                                    wg::desc_sw128(sK + uint32_t(kk) * 2048u + uint32_t(wn * DQT * 16)),
-                                                    kk > 0);
-                    wg::wgmma_commit();
-                }
-                wg::wgmma_wait<0>();
-                wg::fence_regs(dqp[0]);
-                if constexpr (Tr::kWriter)  // to buffer step & 1 once the writer is done with its last use
-                    to_writer(dqp[0], step);
-                else
-                    bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
             }
-        }
-        if constexpr (!Tr::kLate) {
             wg::wgmma_wait<0>();
-            wg::fence_regs(dv);
-            wg::fence_regs(dk);
-            wg::fence_a(ap);  // the A registers stay untouched until the MMAs reading them are done
-            wg::fence_a(as);
+            wg::fence_regs(dqp[0]);
+            if constexpr (Tr::kWriter)  // to buffer step & 1 once the writer is done with its last use
+                to_writer(dqp[0], step);
+            else
+                bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
         }
-    }
-    if constexpr (Tr::kLate) {  // the last step's products, and its partial to the writer
         wg::wgmma_wait<0>();
-        wg::fence_regs(dql);
         wg::fence_regs(dv);
         wg::fence_regs(dk);
-        wg::fence_a(apl);
-        wg::fence_a(asl);
-        to_writer(dql, n_steps - 1);
+        wg::fence_a(ap);  // the A registers stay untouched until the MMAs reading them are done
+        wg::fence_a(as);
     }
     cp_async_wait<0>();
     if (owed.cnt) {  // uniform: every thread holds the same (never with a writer)
