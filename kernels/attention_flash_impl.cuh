@@ -976,6 +976,20 @@ DST_FDEV void bwd_stage_stats(float *st2, const float *lse2, const float *dsum, 
     }
 }
 
+// The partial dQ of a tile by mma.sync: dqp = this warp's rows 16·wm …, columns wn·DQT·8 … of dS·K,
+// with dSᵀ in sS ([BN][LDSS], key order) and K in sK ([BN][LDS]), a reduction over the BN keys.
+template <typename T, int BN, int DQT, int LDS, int LDSS>
+DST_FDEV void bwd_dq_product(float (&dqp)[1][DQT][4], const T *sS, const T *sK, int lane, int wm, int wn) {
+    zero(dqp[0]);
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+        uint32_t af[1][1][4];
+        ldsm_x4_t(af[0][0],
+                  smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 + ((lane >> 3) & 1) * 8));
+        mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sK, kk * 16, wn * DQT * 8);
+    }
+}
+
 // A counter release a block owes after its deterministic dQ add (bwd_dq_add): thread 0 publishes it
 // (dq_publish) after the block's next barrier, so that the red.global adds of every thread come
 // before it (bar.sync, then one gpu-scope release: the pattern of cooperative groups' grid barrier)
@@ -1265,14 +1279,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
 
         // Partial dQ of the tile: rows 16·wm …, columns wn·DQT·8 … of dS·K (reduction over BN keys).
         float dqp[1][DQT][4];
-        zero(dqp[0]);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            uint32_t af[1][1][4];
-            ldsm_x4_t(af[0][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 +
-                                          ((lane >> 3) & 1) * 8));
-            mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sK, kk * 16, wn * DQT * 8);
-        }
+        bwd_dq_product<T, BN, DQT, LDS, LDSS>(dqp, sS, sK, lane, wm, wn);
 
         bwd_dq_add<T, D, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
     }

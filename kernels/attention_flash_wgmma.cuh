@@ -627,14 +627,7 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
         // Partial dQ of the tile: rows 16·wm …, columns wn·DQT·8 … of dS·K.
         if constexpr (DQM == kDqMma) {  // mma.sync, while the dV and dK MMAs run
             float dqp[1][DQT][4];
-            zero(dqp[0]);
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) {
-                uint32_t af[1][1][4];
-                ldsm_x4_t(af[0][0], smem_addr(sS + (kk * 16 + (lane >> 4) * 8 + (lane & 7)) * LDSS + wm * 16 +
-                                              ((lane >> 3) & 1) * 8));
-                mma_rb<T, 1, DQT, 16, LDS>(dqp, af, sKp, kk * 16, wn * DQT * 8);
-            }
+            bwd_dq_product<T, BN, DQT, LDS, LDSS>(dqp, sS, sKp, lane, wm, wn);
             bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
         } else if constexpr (DQM >= kDqWgmma) {
             // Warpgroup wgi: m64n(DQT·8)k16 per 16 keys, A = dSᵀ rows (MN-major), B = the K tile's
