@@ -56,75 +56,27 @@ __device__ __forceinline__ void mbar_expect(uint32_t a, uint32_t bytes) {
     asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(a), "r"(bytes)
                  : "memory");
 }
-// kCluster: acquire at cluster scope (the arrivals may come from another block of the cluster).
-template <bool kCluster = false>
 __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
-    if constexpr (kCluster)
-        asm volatile(
-            "{\n .reg .pred P;\n WAIT:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P, [%0], %1;\n @!P bra "
-            "WAIT;\n}\n" ::"r"(a),
-            "r"(parity)
-            : "memory");
-    else
-        asm volatile(
-            "{\n .reg .pred P;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n @!P bra WAIT;\n}\n" ::"r"(a),
-            "r"(parity)
-            : "memory");
+    asm volatile(
+        "{\n .reg .pred P;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n @!P bra WAIT;\n}\n" ::"r"(a),
+        "r"(parity)
+        : "memory");
 }
 // mbar_wait that traps after 2^28 failed tries (a broken protocol: seconds at the least) instead of
 // hanging the caller, as wait_turn does. The writer-warpgroup backward's writer waits with it; its
 // consumers wait only for the writer, which then either arrives or has trapped (in the consumers'
 // code, at 240 registers, the counter costs 64 bytes of spills).
-template <bool kCluster = false>
 __device__ __forceinline__ void mbar_wait_bounded(uint32_t a, uint32_t parity) {
     for (uint32_t tries = 0;; ++tries) {
         uint32_t done;
-        if constexpr (kCluster)
-            asm volatile(
-                "{\n .reg .pred P;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P, [%1], %2;\n selp.u32 %0, 1, "
-                "0, P;\n}\n"
-                : "=r"(done)
-                : "r"(a), "r"(parity)
-                : "memory");
-        else
-            asm volatile(
-                "{\n .reg .pred P;\n mbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\n selp.u32 %0, 1, 0, P;\n}\n"
-                : "=r"(done)
-                : "r"(a), "r"(parity)
-                : "memory");
+        asm volatile(
+            "{\n .reg .pred P;\n mbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\n selp.u32 %0, 1, 0, P;\n}\n"
+            : "=r"(done)
+            : "r"(a), "r"(parity)
+            : "memory");
         if (done) return;
         if (tries > (1u << 28)) __trap();
     }
-}
-// Clusters (the paired backward): this block's rank in its cluster; shared address a of this block
-// mapped to the same offset in block `rank` of the cluster (a shared::cluster address); a barrier of
-// every thread of the cluster (threads that have exited count as arrived); an arrive on a
-// cluster-mapped mbarrier (release at cluster scope); a store to cluster-mapped shared memory.
-__device__ __forceinline__ uint32_t cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ uint32_t cluster_map(uint32_t a, uint32_t rank) {
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\n barrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t a) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(a) : "memory");
-}
-// An asynchronous store to cluster-mapped shared memory that completes as `8` transaction bytes on
-// the mbarrier `bar` of the same block (no release fence: the barrier's phase publishes the data).
-__device__ __forceinline__ void st_async_f2(uint32_t a, float x, float y, uint32_t bar) {
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(a),
-                 "f"(x), "f"(y), "r"(bar)
-                 : "memory");
-}
-__device__ __forceinline__ void st_cluster_u32(uint32_t a, uint32_t v) {
-    asm volatile("st.shared::cluster.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
 }
 // Inverse of perm16: the row n (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int perm16_inv(int x) { return 8 * ((x >> 1) & 1) + 2 * (x >> 2) + (x & 1); }
@@ -274,16 +226,7 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // as bwd_dq_add.
 // The lab's timing controls on b14 (their dQ is not the result): kDqWriterNoAdd (b14a, the writer
 // makes no global adds) and kDqWriterNoMma (b14q, no dQ product: the writer adds zeros).
-// kDqPair (the lab's b18): kDqWriter in clusters of two blocks, key blocks 2c and 2c + 1 of a (batch,
-// head), which walk the same query tiles in the same order; block 1's consumers store their partial
-// into block 0's shared memory (distributed shared memory: st.async, each store completing as
-// transaction bytes on block 0's barrier, so no thread waits on a cluster-scope release; the first
-// form, plain remote stores and 256 releasing arrives per tile, ran 34 % slower than b14) and block
-// 0's writer adds the sum of the
-// two (block 0's + block 1's, in that order): one fp32 partial per query row for 256 keys instead of
-// two, half the reductions into L2 (the lab's controls put those at 0.26 ms of b14's 1.70 at 8×2048).
-// The deterministic order is then over pairs (key blocks of 256).
-enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2, kDqWriter = 3, kDqWriterNoAdd = 4, kDqWriterNoMma = 5, kDqPair = 6 };
+enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2, kDqWriter = 3, kDqWriterNoAdd = 4, kDqWriterNoMma = 5 };
 
 template <int BM, int WGS, int DQM = kDqMma>
 struct WgBwdTraits {
@@ -292,14 +235,13 @@ struct WgBwdTraits {
     // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx] (kDqWgmma, kDqWriter: then
     // dSᵀ [kBN][BM]); then (kDqNone, kDqMma) K padded, the row statistics (two stages of [lse2 | D]),
     // (kDqNone, kDqMma) dSᵀ padded, (kDqWriter) the dQ buffers and their mbarriers, and the ticket.
-    static constexpr bool kPadded = DQM < kDqWgmma, kWriter = DQM >= kDqWriter, kPair = DQM == kDqPair;
+    static constexpr bool kPadded = DQM < kDqWgmma, kWriter = DQM >= kDqWriter;
     static constexpr int kBlockThreads = kThreads + (kWriter ? 128 : 0), kLdq = 64 + 8;
     static constexpr size_t kDs = kPadded ? 0 : size_t(kBN) * kRow;
     static constexpr size_t kSw = 2 * kKV + 4 * kQ + kDs;
     static constexpr size_t kKp = kPadded ? size_t(kBN) * kLds * 2 : 0, kSp = kPadded ? size_t(kBN) * kLdsS * 2 : 0;
-    // kDqWriter: two fp32 dQ buffers [BM][64 + 8] and their full/empty mbarriers (kDqPair: then two
-    // more, block 1's partials, in block 0).
-    static constexpr size_t kDqb = kWriter ? (kPair ? 4 : 2) * size_t(BM) * kLdq * sizeof(float) + 32 : 0;
+    // kDqWriter: two fp32 dQ buffers [BM][64 + 8] and their full/empty mbarriers.
+    static constexpr size_t kDqb = kWriter ? 2 * size_t(BM) * kLdq * sizeof(float) + 32 : 0;
     static constexpr size_t kSmem = 1024 + kSw + kKp + size_t(4 * BM) * sizeof(float) + kSp + kDqb + 16;
     static_assert(BM == 64, "query tiles of 64 rows (the generated m64nBMk16 shapes)");
     static_assert(WGS == 1 || WGS == 2, "one or two warpgroups");
@@ -379,45 +321,26 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     float *sStat = reinterpret_cast<float *>(gen + Tr::kSw + Tr::kKp);     // 2 stages of [lse2 | D]
     T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                          // dSᵀ [BN][BM + 8]
     float *sDq = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(sS) + Tr::kSp);  // kDqWriter
-    const uint32_t dq_bar = smem_addr(sDq + (Tr::kPair ? 4 : 2) * BM * Tr::kLdq);  // full 0, full 1, empty 0, empty 1
+    const uint32_t dq_bar = smem_addr(sDq + 2 * BM * Tr::kLdq);  // full 0, full 1, empty 0, empty 1
     int *sTicket = reinterpret_cast<int *>(reinterpret_cast<unsigned char *>(sDq) + Tr::kDqb);
     const uint32_t sDs = sQ0 + uint32_t(4 * Tr::kQ);  // kDqWgmma: dSᵀ [BN][BM], swizzled, rho16 rows
     unsigned char *const gDs = gen + 2 * Tr::kKV + 4 * Tr::kQ;
 
     int *ticket = p.counters + int64_t(p.batch) * p.heads * p.q_tiles;
-    // kDqPair: this block's rank in its pair; the pair's item (c, bh) comes from block 0's ticket, and
-    // block 1 takes part (partner) unless its keys are all past the length.
-    const int crank = Tr::kPair ? int(cluster_rank()) : 0;
-    auto pair_partner = [&](int it) {
-        const int bb = (it / p.m_blocks) / p.heads;
-        return (2 * (it % p.m_blocks) + 1) * BN < key_limit(p, bb);
-    };
     if (threadIdx.x == 0) {
-        if (crank == 0) {
-            const int t = atomicAdd(ticket, 1);
-            *sTicket = t;
-            if constexpr (Tr::kPair) st_cluster_u32(cluster_map(smem_addr(sTicket), 1), uint32_t(t));
-        }
+        *sTicket = atomicAdd(ticket, 1);
         if constexpr (Tr::kWriter) {
-            // kDqPair: block 1's partial lands in block 0's buffers as transaction bytes on block 0's
-            // full barriers; block 0's writer frees them with one arrive on block 1's empty barriers.
             for (int i = 0; i < 2; ++i) {
-                mbar_init(dq_bar + 8 * i, Tr::kThreads);                        // every consumer thread's partial written
-                mbar_init(dq_bar + 16 + 8 * i, Tr::kPair && crank == 1 ? 1 : 128);  // every writer thread done reading
+                mbar_init(dq_bar + 8 * i, Tr::kThreads);  // every consumer thread's partial written
+                mbar_init(dq_bar + 16 + 8 * i, 128);      // every writer thread done reading
             }
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         }
     }
-    if constexpr (Tr::kPair)
-        cluster_sync();  // the ticket in both blocks, every mbarrier initialised before any remote arrive
-    else
-        __syncthreads();
+    __syncthreads();
     const int item = *sTicket;
-    const int jb = Tr::kPair ? 2 * (item % p.m_blocks) + crank : item % p.m_blocks, bh = item / p.m_blocks;
+    const int jb = item % p.m_blocks, bh = item / p.m_blocks;
     const int b = bh / p.heads, h = bh % p.heads, S = p.seq;
-    // The unit of the dQ order: the key block, or with kDqPair the pair (ju, BU keys).
-    const int ju = Tr::kPair ? jb >> 1 : jb, BU = Tr::kPair ? 2 * BN : BN;
-    const bool partner = Tr::kPair && pair_partner(item);
     const int k0 = jb * BN, q_rows = seq_rows(p, b);
     const int64_t ld = 3 * int64_t(p.hidden), row0 = seq_row0(p, b);
     const T *gq = static_cast<const T *>(p.qkv) + row0 * ld + int64_t(h) * 64;
@@ -441,12 +364,9 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
                 gdq[(x / 64) * ld + x % 64] = from_float<T>(0.0f);
         return;
     }
-    const int nk = (kv_len + BU - 1) / BU;  // units of the dQ order
-    // kDqPair: both blocks of the pair walk the pair's tiles (block 1's first ones, before its keys
-    // under causal masking, give zero).
-    const int nq = bwd_q_tiles(p, q_rows, BM), m_first = p.causal ? (Tr::kPair ? ju * BU / BM : k0 / BM) : 0;
-    const int n_steps = nq - m_first;
-    auto tile_at = [&](int step) { return p.causal || !p.dq_order ? m_first + step : (ju + step) % nq; };
+    const int nk = (kv_len + BN - 1) / BN;
+    const int nq = bwd_q_tiles(p, q_rows, BM), m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
+    auto tile_at = [&](int step) { return p.causal || !p.dq_order ? m_first + step : (jb + step) % nq; };
     const float *lse2 = p.lse2 + row_base, *dsum = p.dsum + row_base;
     // The consumers' barrier: the whole block, or with a writer warpgroup the 256 consumer threads.
     auto csync = [] {
@@ -461,36 +381,15 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
                       "setmaxnreg split beyond the block's registers");
         if (threadIdx.x >= Tr::kThreads) {  // the writer: the registers go to the consumers
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWriterRegs) : "memory");
-            if (crank == 1) return;  // kDqPair: block 0's writer adds the pair's partials
             for (int step = 0; step < n_steps; ++step) {
                 const int u = step >> 1, bf = step & 1;
-                mbar_wait_bounded<Tr::kPair>(dq_bar + 8 * bf, u & 1);
-                if constexpr (Tr::kPair) {
-                    if (partner) {  // block 1's partial into this block's, then its buffer is free again
-                        const int wt = threadIdx.x - Tr::kThreads;
-                        float *x = sDq + bf * BM * Tr::kLdq + (wt & 63) * Tr::kLdq + (wt >> 6) * 32;
-                        const float *y = x + 2 * BM * Tr::kLdq;
-#pragma unroll
-                        for (int c = 0; c < 32; c += 4) {
-                            float4 a = *reinterpret_cast<const float4 *>(x + c);
-                            const float4 v = *reinterpret_cast<const float4 *>(y + c);
-                            a.x += v.x;
-                            a.y += v.y;
-                            a.z += v.z;
-                            a.w += v.w;
-                            *reinterpret_cast<float4 *>(x + c) = a;
-                        }
-                        asm volatile("bar.sync 2, 128;\n" ::: "memory");  // every writer thread done reading y
-                        if (wt == 0) mbar_arrive_cluster(cluster_map(dq_bar + 16 + 8 * bf, 1));
-                    }
-                }
+                mbar_wait_bounded(dq_bar + 8 * bf, u & 1);
                 if constexpr (DQM == kDqWriterNoAdd)
                     mbar_arrive(dq_bar + 16 + 8 * bf);
                 else
-                    bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, ju, BU,
+                    bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
                                     tile_at(step), BM, nk, gdq, ld, q_rows, dq_bar + 16 + 8 * bf);
             }
-            if constexpr (Tr::kPair) cluster_sync();  // block 1 stays until the last remote arrive
             return;
         }
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs) : "memory");
@@ -541,18 +440,6 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     // use two steps before.
     auto to_writer = [&](const float (&d)[DQT][4], int step) {
         const int u = step >> 1, bf = step & 1;
-        if (Tr::kPair && crank == 1) {  // into block 0's second pair of buffers, freed by block 0's writer
-            if (u > 0) mbar_wait<true>(dq_bar + 16 + 8 * bf, (u - 1) & 1);
-            const uint32_t buf = cluster_map(
-                smem_addr(sDq + (2 + bf) * BM * Tr::kLdq + (16 * wm + g) * Tr::kLdq + wn * DQT * 8 + 2 * t), 0);
-            const uint32_t full = cluster_map(dq_bar + 8 * bf, 0);
-#pragma unroll
-            for (int nt = 0; nt < DQT; ++nt) {
-                st_async_f2(buf + 4u * uint32_t(nt * 8), d[nt][0], d[nt][1], full);
-                st_async_f2(buf + 4u * uint32_t(8 * Tr::kLdq + nt * 8), d[nt][2], d[nt][3], full);
-            }
-            return;
-        }
         if (u > 0) mbar_wait(dq_bar + 16 + 8 * bf, (u - 1) & 1);
         float *buf = sDq + bf * BM * Tr::kLdq + (16 * wm + g) * Tr::kLdq + wn * DQT * 8 + 2 * t;
 #pragma unroll
@@ -560,10 +447,7 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
             *reinterpret_cast<float2 *>(buf + nt * 8) = make_float2(d[nt][0], d[nt][1]);
             *reinterpret_cast<float2 *>(buf + 8 * Tr::kLdq + nt * 8) = make_float2(d[nt][2], d[nt][3]);
         }
-        if (Tr::kPair && partner && threadIdx.x == 0)  // block 1's partial: 16 bytes per n8 tile and thread
-            mbar_expect(dq_bar + 8 * bf, uint32_t(16 * DQT * Tr::kThreads));
-        else
-            mbar_arrive(dq_bar + 8 * bf);
+        mbar_arrive(dq_bar + 8 * bf);
     };
     DqOwed owed;
     for (int step = 0; step < n_steps; ++step) {
@@ -678,7 +562,6 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     }
 
     bwd_store_kv(p, keys, gdq, ld, dk, dv);
-    if constexpr (Tr::kPair) cluster_sync();  // no block leaves while the other may still map its memory
 #else
     (void)p;
     __trap();  // built for another target: launched only from sm_90a objects (the lab: DST_LAB_SM90A)
@@ -695,32 +578,10 @@ cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
     p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
     const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
-    if constexpr (Tr::kPair) {  // p.m_blocks counts pairs; the step order needs all of a (batch, head) resident
-        p.m_blocks = (p.m_blocks + 1) / 2;
-        const dim3 grid(static_cast<unsigned>(2 * int64_t(p.m_blocks) * p.batch * p.heads));
-        if (order < 0 && e == cudaSuccess) {
-            cudaLaunchConfig_t cfg{};
-            cfg.gridDim = grid;
-            cfg.blockDim = dim3(Tr::kBlockThreads);
-            cfg.dynamicSmemBytes = Tr::kSmem;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = 2;
-            attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
-            int clusters = 0;
-            e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-            order = p.m_blocks <= clusters;
-        }
-        p.dq_order = order != 0;
-        if (e == cudaSuccess) e = launch_cluster(kernel, grid, Tr::kBlockThreads, Tr::kSmem, stream, 2u, p);
-    } else {
-        if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kBlockThreads, Tr::kSmem, p, order);
-        if (e != cudaSuccess) return e;
-        e = launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kBlockThreads,
-                             Tr::kSmem, stream, p);
-    }
+    if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kBlockThreads, Tr::kSmem, p, order);
+    if (e != cudaSuccess) return e;
+    e = launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kBlockThreads,
+                         Tr::kSmem, stream, p);
     return e != cudaSuccess ? e : bwd_dq_convert<T, 64>(p, stream);
 }
 

@@ -56,14 +56,12 @@ inline bool dependent_launch_enabled() {
     return s > 0;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) in clusters of cluster_x blocks along x (grid.x a
-// multiple of it; 0: no clusters), as a programmatic dependent of the stream's previous kernel where
-// dependent_launch_enabled(). The kernel must begin with DST_GRID_DEPENDENCY().
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's previous
+// kernel where dependent_launch_enabled(). The kernel must begin with DST_GRID_DEPENDENCY().
 template <typename... P, typename... A>
-cudaError_t launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                           unsigned cluster_x, A &&...args) {
-    const bool dependent = dependent_launch_enabled();
-    if (!dependent && cluster_x == 0) {
+cudaError_t launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             A &&...args) {
+    if (!dependent_launch_enabled()) {
         kernel<<<grid, block, smem, stream>>>(std::forward<A>(args)...);
         return cudaGetLastError();
     }
@@ -72,29 +70,12 @@ cudaError_t launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t s
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[2];
-    unsigned n = 0;
-    if (dependent) {
-        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[n].val.programmaticStreamSerializationAllowed = 1;
-        ++n;
-    }
-    if (cluster_x != 0) {
-        attr[n].id = cudaLaunchAttributeClusterDimension;
-        attr[n].val.clusterDim.x = cluster_x;
-        attr[n].val.clusterDim.y = attr[n].val.clusterDim.z = 1;
-        ++n;
-    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = n;
+    cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
-}
-
-// launch_cluster without clusters: the launch every kernel of the library takes.
-template <typename... P, typename... A>
-cudaError_t launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                             A &&...args) {
-    return launch_cluster(kernel, grid, block, smem, stream, 0u, std::forward<A>(args)...);
 }
 
 }  // namespace cuda
