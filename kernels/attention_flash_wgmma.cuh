@@ -79,23 +79,17 @@ __device__ __forceinline__ void mbar_wait_bounded(uint32_t a, uint32_t parity) {
     }
 }
 // Bulk (TMA) reduction: `bytes` (a multiple of 16) of fp32 in shared memory at s added into global
-// memory at g by the async proxy; commit closes this thread's bulk group, bulk_wait waits for its
-// groups to complete (kRead: only their reads of shared memory). A generic-proxy write to shared
-// memory needs fence_proxy_async before a bulk operation of this thread reads it.
+// memory at g by the async proxy, in a bulk group of its own; bulk_wait_read waits until this
+// thread's bulk groups have read their shared memory, bulk_wait until they are complete. A generic-proxy write to that shared memory
+// needs wg::fence_proxy_async before a bulk operation of this thread reads it.
 __device__ __forceinline__ void bulk_reduce_add_f32(float *g, uint32_t s, uint32_t bytes) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(g), "r"(s),
-                 "r"(bytes)
-                 : "memory");
+    asm volatile(
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n cp.async.bulk.commit_group;\n" ::"l"(g),
+        "r"(s), "r"(bytes)
+        : "memory");
 }
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-template <bool kRead>
-__device__ __forceinline__ void bulk_wait() {
-    if constexpr (kRead)
-        asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-    else
-        asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 // Inverse of perm16: the row n (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int perm16_inv(int x) { return 8 * ((x >> 1) & 1) + 2 * (x >> 2) + (x & 1); }
 
@@ -231,7 +225,8 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // per SM as two blocks of one (b6). The dQ product on wgmma (b11) took 5 % off b8 at 8×2048; what
 // dQ still costs is its adds and their order (the lab's b8n), not the product. Handing the adds to
 // a writer warpgroup (b14) took 9 % off b11 at 8×2048 and 14 % at 2×8192 with dropout (deterministic),
-// but costs at S ≤ 512 and without dropout, where the library keeps b11.
+// but costs at S ≤ 512 and without dropout, where the library keeps b11 for the deterministic
+// backward; in stochastic mode, its adds as bulk reductions, b14 is the faster at every S.
 // K and V rows are stored in rho16 order within each 16 keys (row r holds key rho16(r)), so that the
 // accumulator rows of lane g are keys 2g and 2g + 1, the layout bwd_tile and the Philox pairing assume.
 // How the backward forms a tile's partial dQ: kDqMma, mma.sync over dSᵀ and a padded copy of K (b8);
@@ -239,23 +234,12 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // accumulator's rho16 row order, B the swizzled K tile itself; b11); kDqNone, no dQ at all (the
 // lab's timing control b8n: b8's copies and shared memory without the product and its adds);
 // kDqWriter, kDqWgmma with the adds made by a third warpgroup (b14; the library's from S = 1024 with
-// dropout, kernels/sm90/attention_flash_wgmma.cu): the consumers leave each partial in one of two
+// dropout, and stochastic at every S, kernels/sm90/attention_flash_wgmma.cu): the consumers leave each partial in one of two
 // shared buffers and go on, the writer waits for its turn and adds; same order, roles and arithmetic
 // as bwd_dq_add.
 // The lab's timing controls on b14 (their dQ is not the result): kDqWriterNoAdd (b14a, the writer
 // makes no global adds) and kDqWriterNoMma (b14q, no dQ product: the writer adds zeros).
-// kDqBulk, kDqBulkTile (the lab's b19, b20): kDqWriter with the writer's adds as bulk (TMA)
-// reductions, per row or per tile (bwd_dq_write).
-enum : int {
-    kDqNone = 0,
-    kDqMma = 1,
-    kDqWgmma = 2,
-    kDqWriter = 3,
-    kDqWriterNoAdd = 4,
-    kDqWriterNoMma = 5,
-    kDqBulk = 6,
-    kDqBulkTile = 7
-};
+enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2, kDqWriter = 3, kDqWriterNoAdd = 4, kDqWriterNoMma = 5 };
 
 template <int BM, int WGS, int DQM = kDqMma>
 struct WgBwdTraits {
@@ -265,8 +249,7 @@ struct WgBwdTraits {
     // dSᵀ [kBN][BM]); then (kDqNone, kDqMma) K padded, the row statistics (two stages of [lse2 | D]),
     // (kDqNone, kDqMma) dSᵀ padded, (kDqWriter) the dQ buffers and their mbarriers, and the ticket.
     static constexpr bool kPadded = DQM < kDqWgmma, kWriter = DQM >= kDqWriter;
-    // kDqBulkTile: unpadded dQ buffer rows (one bulk reduction per tile reads the buffer whole).
-    static constexpr int kBlockThreads = kThreads + (kWriter ? 128 : 0), kLdq = DQM == kDqBulkTile ? 64 : 64 + 8;
+    static constexpr int kBlockThreads = kThreads + (kWriter ? 128 : 0), kLdq = 64 + 8;
     static constexpr size_t kDs = kPadded ? 0 : size_t(kBN) * kRow;
     static constexpr size_t kSw = 2 * kKV + 4 * kQ + kDs;
     static constexpr size_t kKp = kPadded ? size_t(kBN) * kLds * 2 : 0, kSp = kPadded ? size_t(kBN) * kLdsS * 2 : 0;
@@ -285,12 +268,12 @@ DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 // same order, turns, first/last roles and arithmetic), then arrives on `empty` (buf may be
 // rewritten). Thread wt owns row wt % 64, columns 32·(wt / 64) … + 31. The turn's release follows a
 // barrier of the writer warpgroup (named barrier 2), as dq_publish's follows the block's.
-// kBulk (the lab's b19, b20): the adds into the accumulator (stochastic mode, and the middle turns of
-// the deterministic order) are bulk reductions instead of the threads' red.global adds: 1, one per
-// row of 256 bytes issued by writer threads 0…63; 2, one for the whole tile (buf unpadded, ldq = 64)
-// issued by thread 0 when every row of the tile is a query row (else as 1). In the deterministic
-// order a turn is released once they have completed.
-template <typename T, int kBulk = 0>
+// In stochastic mode the adds are bulk reductions (cp.reduce.async.bulk), one per row of 256 bytes
+// issued by writer threads 0…63, instead of the threads' red.global adds: 4–14 % off the backward
+// at S ≥ 512 (the lab's b19 against b14, 2026-12-04). The deterministic order keeps red.global: a
+// turn may pass only once its adds are complete, and waiting for bulk reductions to complete made
+// the chain of turns slower (b19, and b20 with one reduction per 16 KB tile).
+template <typename T>
 DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, int ldq, int wt, int bh, int jb, int BN, int mb,
                               int BM, int nk, T *gdq, int64_t ld, int q_rows, uint32_t empty) {
     const int r = wt & 63, c0 = (wt >> 6) * 32, i = mb * BM + r;
@@ -299,32 +282,13 @@ DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, int ldq, int wt
     float *acc = p.dq_accum + (uint64_t(bh) * uint64_t(p.seq) + uint64_t(i)) * 64u + c0;
     T *out = gdq + int64_t(i) * ld + c0;
     auto wsync = [] { asm volatile("bar.sync 2, 128;\n" ::: "memory"); };
-    // Threads 0…63 (c0 = 0): row r's 64 values, src and acc at the row's start.
-    const bool whole = kBulk == 2 && (mb + 1) * BM <= q_rows;
-    const bool issues = whole ? wt == 0 : ok && wt < 64;
-    auto bulk_issue = [&] {
-        fence_proxy_async();  // the consumers' stores to buf, acquired through the full barrier
-        if (whole)
-            bulk_reduce_add_f32(p.dq_accum + (uint64_t(bh) * uint64_t(p.seq) + uint64_t(mb * BM)) * 64u, smem_addr(buf),
-                                uint32_t(BM * 64 * sizeof(float)));
-        else
-            bulk_reduce_add_f32(acc, smem_addr(src), 64 * sizeof(float));
-        bulk_commit();
-    };
-    if constexpr (kBulk != 0) {
-        if (!p.deterministic) {
-            if (issues) {
-                bulk_issue();
-                bulk_wait<true>();
-            }
-            mbar_arrive(empty);
-            return;
-        }
-    }
     if (!p.deterministic) {
-        if (ok)
-#pragma unroll 2
-            for (int c = 0; c < 32; c += 4) red_add4(acc + c, *reinterpret_cast<const float4 *>(src + c));
+        if (ok && wt < 64) {  // c0 = 0: src and acc at the start of row r
+            wg::fence_proxy_async();  // the consumers' stores to buf (acquired through the full barrier),
+                                      // visible to the async proxy
+            bulk_reduce_add_f32(acc, smem_addr(src), 64 * sizeof(float));
+            bulk_wait_read();  // buf read: it may be rewritten
+        }
         mbar_arrive(empty);
         return;
     }
@@ -333,19 +297,6 @@ DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, int ldq, int wt
     if (!first) {
         if (wt == 0) wait_turn(turn.cnt, turn.rank);
         wsync();
-    }
-    if constexpr (kBulk != 0) {
-        if (!first && !last) {
-            if (issues) {
-                bulk_issue();
-                bulk_wait<false>();
-                fence_proxy_async();  // the completed reductions before the generic release below
-            }
-            mbar_arrive(empty);
-            wsync();
-            if (wt == 0) st_release(turn.cnt, turn.rank + 1);
-            return;
-        }
     }
     if (ok) {
         const float sc = p.scale;
@@ -457,9 +408,10 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
                 if constexpr (DQM == kDqWriterNoAdd)
                     mbar_arrive(dq_bar + 16 + 8 * bf);
                 else
-                    bwd_dq_write<T, DQM == kDqBulk ? 1 : DQM == kDqBulkTile ? 2 : 0>(p, sDq + bf * BM * Tr::kLdq, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
+                    bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
                                     tile_at(step), BM, nk, gdq, ld, q_rows, dq_bar + 16 + 8 * bf);
             }
+            if (!p.deterministic) bulk_wait();  // the stochastic adds complete before the block ends
             return;
         }
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs) : "memory");

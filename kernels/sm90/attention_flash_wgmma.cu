@@ -18,14 +18,16 @@ cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
 }
 
 // The lab's b11: two warpgroups, 128 keys per block, query tiles of 64, 1 block per SM, the partial
-// dQ on warpgroup MMAs; from kWriterMinSeq keys on with dropout, the lab's b14: b11 with a third
-// warpgroup making the dQ adds. b14 measured against b11 (fp16, 16 heads, dropout 0.1, deterministic
-// / stochastic): 16×1024 −4 / −4 %, 8×2048 −9 / −4 %, 2×8192 −14 / −5 %; but 16×512 +7 / −3 %,
-// 64×128 +24 / −1 %, and without dropout +1 / +5 % at 8×2048 (bench/RESULTS.md, 2026-12-04).
+// dQ on warpgroup MMAs; the lab's b14: b11 with a third warpgroup making the dQ adds. Deterministic,
+// b14 from kWriterMinSeq keys on with dropout; measured against b11 (fp16, 16 heads, dropout 0.1):
+// 16×1024 −4 %, 8×2048 −9 %, 2×8192 −14 %; but 16×512 +7 %, 64×128 +24 %, and without dropout +1 % at
+// 8×2048 (bench/RESULTS.md, 2026-12-04). Stochastic (more than one key block: p.deterministic is set
+// for one), b14 everywhere, its adds bulk reductions since then: against b11, 16×512 −6 %, 8×2048 −9 %,
+// −14 % without dropout (bench/RESULTS.md, 2026-12-04, eighth session).
 constexpr int kWriterMinSeq = 1024;
 cudaError_t bwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
     constexpr int kW = kWgBwdWarpgroups;
-    if (p.dropout && p.seq >= kWriterMinSeq)
+    if (!p.deterministic || (p.dropout && p.seq >= kWriterMinSeq))
         return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, kDqWriter>(p, stream)
                     : launch_bwd_wgmma<__half, 64, 1, kW, kDqWriter>(p, stream);
     return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, kDqWgmma>(p, stream)

@@ -1030,13 +1030,21 @@ struct AttnBwdRuns {
 // order varies: close to the deterministic result (same tolerance as against the CPU twin), and
 // allowed to differ in the last bits (the count is printed, not asserted: equal runs are possible).
 // S = 1000 and S = 1280 (on sm_90 the second takes the backward whose dQ adds a writer warpgroup
-// makes: S ≥ 1024 with dropout).
+// makes: S ≥ 1024 with dropout; stochastic mode takes it at every S of more than one key block, its
+// adds as bulk reductions, one per query row: S = 4097 ends in a partial query tile), and a causal
+// case without dropout. (AttnBwdRuns takes the mask as key lengths.)
 TEST(CudaBackend, AttentionBackwardDeterministicUnlessStochastic) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    const AttnShape shapes[] = {
+        {4, 1000, 4, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
+        {2, 1280, 4, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
+        {1, 4097, 2, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
+        {2, 700, 3, 64, DST_MASK_KEY_LENGTHS, false, true, 0.0, true, false},
+    };
     for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16}) {
-        for (int64_t S : {int64_t(1000), int64_t(1280)}) {
-            SCOPED_TRACE(std::string(dst_dtype_string(dt)) + " S " + std::to_string(S));
-            const AttnShape shape{S == 1000 ? 4 : 2, S, 4, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false};
+        for (const AttnShape &shape : shapes) {
+            const int64_t S = shape.s;
+            SCOPED_TRACE(std::string(dst_dtype_string(dt)) + " " + attn_name(shape));
             AttnBwdRuns runs(*backends().gpu, dt, shape, 5);
             const HostBuf g1 = runs.backward(false), g2 = runs.backward(false), g3 = runs.backward(true);
             EXPECT_EQ(g1.bytes, g2.bytes) << "deterministic backward differs between two runs";
