@@ -239,10 +239,7 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // as bwd_dq_add.
 // The lab's timing controls on b14 (their dQ is not the result): kDqWriterNoAdd (b14a, the writer
 // makes no global adds) and kDqWriterNoMma (b14q, no dQ product: the writer adds zeros).
-// kDqHalves (the lab's b21): kDqWriter whose deterministic adds are bulk reductions made by the two
-// halves of the writer warpgroup in turn, even steps by threads 0…63 and odd ones by 64…127 (see
-// bwd_dq_write_half), so that one half waits for its reductions to complete while the other works.
-enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2, kDqWriter = 3, kDqWriterNoAdd = 4, kDqWriterNoMma = 5, kDqHalves = 6 };
+enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2, kDqWriter = 3, kDqWriterNoAdd = 4, kDqWriterNoMma = 5 };
 
 template <int BM, int WGS, int DQM = kDqMma>
 struct WgBwdTraits {
@@ -252,8 +249,7 @@ struct WgBwdTraits {
     // dSᵀ [kBN][BM]); then (kDqNone, kDqMma) K padded, the row statistics (two stages of [lse2 | D]),
     // (kDqNone, kDqMma) dSᵀ padded, (kDqWriter) the dQ buffers and their mbarriers, and the ticket.
     static constexpr bool kPadded = DQM < kDqWgmma, kWriter = DQM >= kDqWriter;
-    // kDqHalves: unpadded dQ buffer rows (one bulk reduction reads a whole tile).
-    static constexpr int kBlockThreads = kThreads + (kWriter ? 128 : 0), kLdq = DQM == kDqHalves ? 64 : 64 + 8;
+    static constexpr int kBlockThreads = kThreads + (kWriter ? 128 : 0), kLdq = 64 + 8;
     static constexpr size_t kDs = kPadded ? 0 : size_t(kBN) * kRow;
     static constexpr size_t kSw = 2 * kKV + 4 * kQ + kDs;
     static constexpr size_t kKp = kPadded ? size_t(kBN) * kLds * 2 : 0, kSp = kPadded ? size_t(kBN) * kLdsS * 2 : 0;
@@ -325,70 +321,6 @@ DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, int ldq, int wt
     if (!last) {
         wsync();
         if (wt == 0) st_release(turn.cnt, turn.rank + 1);
-    }
-}
-
-// kDqHalves' deterministic writer: half h (threads 64h … 64h + 63, thread r of the half owns row r)
-// takes the steps of parity h. The same order, turns, roles and arithmetic as bwd_dq_write; a middle
-// turn is one bulk reduction of the whole tile (buf unpadded, ldq = 64) by thread r = 0 when every
-// row is a query row, else one per query row; the turn is released (named barrier 3 + h of the half,
-// then st_release) once they have completed. Rows are read with their 16-byte chunks in a rotated
-// order (chunk (k + r) mod 16), which keeps the unpadded rows free of bank conflicts.
-template <typename T>
-DST_WGA_DEV void bwd_dq_write_half(const Params &p, const float *buf, int half, int r, int bh, int jb, int BN, int mb,
-                                   int BM, int nk, T *gdq, int64_t ld, int q_rows, uint32_t empty) {
-    const int i = mb * BM + r;
-    const bool ok = i < q_rows, whole = (mb + 1) * BM <= q_rows;
-    const float *src = buf + r * 64;
-    float *acc = p.dq_accum + (uint64_t(bh) * uint64_t(p.seq) + uint64_t(i)) * 64u;
-    T *out = gdq + int64_t(i) * ld;
-    auto hsync = [half] {
-        if (half == 0)
-            asm volatile("bar.sync 3, 64;\n" ::: "memory");
-        else
-            asm volatile("bar.sync 4, 64;\n" ::: "memory");
-    };
-    const DqTurn turn = dq_turn(p, bh, jb, mb, nk, p.q_tiles, BM, BN);
-    const bool first = turn.first, last = turn.last, middle = !first && !last;
-    if (!first) {
-        if (r == 0) wait_turn(turn.cnt, turn.rank);
-        hsync();
-    }
-    const bool issues = middle && (whole ? r == 0 : ok);
-    if (issues) {
-        wg::fence_proxy_async();  // the consumers' stores to buf, visible to the async proxy
-        if (whole)
-            bulk_reduce_add_f32(p.dq_accum + (uint64_t(bh) * uint64_t(p.seq) + uint64_t(mb * BM)) * 64u, smem_addr(buf),
-                                uint32_t(BM * 64 * sizeof(float)));
-        else
-            bulk_reduce_add_f32(acc, smem_addr(src), 64 * sizeof(float));
-        bulk_wait_read();
-    } else if (!middle && ok) {
-        const float sc = p.scale;
-#pragma unroll 2
-        for (int k = 0; k < 16; ++k) {
-            const int c = ((k + r) & 15) * 4;
-            const float4 v = *reinterpret_cast<const float4 *>(src + c);
-            if (first && last) {
-                store2(out, c, 64, v.x * sc, v.y * sc);
-                store2(out, c + 2, 64, v.z * sc, v.w * sc);
-            } else if (last) {
-                const float4 q = __ldcg(reinterpret_cast<const float4 *>(acc + c));
-                store2(out, c, 64, (q.x + v.x) * sc, (q.y + v.y) * sc);
-                store2(out, c + 2, 64, (q.z + v.z) * sc, (q.w + v.w) * sc);
-            } else {
-                __stcg(reinterpret_cast<float4 *>(acc + c), v);
-            }
-        }
-    }
-    mbar_arrive(empty);
-    if (!last) {
-        if (issues) {
-            bulk_wait();
-            asm volatile("fence.proxy.async;\n" ::: "memory");  // the completed reductions before the release
-        }
-        hsync();
-        if (r == 0) st_release(turn.cnt, turn.rank + 1);
     }
 }
 
@@ -470,17 +402,10 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
                       "setmaxnreg split beyond the block's registers");
         if (threadIdx.x >= Tr::kThreads) {  // the writer: the registers go to the consumers
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWriterRegs) : "memory");
-            const int wt = threadIdx.x - Tr::kThreads;
             for (int step = 0; step < n_steps; ++step) {
                 const int u = step >> 1, bf = step & 1;
                 mbar_wait_bounded(dq_bar + 8 * bf, u & 1);
-                if (DQM == kDqHalves && p.deterministic) {  // the other half's step: only free the buffer
-                    if ((wt >> 6) != bf)
-                        mbar_arrive(dq_bar + 16 + 8 * bf);
-                    else
-                        bwd_dq_write_half<T>(p, sDq + bf * BM * Tr::kLdq, bf, wt & 63, bh, jb, BN, tile_at(step), BM,
-                                             nk, gdq, ld, q_rows, dq_bar + 16 + 8 * bf);
-                } else if constexpr (DQM == kDqWriterNoAdd)
+                if constexpr (DQM == kDqWriterNoAdd)
                     mbar_arrive(dq_bar + 16 + 8 * bf);
                 else
                     bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
