@@ -38,7 +38,8 @@ Columns, per layer (a call of the 4-layer stack / 4; gemms alone: one layer's GE
                     S <= 512, (3, 5, 2) for S <= 2048, (3, 2, 2) above
   ratio             the row's fwd+bwd time / torch.compile + SDPA's (< 1: faster than torch.compile);
                     each case ends with "speedup vs compile" = torch.compile's time / ours (> 1: ours
-                    is faster) for "ours, key lengths" and "ours, additive"
+                    is faster) for "ours, key lengths", "ours, additive" and "ours, key lengths,
+                    stochastic"
   infer ms/layer    a forward in inference mode (torch: eval() and no_grad; ours: training=0); for
                     torch.compile the first such call compiles the inference graph (its seconds are in
                     the JSON, infer_compile_s; the budget must hold half the training compilation for it;
@@ -125,7 +126,7 @@ OURS = [  # row name, key-length mask (else additive), configuration switches
                                               "gelu_checkpoint": 1}),
     ("ours, key lengths, stochastic", True, {"stochastic_mode": 1}),
 ]
-SPEEDUP_ROWS = ("ours, key lengths", "ours, additive")
+SPEEDUP_ROWS = ("ours, key lengths", "ours, additive", "ours, key lengths, stochastic")
 SKIPPED = "(skipped: time budget)"
 # The padding-distribution case: lengths uniform in [S/4, S] from this seed, at --padded-shapes.
 PADDING_SEED = 1234
