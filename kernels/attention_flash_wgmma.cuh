@@ -226,7 +226,7 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // dQ still costs is its adds and their order (the lab's b8n), not the product. Handing the adds to
 // a writer warpgroup (b14) took 9 % off b11 at 8×2048 and 14 % at 2×8192 with dropout (deterministic),
 // but costs at S ≤ 512 and without dropout, where the library keeps b11 for the deterministic
-// backward; in stochastic mode, its adds as bulk reductions, b14 is the faster at every S.
+// backward; in stochastic mode, its adds as bulk reductions, b14 is the faster from S = 512 on.
 // K and V rows are stored in rho16 order within each 16 keys (row r holds key rho16(r)), so that the
 // accumulator rows of lane g are keys 2g and 2g + 1, the layout bwd_tile and the Philox pairing assume.
 // How the backward forms a tile's partial dQ: kDqMma, mma.sync over dSᵀ and a padded copy of K (b8);
@@ -234,7 +234,7 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // accumulator's rho16 row order, B the swizzled K tile itself; b11); kDqNone, no dQ at all (the
 // lab's timing control b8n: b8's copies and shared memory without the product and its adds);
 // kDqWriter, kDqWgmma with the adds made by a third warpgroup (b14; the library's from S = 1024 with
-// dropout, and stochastic at every S, kernels/sm90/attention_flash_wgmma.cu): the consumers leave each partial in one of two
+// dropout, and stochastic from S = 512, kernels/sm90/attention_flash_wgmma.cu): the consumers leave each partial in one of two
 // shared buffers and go on, the writer waits for its turn and adds; same order, roles and arithmetic
 // as bwd_dq_add.
 // The lab's timing controls on b14 (their dQ is not the result): kDqWriterNoAdd (b14a, the writer

@@ -21,13 +21,14 @@ cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
 // dQ on warpgroup MMAs; the lab's b14: b11 with a third warpgroup making the dQ adds. Deterministic,
 // b14 from kWriterMinSeq keys on with dropout; measured against b11 (fp16, 16 heads, dropout 0.1):
 // 16×1024 −4 %, 8×2048 −9 %, 2×8192 −14 %; but 16×512 +7 %, 64×128 +24 %, and without dropout +1 % at
-// 8×2048 (bench/RESULTS.md, 2026-12-04). Stochastic (more than one key block: p.deterministic is set
-// for one), b14 everywhere, its adds bulk reductions since then: against b11, 16×512 −6 %, 8×2048 −9 %,
-// −14 % without dropout (bench/RESULTS.md, 2026-12-04, eighth session).
-constexpr int kWriterMinSeq = 1024;
+// 8×2048 (bench/RESULTS.md, 2026-12-04). Stochastic, b14 from kStochWriterMinSeq keys on, with or
+// without dropout, its adds bulk reductions since then: against b11, 16×512 −6 %, 8×2048 −9 %, −14 %
+// without dropout (bench/RESULTS.md, 2026-12-04, eighth session); shorter sequences (two or three key
+// blocks) keep b11, as b14 was not timed there.
+constexpr int kWriterMinSeq = 1024, kStochWriterMinSeq = 512;
 cudaError_t bwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
     constexpr int kW = kWgBwdWarpgroups;
-    if (!p.deterministic || (p.dropout && p.seq >= kWriterMinSeq))
+    if (p.deterministic ? p.dropout && p.seq >= kWriterMinSeq : p.seq >= kStochWriterMinSeq)
         return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, kDqWriter>(p, stream)
                     : launch_bwd_wgmma<__half, 64, 1, kW, kDqWriter>(p, stream);
     return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, kDqWgmma>(p, stream)

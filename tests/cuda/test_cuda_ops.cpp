@@ -1030,7 +1030,7 @@ struct AttnBwdRuns {
 // order varies: close to the deterministic result (same tolerance as against the CPU twin), and
 // allowed to differ in the last bits (the count is printed, not asserted: equal runs are possible).
 // S = 1000 and S = 1280 (on sm_90 the second takes the backward whose dQ adds a writer warpgroup
-// makes: S ≥ 1024 with dropout; stochastic mode takes it at every S of more than one key block, its
+// makes: S ≥ 1024 with dropout; stochastic mode takes it from S = 512 on, its
 // adds as bulk reductions, one per query row: S = 4097 ends in a partial query tile), and a causal
 // case without dropout. (AttnBwdRuns takes the mask as key lengths.)
 TEST(CudaBackend, AttentionBackwardDeterministicUnlessStochastic) {
