@@ -80,8 +80,9 @@ __device__ __forceinline__ void mbar_wait_bounded(uint32_t a, uint32_t parity) {
 }
 // Bulk (TMA) reduction: `bytes` (a multiple of 16) of fp32 in shared memory at s added into global
 // memory at g by the async proxy, in a bulk group of its own; bulk_wait_read waits until this
-// thread's bulk groups have read their shared memory, bulk_wait until they are complete. A generic-proxy write to that shared memory
-// needs wg::fence_proxy_async before a bulk operation of this thread reads it.
+// thread's bulk groups have read their shared memory, bulk_wait until they are complete. A
+// generic-proxy write to that shared memory needs wg::fence_proxy_async before a bulk operation of
+// this thread reads it.
 __device__ __forceinline__ void bulk_reduce_add_f32(float *g, uint32_t s, uint32_t bytes) {
     asm volatile(
         "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n cp.async.bulk.commit_group;\n" ::"l"(g),
@@ -234,9 +235,9 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // accumulator's rho16 row order, B the swizzled K tile itself; b11); kDqNone, no dQ at all (the
 // lab's timing control b8n: b8's copies and shared memory without the product and its adds);
 // kDqWriter, kDqWgmma with the adds made by a third warpgroup (b14; the library's from S = 1024 with
-// dropout, and stochastic from S = 512, kernels/sm90/attention_flash_wgmma.cu): the consumers leave each partial in one of two
-// shared buffers and go on, the writer waits for its turn and adds; same order, roles and arithmetic
-// as bwd_dq_add.
+// dropout, and stochastic from S = 512, kernels/sm90/attention_flash_wgmma.cu): the consumers leave
+// each partial in one of two shared buffers and go on, the writer waits for its turn and adds; same
+// order, roles and arithmetic as bwd_dq_add.
 // The lab's timing controls on b14 (their dQ is not the result): kDqWriterNoAdd (b14a, the writer
 // makes no global adds) and kDqWriterNoMma (b14q, no dQ product: the writer adds zeros).
 enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2, kDqWriter = 3, kDqWriterNoAdd = 4, kDqWriterNoMma = 5 };

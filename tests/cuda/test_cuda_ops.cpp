@@ -1002,13 +1002,14 @@ struct AttnBwdRuns {
         const int64_t H = a.heads * a.d, tokens = a.b * a.s;
         std::mt19937_64 rng(seed);
         std::uniform_real_distribution<double> u(-2.0, 2.0);
-        HostBuf qkv(dt, tokens * 3 * H), dctx(dt, tokens * H), lens(DST_DTYPE_INT32, a.b);
+        const Arg mask_spec = mask_arg(a, dt);  // key lengths [B] or an additive mask [B, S]
+        HostBuf qkv(dt, tokens * 3 * H), dctx(dt, tokens * H), mask(mask_spec.dt, mask_spec.count);
         for (int64_t i = 0; i < qkv.count; ++i) qkv.set(i, u(rng));
         for (int64_t i = 0; i < dctx.count; ++i) dctx.set(i, u(rng));
-        mask_arg(a, dt).fill(lens);
+        mask_spec.fill(mask);
         const HostBuf ctx(dt, tokens * H), lse(DST_DTYPE_FP32, a.b * a.heads * a.s), g(dt, count);
         dq = dev.put(qkv);
-        void *dm = dev.put(lens);
+        void *dm = dev.put(mask);
         dd = dev.put(dctx);
         dc = dev.put(ctx);
         dl = dev.put(lse);
@@ -1032,7 +1033,7 @@ struct AttnBwdRuns {
 // S = 1000 and S = 1280 (on sm_90 the second takes the backward whose dQ adds a writer warpgroup
 // makes: S ≥ 1024 with dropout; stochastic mode takes it from S = 512 on, its
 // adds as bulk reductions, one per query row: S = 4097 ends in a partial query tile), and a causal
-// case without dropout. (AttnBwdRuns takes the mask as key lengths.)
+// case without dropout.
 TEST(CudaBackend, AttentionBackwardDeterministicUnlessStochastic) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     const AttnShape shapes[] = {
