@@ -60,6 +60,9 @@
 //        took b19's form, and both were removed: commit 9e22d5d has them)
 //        (b21: the deterministic adds as bulk reductions by the writer's two halves on
 //        alternate steps: no faster with dropout; removed, commit 6509c8e has it)
+//        b11o, b14o = b11, b14 with the ascending dQ order (a tile's key blocks add in ticket order,
+//        every block walking the query tiles from the first) instead of the step order; timed
+//        with key lengths too under LAB_LENGTHS=1
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -729,13 +732,14 @@ std::vector<FwdVersion> fwd_versions() {
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma backward (kernels/attention_flash_wgmma.cuh): WGS warpgroups, 64·WGS keys, BM queries, MB blocks/SM.
-template <typename T, int BM, int MB, int WGS, int DQM = flash::kDqMma>
+// ORDER: the deterministic dQ order (launch_bwd_wgmma's: −1 the library's choice, 0 ascending key blocks).
+template <typename T, int BM, int MB, int WGS, int DQM = flash::kDqMma, int ORDER = -1>
 BwdVersion bwd_wgmma_version(const char *name) {
     using Tr = flash::WgBwdTraits<BM, WGS, DQM>;
     return {name, BM, 4 * WGS, MB,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQM>(p, 0);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQM>(p, 0, ORDER);
             },
             [] {
                 CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>, Tr::kSmem));
@@ -756,6 +760,8 @@ std::vector<BwdVersion> bwd_versions() {
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqNone>("b8n"));  // control: b8 without dQ
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWgmma>("b11"));
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter>("b14"));
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWgmma, 0>("b11o"));   // b11, ascending dQ order
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter, 0>("b14o"));  // b14, ascending dQ order
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriterNoAdd>("b14a"));  // control: no global adds
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriterNoMma>("b14q"));  // control: no dQ product
 #endif
@@ -815,7 +821,8 @@ void check_versions(bool bf16) {
         for (const BwdVersion &v : bwd_versions<T>()) {
             if (v.control) continue;
             // The causal case (k 4): the library's two backwards (and the versions after them) only.
-            const bool late = !std::strcmp(v.name, "b11") || !std::strcmp(v.name, "b14");
+            const bool late = !std::strcmp(v.name, "b11") || !std::strcmp(v.name, "b14") || !std::strcmp(v.name, "b11o") ||
+                              !std::strcmp(v.name, "b14o");
             if (k == 4 && !late) continue;
             // Deterministic mode: a second run must give the same bits.
             std::vector<uint16_t> runs[2];
@@ -1043,7 +1050,7 @@ int main(int argc, char **argv) {
         for (int bf : {0, 1}) {
             if ((bf && fp16_only) || (!bf && bf16_only)) continue;
             std::printf("dense %s GEMM 8192^3: %.0f TFLOP/s\n", bf ? "bf16" : "fp16", gemm_peak_tflops(bool(bf)));
-            struct Shape { int B, S; } shapes[] = {{64, 128}, {16, 512}, {16, 1024}, {8, 2048}, {2, 8192}, {1, 16384}};
+            struct Shape { int B, S; } shapes[] = {{64, 128}, {16, 512}, {16, 1024}, {8, 2048}, {4, 4096}, {2, 8192}, {1, 16384}};
             for (const Shape &s : shapes) {
                 for (int mask : {0, 2}) {
                     Bench bn(Case{s.B, s.S, 16, 64, mask, false, 0.1, true, bool(bf)});
@@ -1058,6 +1065,12 @@ int main(int argc, char **argv) {
                     } else if ((s.S == 512 || s.S == 1024) && mask == 0) {  // where the warp-specialised forward starts to pay
                         if (bf) time_versions<__nv_bfloat16>(bn, true);
                         else time_versions<__half>(bn, true);
+                    }
+                    // LAB_LENGTHS=1: the versions also with key lengths (the dQ order's waits depend on them).
+                    const char *with_lengths = std::getenv("LAB_LENGTHS");
+                    if (with_lengths && *with_lengths == '1' && mask == 2) {
+                        if (bf) time_versions<__nv_bfloat16>(bn);
+                        else time_versions<__half>(bn);
                     }
                     if ((s.S == 2048 || s.S == 128) && mask == 0) {
                         if (bf) time_versions<__nv_bfloat16>(bn);

@@ -25,14 +25,25 @@ cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
 // without dropout, its adds bulk reductions since then: against b11, 16×512 −6 %, 8×2048 −9 %, −14 %
 // without dropout (bench/RESULTS.md, 2026-12-04, eighth session); shorter sequences (two or three key
 // blocks) keep b11, as b14 was not timed there.
-constexpr int kWriterMinSeq = 1024, kStochWriterMinSeq = 512;
+// The order of the query tiles (and, deterministic, of a tile's dQ adds): the step order (each key
+// block starts at its own query tile) unless the ascending one (every key block walks the tiles from
+// the first, a tile's adds in ticket order) measured faster on the H200: in stochastic mode from
+// S = 512 (3–6 %: no turns to wait for, and the blocks of a (batch, head) work on the same query
+// tile at about the same time), and deterministic from kAscendingMinSeq keys on, where a (batch,
+// head) whose blocks straddle two waves of the dispatch makes the step order wait (2×8192: 8 % with
+// key lengths, 1 % without; 1×16384: 4 %), while at S ≤ 4096 the ascending order's turns cost 3–10 %
+// more (bench/RESULTS.md, 2026-12-04, ninth session). Causal calls keep the step order (descending
+// key blocks from the diagonal).
+constexpr int kWriterMinSeq = 1024, kStochWriterMinSeq = 512, kAscendingMinSeq = 8192;
 cudaError_t bwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
     constexpr int kW = kWgBwdWarpgroups;
+    const bool ascending = !p.causal && p.seq >= (p.deterministic ? kAscendingMinSeq : kStochWriterMinSeq);
+    const int order = ascending ? 0 : -1;
     if (p.deterministic ? p.dropout && p.seq >= kWriterMinSeq : p.seq >= kStochWriterMinSeq)
-        return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, kDqWriter>(p, stream)
-                    : launch_bwd_wgmma<__half, 64, 1, kW, kDqWriter>(p, stream);
-    return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, kDqWgmma>(p, stream)
-                : launch_bwd_wgmma<__half, 64, 1, kW, kDqWgmma>(p, stream);
+        return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, kDqWriter>(p, stream, order)
+                    : launch_bwd_wgmma<__half, 64, 1, kW, kDqWriter>(p, stream, order);
+    return bf16 ? launch_bwd_wgmma<__nv_bfloat16, 64, 1, kW, kDqWgmma>(p, stream, order)
+                : launch_bwd_wgmma<__half, 64, 1, kW, kDqWgmma>(p, stream, order);
 }
 
 }  // namespace flash

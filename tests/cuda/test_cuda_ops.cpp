@@ -1032,14 +1032,18 @@ struct AttnBwdRuns {
 // allowed to differ in the last bits (the count is printed, not asserted: equal runs are possible).
 // S = 1000 and S = 1280 (on sm_90 the second takes the backward whose dQ adds a writer warpgroup
 // makes: S ≥ 1024 with dropout; stochastic mode takes it from S = 512 on, its
-// adds as bulk reductions, one per query row: S = 4097 ends in a partial query tile), and a causal
-// case without dropout.
+// adds as bulk reductions, one per query row: S = 4097 ends in a partial query tile), a causal
+// case without dropout, and S ≥ 8192, where the deterministic backward adds a query tile's partials
+// in ascending key-block order (with and without dropout: both kernels), as stochastic mode's
+// kernel walks the query tiles from S = 512 on.
 TEST(CudaBackend, AttentionBackwardDeterministicUnlessStochastic) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     const AttnShape shapes[] = {
         {4, 1000, 4, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
         {2, 1280, 4, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
         {1, 4097, 2, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
+        {2, 8200, 2, 64, DST_MASK_KEY_LENGTHS, false, false, 0.1, true, false},
+        {1, 8192, 2, 64, DST_MASK_KEY_LENGTHS, false, false, 0.0, true, false},
         {2, 700, 3, 64, DST_MASK_KEY_LENGTHS, false, true, 0.0, true, false},
     };
     for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16}) {
