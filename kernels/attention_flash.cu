@@ -5,6 +5,8 @@
 
 #include <climits>
 
+#include <cub/block/block_scan.cuh>
+
 #include "kernels/attention_flash_impl.cuh"
 #include "kernels/dispatch.cuh"  // defines: DST_KERNEL_CHECK
 
@@ -16,15 +18,27 @@ namespace {
 // Blocks of the largest launch (tiles of 16 rows at the least) must fit a 1-D grid.
 int64_t max_blocks(const AttentionArgs &a) { return (a.seq + 15) / 16 * a.batch * a.heads; }
 
-// One thread: B is a batch's sequence count, and the spans are a prefix sum.
-__global__ void packed_spans_kernel(const int32_t *len, int64_t B, int64_t S, int64_t n, int32_t *start,
-                                    int32_t *rows) {
-    int64_t at = 0;
-    for (int64_t b = 0; b < B; ++b) {
-        const int64_t l = len[b] < 0 ? 0 : (len[b] > S ? S : len[b]), st = at < n ? at : n;
-        start[b] = static_cast<int32_t>(st);
-        rows[b] = static_cast<int32_t>(l < n - st ? l : n - st);
-        at += l;
+// One block: the spans are a prefix sum of the clamped lengths, kSpanThreads sequences at a time
+// (a block scan per chunk, the chunk's total carried to the next). It was one thread walking the
+// batch: ~75 ns per sequence on the H200, 5 µs per call at B = 64, twice per packed layer.
+constexpr int kSpanThreads = 256;
+__global__ void __launch_bounds__(kSpanThreads)
+    packed_spans_kernel(const int32_t *len, int64_t B, int64_t S, int64_t n, int32_t *start, int32_t *rows) {
+    using Scan = cub::BlockScan<int64_t, kSpanThreads>;
+    __shared__ typename Scan::TempStorage scan;
+    int64_t carry = 0;  // the clamped lengths of the chunks before
+    for (int64_t b0 = 0; b0 < B; b0 += kSpanThreads) {
+        const int64_t b = b0 + threadIdx.x;
+        const int64_t raw = b < B ? len[b] : 0, l = raw < 0 ? 0 : (raw > S ? S : raw);
+        int64_t before = 0, chunk = 0;
+        Scan(scan).ExclusiveSum(l, before, chunk);
+        const int64_t at = carry + before, st = at < n ? at : n;
+        if (b < B) {
+            start[b] = static_cast<int32_t>(st);
+            rows[b] = static_cast<int32_t>(l < n - st ? l : n - st);
+        }
+        carry += chunk;
+        __syncthreads();  // the scan's storage is used again
     }
 }
 
@@ -33,7 +47,7 @@ __global__ void packed_spans_kernel(const int32_t *len, int64_t B, int64_t S, in
 cudaError_t flash_packed_spans(cudaStream_t stream, const int32_t *len, int64_t B, int64_t S, int64_t n,
                                int32_t *start, int32_t *rows) {
     if (B <= 0) return cudaSuccess;
-    packed_spans_kernel<<<1, 1, 0, stream>>>(len, B, S, n, start, rows);
+    packed_spans_kernel<<<1, kSpanThreads, 0, stream>>>(len, B, S, n, start, rows);
     return cudaGetLastError();
 }
 

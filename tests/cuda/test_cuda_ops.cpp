@@ -8,6 +8,7 @@
 // Cases skip themselves (GTEST_SKIP) when no CUDA device is usable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "kernels/attention_flash.cuh"
 #include "kernels/philox.h"
 
 namespace {
@@ -1061,6 +1063,44 @@ TEST(CudaBackend, AttentionBackwardDeterministicUnlessStochastic) {
             std::printf("  %s S %lld stochastic vs deterministic: rel L2 %.2e, %lld of %lld elements differ\n",
                         dst_dtype_string(dt), static_cast<long long>(S), c.rel_l2, static_cast<long long>(differ),
                         static_cast<long long>(g1.count));
+        }
+    }
+}
+
+// The packed layout's spans (cuda::flash_packed_spans: a block scan, a chunk of 256 sequences at a
+// time) against the host's prefix sums: lengths outside 0 … S clamped, spans clamped into the n rows,
+// batches of one, a partial chunk, one full chunk, one past it and several.
+TEST(CudaBackend, PackedSpansAreClampedPrefixSums) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    std::mt19937_64 rng(5);
+    const int64_t S = 512;
+    for (int64_t B : {int64_t(1), int64_t(3), int64_t(256), int64_t(257), int64_t(3000)}) {
+        std::uniform_int_distribution<int32_t> u(-8, int32_t(S) + 8);
+        std::vector<int32_t> len(static_cast<size_t>(B));
+        int64_t total = 0;
+        for (int32_t &l : len) {
+            l = u(rng);
+            total += std::min<int64_t>(std::max<int32_t>(l, 0), S);
+        }
+        for (int64_t n : {total, total / 2}) {
+            SCOPED_TRACE("B " + std::to_string(B) + ", n " + std::to_string(n) + " of " + std::to_string(total));
+            const size_t bytes = static_cast<size_t>(B) * sizeof(int32_t);
+            std::vector<int32_t> out(static_cast<size_t>(2 * B), -7);
+            void *mem = nullptr;
+            ASSERT_EQ(cudaMalloc(&mem, 3 * bytes), cudaSuccess);
+            int32_t *d = static_cast<int32_t *>(mem);
+            cudaError_t e = cudaMemcpy(d, len.data(), bytes, cudaMemcpyHostToDevice);
+            if (e == cudaSuccess) e = dst::cuda::flash_packed_spans(nullptr, d, B, S, n, d + B, d + 2 * B);
+            if (e == cudaSuccess) e = cudaMemcpy(out.data(), d + B, 2 * bytes, cudaMemcpyDeviceToHost);
+            cudaFree(d);
+            ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+            int64_t at = 0, bad = 0;
+            for (int64_t b = 0; b < B; ++b) {
+                const int64_t l = std::min<int64_t>(std::max<int32_t>(len[b], 0), S), st = std::min(at, n);
+                bad += out[b] != st || out[B + b] != std::min(l, n - st);
+                at += l;
+            }
+            EXPECT_EQ(bad, 0) << "sequences whose span differs from the host's";
         }
     }
 }
