@@ -9,7 +9,8 @@
 //   (dropout 0 with p0), then one launch of the numbered version NAME (for ncu); philox
 //   measures the Philox rate of the kernels' generator alone (the floor of dropout regeneration); tma
 //   checks that TMA loads a key tile in the kernels' perm16 row order (check_tma_tile). LAB_ONLY=w1,w9,b8
-//   (environment) times only the versions named (checks still run every version).
+//   (environment) times only the versions named (checks still run every version); LAB_ALL_SHAPES=1
+//   times the versions at every shape (without a mask), LAB_LENGTHS=1 also with key lengths.
 //
 // Versions (fp16, d = 64, dropout 0.1, no mask, 8×2048 and 64×128; timings in bench/RESULTS.md, "attention
 // lab"). Earlier kernels (2026-12-01, separate dK/dV and dQ backward kernels, one Philox block per

@@ -14,6 +14,8 @@
 #                 (8-bit) thresholds would; with a LAB_TAG of its own, and `time` only (its dropped
 #                 sets are not the library's, so `check` fails on them by design).
 #   LAB_ONLY=w1,w9,b8  time only these numbered versions (the checks still run all of them).
+#   LAB_ALL_SHAPES=1, LAB_LENGTHS=1  read by the lab itself: the versions timed at every shape, and
+#                 with key lengths too (kernels/dev/attention_lab.cu).
 #   LAB_SASS=1    also write OUTDIR/sass-TAG.txt: per kernel, its SASS instruction count and the
 #                 count of every opcode (static counts: what the compiler made of each version).
 set -u -o pipefail
