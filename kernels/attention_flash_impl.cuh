@@ -474,6 +474,13 @@ DST_FDEV int seq_rows(const Params &p, int b) { return p.seq_start ? key_limit(p
 // key length are output rows too), those of the sequence's q_rows rows in the packed one. Tiles are at
 // least as many as key blocks either way (BM ≤ BN), which the dQ ranks of bwd_dq_add rely on.
 DST_FDEV int bwd_q_tiles(const Params &p, int q_rows, int BM) { return p.seq_start ? (q_rows + BM - 1) / BM : p.q_tiles; }
+// The query tile a backward block (key block jb) visits at a step: from m_first (the diagonal when
+// causal, else 0) on, or, when the dQ order follows the steps, all nq tiles starting at its own index
+// (so that in lockstep every block adds into a tile one step after the block before it in that
+// tile's order).
+DST_FDEV int bwd_tile_at(const Params &p, int m_first, int jb, int nq, int step) {
+    return p.causal || !p.dq_order ? m_first + step : (jb + step) % nq;
+}
 
 // The additive mask of key j in the log2 domain (0 without one; j < S).
 DST_FDEV float bias2_at(const Params &p, int b, int j) {
@@ -1184,11 +1191,9 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
         return;
     }
     const int nk = (kv_len + BN - 1) / BN;  // key blocks that add into each query tile (non-causal)
-    // The query tiles this block visits, in order: from the diagonal on when causal; otherwise all,
-    // starting at its own index when the dQ order follows the steps (so that in lockstep every
-    // block adds into a tile one step after the block before it in that tile's order).
+    // The query tiles this block visits, in order (bwd_tile_at).
     const int nq = bwd_q_tiles(p, q_rows, BM), m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
-    auto tile_at = [&](int step) { return p.causal || !p.dq_order ? m_first + step : (jb + step) % nq; };
+    auto tile_at = [&](int step) { return bwd_tile_at(p, m_first, jb, nq, step); };
     const float *lse2 = p.lse2 + row_base, *dsum = p.dsum + row_base;
 
     const RowCopy<T, BM, D, Tr::kThreads> q_copy(gq, gq, ld, d, p.vec16), do_copy(gdo, gdo, p.hidden, d, p.vec16);

@@ -240,7 +240,18 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // order, roles and arithmetic as bwd_dq_add.
 // The lab's timing controls on b14 (their dQ is not the result): kDqWriterNoAdd (b14a, the writer
 // makes no global adds) and kDqWriterNoMma (b14q, no dQ product: the writer adds zeros).
-enum : int { kDqNone = 0, kDqMma = 1, kDqWgmma = 2, kDqWriter = 3, kDqWriterNoAdd = 4, kDqWriterNoMma = 5 };
+// kDqWriter3, kDqWriter4: b14 with three or four dQ buffers instead of two (the lab's b14b3, b14b4):
+// the consumers may run that many steps ahead of the writer's turns.
+enum : int {
+    kDqNone = 0,
+    kDqMma = 1,
+    kDqWgmma = 2,
+    kDqWriter = 3,
+    kDqWriterNoAdd = 4,
+    kDqWriterNoMma = 5,
+    kDqWriter3 = 6,
+    kDqWriter4 = 7
+};
 
 template <int BM, int WGS, int DQM = kDqMma>
 struct WgBwdTraits {
@@ -251,11 +262,12 @@ struct WgBwdTraits {
     // (kDqNone, kDqMma) dSᵀ padded, (kDqWriter) the dQ buffers and their mbarriers, and the ticket.
     static constexpr bool kPadded = DQM < kDqWgmma, kWriter = DQM >= kDqWriter;
     static constexpr int kBlockThreads = kThreads + (kWriter ? 128 : 0), kLdq = 64 + 8;
+    static constexpr int kDqBufs = DQM == kDqWriter3 ? 3 : DQM == kDqWriter4 ? 4 : 2;
     static constexpr size_t kDs = kPadded ? 0 : size_t(kBN) * kRow;
     static constexpr size_t kSw = 2 * kKV + 4 * kQ + kDs;
     static constexpr size_t kKp = kPadded ? size_t(kBN) * kLds * 2 : 0, kSp = kPadded ? size_t(kBN) * kLdsS * 2 : 0;
-    // kDqWriter: two fp32 dQ buffers [BM][64 + 8] and their full/empty mbarriers.
-    static constexpr size_t kDqb = kWriter ? 2 * size_t(BM) * kLdq * sizeof(float) + 32 : 0;
+    // kDqWriter: kDqBufs fp32 dQ buffers [BM][64 + 8] and their full/empty mbarriers.
+    static constexpr size_t kDqb = kWriter ? kDqBufs * (size_t(BM) * kLdq * sizeof(float) + 16) : 0;
     static constexpr size_t kSmem = 1024 + kSw + kKp + size_t(4 * BM) * sizeof(float) + kSp + kDqb + 16;
     static_assert(BM == 64, "query tiles of 64 rows (the generated m64nBMk16 shapes)");
     static_assert(WGS == 1 || WGS == 2, "one or two warpgroups");
@@ -343,7 +355,9 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     float *sStat = reinterpret_cast<float *>(gen + Tr::kSw + Tr::kKp);     // 2 stages of [lse2 | D]
     T *sS = reinterpret_cast<T *>(sStat + 4 * BM);                          // dSᵀ [BN][BM + 8]
     float *sDq = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(sS) + Tr::kSp);  // kDqWriter
-    const uint32_t dq_bar = smem_addr(sDq + 2 * BM * Tr::kLdq);  // full 0, full 1, empty 0, empty 1
+    // The buffers' mbarriers: full 0 … NB − 1, then empty 0 … NB − 1 (NB = Tr::kDqBufs).
+    constexpr int NB = Tr::kDqBufs;
+    const uint32_t dq_bar = smem_addr(sDq + NB * BM * Tr::kLdq), dq_empty = dq_bar + 8 * NB;
     int *sTicket = reinterpret_cast<int *>(reinterpret_cast<unsigned char *>(sDq) + Tr::kDqb);
     const uint32_t sDs = sQ0 + uint32_t(4 * Tr::kQ);  // kDqWgmma: dSᵀ [BN][BM], swizzled, rho16 rows
     unsigned char *const gDs = gen + 2 * Tr::kKV + 4 * Tr::kQ;
@@ -352,9 +366,9 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     if (threadIdx.x == 0) {
         *sTicket = atomicAdd(ticket, 1);
         if constexpr (Tr::kWriter) {
-            for (int i = 0; i < 2; ++i) {
+            for (int i = 0; i < NB; ++i) {
                 mbar_init(dq_bar + 8 * i, Tr::kThreads);  // every consumer thread's partial written
-                mbar_init(dq_bar + 16 + 8 * i, 128);      // every writer thread done reading
+                mbar_init(dq_empty + 8 * i, 128);         // every writer thread done reading
             }
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         }
@@ -388,7 +402,7 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     }
     const int nk = (kv_len + BN - 1) / BN;
     const int nq = bwd_q_tiles(p, q_rows, BM), m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
-    auto tile_at = [&](int step) { return p.causal || !p.dq_order ? m_first + step : (jb + step) % nq; };
+    auto tile_at = [&](int step) { return bwd_tile_at(p, m_first, jb, nq, step); };
     const float *lse2 = p.lse2 + row_base, *dsum = p.dsum + row_base;
     // The consumers' barrier: the whole block, or with a writer warpgroup the 256 consumer threads.
     auto csync = [] {
@@ -404,13 +418,13 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
         if (threadIdx.x >= Tr::kThreads) {  // the writer: the registers go to the consumers
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWriterRegs) : "memory");
             for (int step = 0; step < n_steps; ++step) {
-                const int u = step >> 1, bf = step & 1;
+                const int u = step / NB, bf = step % NB;
                 mbar_wait_bounded(dq_bar + 8 * bf, u & 1);
                 if constexpr (DQM == kDqWriterNoAdd)
-                    mbar_arrive(dq_bar + 16 + 8 * bf);
+                    mbar_arrive(dq_empty + 8 * bf);
                 else
                     bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
-                                    tile_at(step), BM, nk, gdq, ld, q_rows, dq_bar + 16 + 8 * bf);
+                                    tile_at(step), BM, nk, gdq, ld, q_rows, dq_empty + 8 * bf);
             }
             if (!p.deterministic) bulk_wait();  // the stochastic adds complete before the block ends
             return;
@@ -459,11 +473,11 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     const int wm = warp % Dq::kWM, wn = warp / Dq::kWM;  // this warp's [16][DQT·8] block of the dQ tile
     const int g = lane >> 2, t = lane & 3;
 
-    // The partial dQ of step `step` to the writer's buffer step & 1, once the writer is done with its
-    // use two steps before.
+    // The partial dQ of step `step` to the writer's buffer step % NB, once the writer is done with its
+    // use NB steps before.
     auto to_writer = [&](const float (&d)[DQT][4], int step) {
-        const int u = step >> 1, bf = step & 1;
-        if (u > 0) mbar_wait(dq_bar + 16 + 8 * bf, (u - 1) & 1);
+        const int u = step / NB, bf = step % NB;
+        if (u > 0) mbar_wait(dq_empty + 8 * bf, (u - 1) & 1);
         float *buf = sDq + bf * BM * Tr::kLdq + (16 * wm + g) * Tr::kLdq + wn * DQT * 8 + 2 * t;
 #pragma unroll
         for (int nt = 0; nt < DQT; ++nt) {
@@ -567,7 +581,7 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
             }
             wg::wgmma_wait<0>();
             wg::fence_regs(dqp[0]);
-            if constexpr (Tr::kWriter)  // to buffer step & 1 once the writer is done with its last use
+            if constexpr (Tr::kWriter)  // to buffer step % NB once the writer is done with its last use
                 to_writer(dqp[0], step);
             else
                 bwd_dq_add<T, 64, DQT>(p, dqp, bh, jb, BN, mb, BM, nk, wm, wn, gdq, ld, q_rows, owed);
