@@ -64,6 +64,8 @@
 //        b11o, b14o = b11, b14 with the ascending dQ order (a tile's key blocks add in ticket order,
 //        every block walking the query tiles from the first) instead of the step order; timed
 //        with key lengths too under LAB_LENGTHS=1
+//        b14b3, b14b4 = b14 with three, four dQ buffers (the consumers may run that many steps
+//        ahead of the writer's turns); b14ob4 = b14o with four (written 2026-12-04, not yet run)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -492,14 +494,14 @@ double gemm_peak_tflops(bool bf16) {
 }
 
 // The Philox ceiling of dropout regeneration: each thread draws 8 independent groups per iteration
-// with the kernels' philox_group (8 chains in flight, as a forward tile's lane has) and counts the
-// kept words, so nothing is dead code. Groups per second on the whole GPU; a direction of attention
-// at B×S with h heads draws B·h·S²/4 groups.
-// M0: the groups through philox_group_m0 (the product M0·group formed by additions, as the kernels
-// do when every group of a call is below 2^32).
+// with the kernels' philox_group (8 chains in flight, as a forward tile's lane has), counts the kept
+// words and sums all words, so nothing is dead code and the two forms can be compared word for word.
+// Groups per second on the whole GPU; a direction of attention at B×S with h heads draws B·h·S²/4
+// groups. M0: the groups through philox_group_m0 (the product M0·group formed by additions, as the
+// kernels do when every group of a call is below 2^32).
 template <bool M0>
 __global__ void philox_rate_kernel(const flash::Params p, int iters, uint32_t *out) {
-    uint32_t kept = 0;
+    uint32_t kept = 0, sum = 0;
     const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     for (int it = 0; it < iters; ++it) {
         const uint64_t g0 = (uint64_t(it) * gridDim.x * blockDim.x + tid) * 8;
@@ -509,9 +511,11 @@ __global__ void philox_rate_kernel(const flash::Params p, int iters, uint32_t *o
             const uint4 r = M0 ? flash::philox_group_m0(p, m0) : flash::philox_group(p, g0 + uint64_t(c));
             m0 += flash::kPhiloxM0;
             kept += (r.x >= p.threshold) + (r.y >= p.threshold) + (r.z >= p.threshold) + (r.w >= p.threshold);
+            sum += r.x ^ r.y ^ r.z ^ r.w;
         }
     }
-    out[tid] = kept;
+    out[2 * tid] = kept;
+    out[2 * tid + 1] = sum;
 }
 
 void philox_rate() {
@@ -524,8 +528,8 @@ void philox_rate() {
     CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
     const int threads = 256, blocks = sms * 8, iters = 256;
     uint32_t *out = nullptr;
-    CK(cudaMalloc(&out, size_t(blocks) * threads * sizeof(uint32_t)));
-    std::vector<uint32_t> kept[2];
+    CK(cudaMalloc(&out, size_t(blocks) * threads * 2 * sizeof(uint32_t)));
+    std::vector<uint32_t> got[2];
     for (int m0 : {0, 1}) {
         const float ms = time_ms(
             [&] {
@@ -534,8 +538,8 @@ void philox_rate() {
             },
             10);
         CK(cudaGetLastError());
-        kept[m0].resize(size_t(blocks) * threads);
-        CK(cudaMemcpy(kept[m0].data(), out, kept[m0].size() * 4, cudaMemcpyDeviceToHost));
+        got[m0].resize(size_t(blocks) * threads * 2);
+        CK(cudaMemcpy(got[m0].data(), out, got[m0].size() * 4, cudaMemcpyDeviceToHost));
         const double groups = double(blocks) * threads * iters * 8, rate = groups / (ms * 1e-3);
         const double per_dir = 8.0 * 16 * 2048.0 * 2048.0 / 4;  // 8×2048, 16 heads
         std::printf("philox%s: %.3f ms for %.3g groups: %.3g groups/s, %.2f groups per SM per cycle at %.0f MHz; "
@@ -544,9 +548,9 @@ void philox_rate() {
                     per_dir / rate * 1e3);
     }
     CK(cudaFree(out));
-    const bool same = kept[0] == kept[1];  // every thread's count of kept words: the two forms agree
+    const bool same = got[0] == got[1];  // every thread's kept count and word sum: the two forms agree
     if (!same) ++g_failures;
-    std::printf("%-4s philox: the two forms keep the same words in every thread\n", same ? "ok" : "FAIL");
+    std::printf("%-4s philox: the two forms keep and sum the same words in every thread\n", same ? "ok" : "FAIL");
 }
 
 #if defined(DST_LAB_SM90A)
@@ -765,6 +769,9 @@ std::vector<BwdVersion> bwd_versions() {
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter, 0>("b14o"));  // b14, ascending dQ order
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriterNoAdd>("b14a"));  // control: no global adds
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriterNoMma>("b14q"));  // control: no dQ product
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter3>("b14b3"));     // b14, three dQ buffers
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter4>("b14b4"));     // b14, four dQ buffers
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter4, 0>("b14ob4"));  // b14o, four dQ buffers
 #endif
     return v;
 }

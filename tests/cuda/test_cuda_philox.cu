@@ -4,7 +4,7 @@
 // give the words of philox_dropout_block for every seed, offset and group, and make_params may set
 // grp32 only when no kernel of the call draws a group at or past 2^32. The kernels call these very
 // functions; the GPU tests and kernels/dev/attention_lab.cu compare the dropped sets they make.
-// Needs no GPU.
+// The CudaPhiloxForms tests need no GPU; CudaPhiloxDevice runs the same functions on the device.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -111,6 +111,53 @@ TEST(CudaPhiloxForms, Grp32OnlyBelowTheBound) {
     };
     edge(2048, 16, 200, 300);                     // 2^32 groups at batch 256: steps of 2^24 groups
     edge(4, 1, 1073741784 - 40, 1073741784 + 8);  // steps of one group: the tiles' overhang decides
+}
+
+// ---- on the device (label cuda) ------------------------------------------------------------------
+// The same functions compiled for and run on the device, where ptxas forms the kernels' products:
+// out[2·i] the general form of group i, out[2·i + 1] the 17-multiply form (groups below 2^32; the
+// general form above).
+__global__ void device_groups(Params p, const uint64_t *groups, int n, uint4 *out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const uint64_t g = groups[i];
+    out[2 * i] = dst::cuda::flash::philox_group(p, g);
+    out[2 * i + 1] = g <= 0xFFFFFFFFULL ? dst::cuda::flash::philox_group_m0(p, uint64_t(kPhiloxM0) * g)
+                                        : dst::cuda::flash::philox_group(p, g);
+}
+
+#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << cudaGetErrorString(x)
+
+TEST(CudaPhiloxDevice, BothFormsGiveTheGeneratorsWords) {
+    std::mt19937_64 rng(7);
+    std::vector<uint64_t> groups = {0, 1, 2, 3, 0x7FFFFFFFULL, 0x80000000ULL, 0xFFFFFFFEULL, 0xFFFFFFFFULL,
+                                    uint64_t(1) << 32, 0xFFFFFFFFFFFFFFFFULL};
+    for (int i = 0; i < 4000; ++i) groups.push_back(i % 2 ? rng() : rng() & 0xFFFFFFFFULL);
+    const int n = static_cast<int>(groups.size());
+    uint64_t *dg = nullptr;
+    uint4 *dout = nullptr;
+    CUDA_OK(cudaMalloc(&dg, groups.size() * sizeof(uint64_t)));
+    CUDA_OK(cudaMalloc(&dout, groups.size() * 2 * sizeof(uint4)));
+    CUDA_OK(cudaMemcpy(dg, groups.data(), groups.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
+    const uint64_t seeds[] = {0, 0xFFFFFFFFFFFFFFFFULL, 0x9E3779B97F4A7C15ULL};
+    const uint64_t offsets[] = {0, 77, 0xFFFFFFFFFFFFFFFEULL};
+    std::vector<uint4> out(groups.size() * 2);
+    for (uint64_t seed : seeds)
+        for (uint64_t offset : offsets) {
+            const Params p = params_for(seed, offset);
+            device_groups<<<(n + 127) / 128, 128>>>(p, dg, n, dout);
+            CUDA_OK(cudaGetLastError());
+            CUDA_OK(cudaMemcpy(out.data(), dout, out.size() * sizeof(uint4), cudaMemcpyDeviceToHost));
+            for (int i = 0; i < n; ++i) {
+                const Philox4 r = dst::philox_dropout_block(seed, offset, groups[size_t(i)]);
+                for (int f = 0; f < 2; ++f)
+                    ASSERT_TRUE(same(out[size_t(2 * i + f)], r))
+                        << (f ? "17-multiply" : "general") << " form, seed " << seed << " offset " << offset
+                        << " group " << groups[size_t(i)];
+            }
+        }
+    CUDA_OK(cudaFree(dg));
+    CUDA_OK(cudaFree(dout));
 }
 
 }  // namespace
