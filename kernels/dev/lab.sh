@@ -17,7 +17,8 @@
 #   LAB_ALL_SHAPES=1, LAB_LENGTHS=1  read by the lab itself: the versions timed at every shape, and
 #                 with key lengths too (kernels/dev/attention_lab.cu).
 #   LAB_SASS=1    also write OUTDIR/sass-TAG.txt: per kernel, its SASS instruction count and the
-#                 count of every opcode (static counts: what the compiler made of each version).
+#                 count of every opcode (static counts: what the compiler made of each version);
+#                 kernels/dev/sass.sh gives the same on the development machine, without device time.
 set -u -o pipefail
 shopt -s nullglob  # an earlier tree (LAB_ROOT) may have no kernels/sm90
 out=${1:-lab-out}
