@@ -357,7 +357,8 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     float *sDq = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(sS) + Tr::kSp);  // kDqWriter
     // The buffers' mbarriers: full 0 … NB − 1, then empty 0 … NB − 1 (NB = Tr::kDqBufs).
     constexpr int NB = Tr::kDqBufs;
-    const uint32_t dq_bar = smem_addr(sDq + NB * BM * Tr::kLdq), dq_empty = dq_bar + 8 * NB;
+    constexpr uint32_t kEmpty = 8 * NB;  // the empty barriers' offset from dq_bar
+    const uint32_t dq_bar = smem_addr(sDq + NB * BM * Tr::kLdq);
     int *sTicket = reinterpret_cast<int *>(reinterpret_cast<unsigned char *>(sDq) + Tr::kDqb);
     const uint32_t sDs = sQ0 + uint32_t(4 * Tr::kQ);  // kDqWgmma: dSᵀ [BN][BM], swizzled, rho16 rows
     unsigned char *const gDs = gen + 2 * Tr::kKV + 4 * Tr::kQ;
@@ -368,7 +369,7 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
         if constexpr (Tr::kWriter) {
             for (int i = 0; i < NB; ++i) {
                 mbar_init(dq_bar + 8 * i, Tr::kThreads);  // every consumer thread's partial written
-                mbar_init(dq_empty + 8 * i, 128);         // every writer thread done reading
+                mbar_init(dq_bar + kEmpty + 8 * i, 128);         // every writer thread done reading
             }
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         }
@@ -418,13 +419,13 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
         if (threadIdx.x >= Tr::kThreads) {  // the writer: the registers go to the consumers
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWriterRegs) : "memory");
             for (int step = 0; step < n_steps; ++step) {
-                const int u = step / NB, bf = step % NB;
+                const int u = NB == 2 ? step >> 1 : step / NB, bf = NB == 2 ? step & 1 : step % NB;  // use u of buffer bf
                 mbar_wait_bounded(dq_bar + 8 * bf, u & 1);
                 if constexpr (DQM == kDqWriterNoAdd)
-                    mbar_arrive(dq_empty + 8 * bf);
+                    mbar_arrive(dq_bar + kEmpty + 8 * bf);
                 else
                     bwd_dq_write<T>(p, sDq + bf * BM * Tr::kLdq, Tr::kLdq, threadIdx.x - Tr::kThreads, bh, jb, BN,
-                                    tile_at(step), BM, nk, gdq, ld, q_rows, dq_empty + 8 * bf);
+                                    tile_at(step), BM, nk, gdq, ld, q_rows, dq_bar + kEmpty + 8 * bf);
             }
             if (!p.deterministic) bulk_wait();  // the stochastic adds complete before the block ends
             return;
@@ -476,8 +477,8 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     // The partial dQ of step `step` to the writer's buffer step % NB, once the writer is done with its
     // use NB steps before.
     auto to_writer = [&](const float (&d)[DQT][4], int step) {
-        const int u = step / NB, bf = step % NB;
-        if (u > 0) mbar_wait(dq_empty + 8 * bf, (u - 1) & 1);
+        const int u = NB == 2 ? step >> 1 : step / NB, bf = NB == 2 ? step & 1 : step % NB;  // use u of buffer bf
+        if (u > 0) mbar_wait(dq_bar + kEmpty + 8 * bf, (u - 1) & 1);
         float *buf = sDq + bf * BM * Tr::kLdq + (16 * wm + g) * Tr::kLdq + wn * DQT * 8 + 2 * t;
 #pragma unroll
         for (int nt = 0; nt < DQT; ++nt) {
