@@ -18,7 +18,8 @@
 #                 with key lengths too (kernels/dev/attention_lab.cu).
 #   LAB_SASS=1    also write OUTDIR/sass-TAG.txt: per kernel, its SASS instruction count and the
 #                 count of every opcode (static counts: what the compiler made of each version);
-#                 kernels/dev/sass.sh gives the same on the development machine, without device time.
+#                 kernels/dev/sass.sh gives the same on the development machine, without device time,
+#                 and with SASS_BASE=REV which kernels a change left identical to REV's.
 set -u -o pipefail
 shopt -s nullglob  # an earlier tree (LAB_ROOT) may have no kernels/sm90
 out=${1:-lab-out}
