@@ -140,10 +140,16 @@ TEST(CudaPhiloxDevice, BothFormsGiveTheGeneratorsWords) {
                                     uint64_t(1) << 32, 0xFFFFFFFFFFFFFFFFULL};
     for (int i = 0; i < 4000; ++i) groups.push_back(i % 2 ? rng() : rng() & 0xFFFFFFFFULL);
     const int n = static_cast<int>(groups.size());
-    uint64_t *dg = nullptr;
-    uint4 *dout = nullptr;
-    CUDA_OK(cudaMalloc(&dg, groups.size() * sizeof(uint64_t)));
-    CUDA_OK(cudaMalloc(&dout, groups.size() * 2 * sizeof(uint4)));
+    struct Free {  // the buffers go back on every exit, a failed assertion's included
+        void *&a, *&b;
+        ~Free() { cudaFree(a), cudaFree(b); }
+    };
+    void *pg = nullptr, *po = nullptr;
+    Free free_both{pg, po};
+    CUDA_OK(cudaMalloc(&pg, groups.size() * sizeof(uint64_t)));
+    CUDA_OK(cudaMalloc(&po, groups.size() * 2 * sizeof(uint4)));
+    uint64_t *const dg = static_cast<uint64_t *>(pg);
+    uint4 *const dout = static_cast<uint4 *>(po);
     CUDA_OK(cudaMemcpy(dg, groups.data(), groups.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
     const uint64_t seeds[] = {0, 0xFFFFFFFFFFFFFFFFULL, 0x9E3779B97F4A7C15ULL};
     const uint64_t offsets[] = {0, 77, 0xFFFFFFFFFFFFFFFEULL};
@@ -162,8 +168,6 @@ TEST(CudaPhiloxDevice, BothFormsGiveTheGeneratorsWords) {
                         << " group " << groups[size_t(i)];
             }
         }
-    CUDA_OK(cudaFree(dg));
-    CUDA_OK(cudaFree(dout));
 }
 
 }  // namespace
