@@ -66,6 +66,12 @@
 //        with key lengths too under LAB_LENGTHS=1
 //        b14b3, b14b4 = b14 with three, four dQ buffers (the consumers may run that many steps
 //        ahead of the writer's turns); b14ob4 = b14o with four (written 2026-12-04, not yet run)
+//        b22 = b14 in thread block clusters of up to 8 key blocks of one (batch, head), walking the
+//        query tiles in step: each writer sums an eighth of the tile's rows over the cluster's
+//        partials (distributed shared memory, rank order) and adds one sum per cluster into dQ,
+//        the deterministic order a chain of clusters (none up to S = 1024, two at 2048);
+//        b22b4 = b22 with four dQ buffers; b22c4 = b22 with clusters of up to 4 (written
+//        2026-12-04, eleventh session, not yet run)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -78,6 +84,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -737,14 +744,15 @@ std::vector<FwdVersion> fwd_versions() {
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma backward (kernels/attention_flash_wgmma.cuh): WGS warpgroups, 64·WGS keys, BM queries, MB blocks/SM.
-// ORDER: the deterministic dQ order (launch_bwd_wgmma's: −1 the library's choice, 0 ascending key blocks).
-template <typename T, int BM, int MB, int WGS, int DQM = flash::kDqMma, int ORDER = -1>
+// ORDER: the deterministic dQ order (launch_bwd_wgmma's: −1 the library's choice, 0 ascending key blocks);
+// CMAX: the largest cluster (kDqCluster).
+template <typename T, int BM, int MB, int WGS, int DQM = flash::kDqMma, int ORDER = -1, int CMAX = 8>
 BwdVersion bwd_wgmma_version(const char *name) {
     using Tr = flash::WgBwdTraits<BM, WGS, DQM>;
     return {name, BM, 4 * WGS, MB,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQM>(p, 0, ORDER);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQM>(p, 0, ORDER, CMAX);
             },
             [] {
                 CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>, Tr::kSmem));
@@ -772,20 +780,33 @@ std::vector<BwdVersion> bwd_versions() {
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter3>("b14b3"));     // b14, three dQ buffers
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter4>("b14b4"));     // b14, four dQ buffers
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter4, 0>("b14ob4"));  // b14o, four dQ buffers
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqCluster>("b22"));             // b14, clusters of ≤ 8
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqCluster4>("b22b4"));          // b22, four dQ buffers
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqCluster, 0, 4>("b22c4"));     // b22, clusters of ≤ 4
 #endif
     return v;
 }
 
 // Every numbered version against the fp64 reference on two awkward cases (both modes of the backward): S = 300
 // (several key blocks), and S = 128 with more (batch, head) items than SMs (one key block each, one
-// sequence with no keys); the forward versions also on S = 256 with an additive mask and causal.
+// sequence with no keys); the forward versions also on S = 256 with an additive mask and causal. The
+// library's backwards and the cluster versions also on S = 2100 with key lengths (17, 11 and no key
+// blocks: three clusters of 8, 8 and 1 live blocks, two of 8 and 3, none) in both modes, and causal
+// S = 1500 (clusters of 8 and 4 blocks; the second cluster's tiles start at its first key).
+bool is_version(const char *name, std::initializer_list<const char *> names) {
+    for (const char *n : names)
+        if (!std::strcmp(name, n)) return true;
+    return false;
+}
 template <typename T>
 void check_versions(bool bf16) {
-    for (int k = 0; k < 5; ++k) {
-        const int det = k % 2 == 0;
+    for (int k = 0; k < 8; ++k) {
+        const int det = k == 6 ? 0 : k == 5 || k == 7 ? 1 : k % 2 == 0;
         Case c = k < 2   ? Case{3, 300, 2, 64, 2, false, 0.1, bool(det), bf16}
                  : k < 4 ? Case{40, 128, 4, 64, 2, false, 0.1, bool(det), bf16}
-                         : Case{6, 256, 4, 64, 1, true, 0.1, true, bf16};
+                 : k < 5 ? Case{6, 256, 4, 64, 1, true, 0.1, true, bf16}
+                 : k < 7 ? Case{3, 2100, 1, 64, 2, false, 0.1, bool(det), bf16}
+                         : Case{2, 1500, 2, 64, 0, true, 0.1, true, bf16};
         Dev dv;
         const Inputs in = make_inputs(c, 77);
         const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
@@ -828,10 +849,11 @@ void check_versions(bool bf16) {
         }
         for (const BwdVersion &v : bwd_versions<T>()) {
             if (v.control) continue;
-            // The causal case (k 4): the library's two backwards (and the versions after them) only.
-            const bool late = !std::strcmp(v.name, "b11") || !std::strcmp(v.name, "b14") || !std::strcmp(v.name, "b11o") ||
-                              !std::strcmp(v.name, "b14o");
-            if (k == 4 && !late) continue;
+            // The causal case (k 4): the library's two backwards (and the versions after them) only;
+            // the long cases (k 5 … 7): the library's writer backwards and the cluster versions.
+            const bool cluster = is_version(v.name, {"b22", "b22b4", "b22c4"});
+            if (k == 4 && !cluster && !is_version(v.name, {"b11", "b14", "b11o", "b14o"})) continue;
+            if (k >= 5 && !cluster && !is_version(v.name, {"b14", "b14o"})) continue;
             // Deterministic mode: a second run must give the same bits.
             std::vector<uint16_t> runs[2];
             for (int run = 0; run < (det ? 2 : 1); ++run) {
