@@ -71,7 +71,8 @@
 //        partials (distributed shared memory, rank order) and adds one sum per cluster into dQ,
 //        the deterministic order a chain of clusters (none up to S = 1024, two at 2048);
 //        b22b4 = b22 with four dQ buffers; b22c4 = b22 with clusters of up to 4 (written
-//        2026-12-04, eleventh session, not yet run)
+//        2026-12-04, eleventh session, not yet run; the barrier protocol's CPU model:
+//        kernels/dev/cluster_protocol.py)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
