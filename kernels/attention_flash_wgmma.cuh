@@ -797,11 +797,11 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
         csync();
         dq_publish(owed);
     }
+
+    bwd_store_kv(p, keys, gdq, ld, dk, dv);
     if constexpr (Tr::kCluster)  // the block's buffers read by every live writer before it may exit
         for (int step = max(0, n_steps - NB); step < n_steps; ++step)
             mbar_wait(dq_bar + kEmpty + 8 * (step % NB), (step / NB) & 1);
-
-    bwd_store_kv(p, keys, gdq, ld, dk, dv);
 #else
     (void)p;
     __trap();  // built for another target: launched only from sm_90a objects (the lab: DST_LAB_SM90A)
