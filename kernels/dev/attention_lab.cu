@@ -756,8 +756,26 @@ BwdVersion bwd_wgmma_version(const char *name) {
                 return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQM>(p, 0, ORDER, CMAX);
             },
             [] {
-                CK(flash::allow_smem(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>, Tr::kSmem));
-                return occupancy(flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>, Tr::kBlockThreads, Tr::kSmem);
+                const auto kernel = flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>;
+                CK(flash::allow_smem(kernel, Tr::kSmem));
+                if constexpr (Tr::kCluster) {  // how many clusters of CMAX blocks the GPU holds at once
+                    int sms = 0, dev = 0, n = 0;
+                    CK(cudaGetDevice(&dev));
+                    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+                    cudaLaunchConfig_t cfg{};
+                    cfg.gridDim = dim3(unsigned(CMAX * sms));
+                    cfg.blockDim = dim3(unsigned(Tr::kBlockThreads));
+                    cfg.dynamicSmemBytes = Tr::kSmem;
+                    cudaLaunchAttribute attr{};
+                    attr.id = cudaLaunchAttributeClusterDimension;
+                    attr.val.clusterDim.x = CMAX;
+                    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+                    cfg.attrs = &attr;
+                    cfg.numAttrs = 1;
+                    CK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+                    std::printf("  (clusters of %d: %d at once, %d of %d SMs)\n", CMAX, n, n * CMAX, sms);
+                }
+                return occupancy(kernel, Tr::kBlockThreads, Tr::kSmem);
             },
             DQM == flash::kDqNone || DQM == flash::kDqWriterNoAdd || DQM == flash::kDqWriterNoMma};
 }
