@@ -333,6 +333,26 @@ struct WgBwdTraits {
 // Inverse of rho16: the row (0…15) of a 16-key group that holds key x.
 DST_WGA_DEV int rho16_inv(int x) { return (x >> 1) + 8 * (x & 1); }
 
+// A deterministic dQ add of four columns c … c + 3 (below lim) of one row, by the adder's role in the
+// tile's order: the only one writes v·scale as dQ, the last adds the accumulator's sum and writes
+// dQ, the first stores into the accumulator, a middle one adds into it (acc, out: the row's
+// accumulator and dQ, at column 0).
+template <typename T>
+DST_WGA_DEV void dq_put4(bool first, bool last, float *acc, T *out, int c, int lim, float4 v, float sc) {
+    if (first && last) {
+        store2(out, c, lim, v.x * sc, v.y * sc);
+        store2(out, c + 2, lim, v.z * sc, v.w * sc);
+    } else if (last) {
+        const float4 q = __ldcg(reinterpret_cast<const float4 *>(acc + c));
+        store2(out, c, lim, (q.x + v.x) * sc, (q.y + v.y) * sc);
+        store2(out, c + 2, lim, (q.z + v.z) * sc, (q.w + v.w) * sc);
+    } else if (first) {
+        __stcg(reinterpret_cast<float4 *>(acc + c), v);
+    } else {
+        red_add4(acc + c, v);
+    }
+}
+
 // kDqWriter's writer warpgroup, thread wt of 128: adds the partial dQ of query tile mb, left by the
 // consumers in buf ([BM = 64][ldq] fp32), into the tile's accumulator exactly as bwd_dq_add does (the
 // same order, turns, first/last roles and arithmetic), then arrives on `empty` (buf may be
@@ -371,21 +391,8 @@ DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, int ldq, int wt
     if (ok) {
         const float sc = p.scale;
 #pragma unroll 2
-        for (int c = 0; c < 32; c += 4) {
-            const float4 v = *reinterpret_cast<const float4 *>(src + c);
-            if (first && last) {
-                store2(out, c, 64 - c0, v.x * sc, v.y * sc);
-                store2(out, c + 2, 64 - c0, v.z * sc, v.w * sc);
-            } else if (last) {
-                const float4 q = __ldcg(reinterpret_cast<const float4 *>(acc + c));
-                store2(out, c, 64 - c0, (q.x + v.x) * sc, (q.y + v.y) * sc);
-                store2(out, c + 2, 64 - c0, (q.z + v.z) * sc, (q.w + v.w) * sc);
-            } else if (first) {
-                __stcg(reinterpret_cast<float4 *>(acc + c), v);
-            } else {
-                red_add4(acc + c, v);
-            }
-        }
+        for (int c = 0; c < 32; c += 4)
+            dq_put4(first, last, acc, out, c, 64 - c0, *reinterpret_cast<const float4 *>(src + c), sc);
     }
     mbar_arrive(empty);
     if (!last) {
@@ -453,23 +460,11 @@ DST_WGA_DEV void bwd_dq_cluster_write(const Params &p, uint32_t buf, int ldq, in
     auto apply = [&](int u, float4 v) {
         const int i = mb * BM + 8 * u + rs;
         if (i >= q_rows) return;
-        float *acc = p.dq_accum + (uint64_t(bh) * uint64_t(p.seq) + uint64_t(i)) * 64u + col;
-        T *out = gdq + int64_t(i) * ld;
-        const float sc = p.scale;
-        if (!p.deterministic) {
-            red_add4(acc, v);
-        } else if (turn.first && turn.last) {
-            store2(out, col, 64, v.x * sc, v.y * sc);
-            store2(out, col + 2, 64, v.z * sc, v.w * sc);
-        } else if (turn.last) {
-            const float4 q = __ldcg(reinterpret_cast<const float4 *>(acc));
-            store2(out, col, 64, (q.x + v.x) * sc, (q.y + v.y) * sc);
-            store2(out, col + 2, 64, (q.z + v.z) * sc, (q.w + v.w) * sc);
-        } else if (turn.first) {
-            __stcg(reinterpret_cast<float4 *>(acc), v);
-        } else {
-            red_add4(acc, v);
-        }
+        float *acc = p.dq_accum + (uint64_t(bh) * uint64_t(p.seq) + uint64_t(i)) * 64u;
+        if (p.deterministic)
+            dq_put4(turn.first, turn.last, acc, gdq + int64_t(i) * ld, col, 64, v, p.scale);
+        else
+            red_add4(acc + col, v);
     };
     const float4 s0 = read(cr);
     if (ns == 1) release();
@@ -606,15 +601,14 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWriterRegs) : "memory");
             for (int step = 0; step < n_steps; ++step) {
                 const int u = NB == 2 ? step >> 1 : step / NB, bf = NB == 2 ? step & 1 : step % NB;  // use u of buffer bf
+                mbar_wait_bounded(dq_bar + 8 * bf, u & 1);
                 if constexpr (Tr::kCluster) {
-                    mbar_wait_bounded(dq_bar + 8 * bf, u & 1);
                     const int mb = tile_at(step);
                     bwd_dq_cluster_write<T>(p, smem_addr(sDq + bf * BM * Tr::kLdq), Tr::kLdq, threadIdx.x - Tr::kThreads,
                                             bh, cr, L, cluster_turn(p, bh, ci, C, ncl, mb, BM, BN), ncl, mb, BM, gdq, ld,
                                             q_rows, dq_bar + kEmpty + 8 * bf);
                     continue;
                 }
-                mbar_wait_bounded(dq_bar + 8 * bf, u & 1);
                 if constexpr (DQM == kDqWriterNoAdd)
                     mbar_arrive(dq_bar + kEmpty + 8 * bf);
                 else
