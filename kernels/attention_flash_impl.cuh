@@ -1417,13 +1417,7 @@ cudaError_t bwd_wgmma(const Params &p, bool bf16, cudaStream_t stream);
 // Whether fwd_wgmma and bwd_wgmma run this call: a compute capability 9.0 device (the only one the
 // sm_90a objects run on), head_dim 64 and 16-byte rows.
 inline bool wgmma_runs(const Params &p) {
-    if (p.head_dim != 64 || !p.vec16) return false;
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-        return false;
-    return major == 9 && minor == 0;
+    return p.head_dim == 64 && p.vec16 && current_device_is_sm90();
 }
 #endif
 // Warpgroups per block of the wgmma backward (64 keys each; kernels/sm90/attention_flash_wgmma.cu).

@@ -35,6 +35,17 @@
 namespace dst {
 namespace cuda {
 
+// Whether the current device has compute capability 9.0 exactly: the only one the library's sm_90a
+// objects (wgmma, TMA; kernels/sm90, kernels/cutlass) run on. False when the runtime cannot say.
+inline bool current_device_is_sm90() {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return false;
+    return major == 9 && minor == 0;
+}
+
 // Whether launch_dependent uses the attribute on the current device (cached per device; the
 // environment is read once).
 inline bool dependent_launch_enabled() {
