@@ -72,7 +72,20 @@ cuda_args() {
     fi
 }
 
+# CUTLASS's headers for the fused GELU GEMMs (sm_90a), from its pinned PyPI wheel (tools/cutlass.sh):
+# only when CUDA is built. Without network the library builds without those kernels.
+ensure_cutlass() {
+    command -v nvcc >/dev/null 2>&1 || [ -n "${CUDACXX:-}" ] || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+    local t=$SECONDS
+    if PYTHON="$PYTHON" bash tools/cutlass.sh; then
+        record "cutlass headers" "ok ($(elapsed $t))"
+    else
+        record "cutlass headers" "unavailable: fused GELU GEMMs not built ($(elapsed $t))"
+    fi
+}
+
 build_main() {
+    ensure_cutlass
     say "configure + build: build/ (Release)"
     local t=$SECONDS
     # shellcheck disable=SC2046  # cuda_args prints zero or one word

@@ -26,6 +26,8 @@ case, in the order of the table:
   ours, key lengths               with the key-length mask
   ours, key lengths + 3 switches  and attn_dropout_checkpoint, normalize_invertible, gelu_checkpoint
   ours, key lengths, stochastic   and stochastic_mode=1 (non-deterministic fast paths allowed)
+  ours, key lengths, fused GEMMs  with --fused-gemm-row: the key-length row on a context created
+                                  with DST_FUSED_GEMM=1 (FC1 + GELU and FC2's dX + GELU' as CUTLASS kernels)
 torch.compile runs first in each case, so that every row printed as it is measured has its ratio.
 Torch and the library share one CUDA stream, created for the run: torch's default stream is the
 legacy NULL stream, which dst_context_set_stream would take as "the context's own stream", a
@@ -126,7 +128,10 @@ OURS = [  # row name, key-length mask (else additive), configuration switches
                                               "gelu_checkpoint": 1}),
     ("ours, key lengths, stochastic", True, {"stochastic_mode": 1}),
 ]
-SPEEDUP_ROWS = ("ours, key lengths", "ours, additive", "ours, key lengths, stochastic")
+# With --fused-gemm-row: the key-length row on a context created with DST_FUSED_GEMM=1 (the FC1 forward
+# and the FC2 data gradient as CUTLASS kernels with GELU / GELU' in their epilogues, kernels/gemm_gelu.cuh).
+FUSED_GEMM = ("ours, key lengths, fused GEMMs", True, {"_fused_gemm": 1})
+SPEEDUP_ROWS = ("ours, key lengths", "ours, additive", "ours, key lengths, stochastic", FUSED_GEMM[0])
 SKIPPED = "(skipped: time budget)"
 # The padding-distribution case: lengths uniform in [S/4, S] from this seed, at --padded-shapes.
 PADDING_SEED = 1234
@@ -317,7 +322,20 @@ class Ours:
     def __init__(self, lib, dname, B, S, use_key_lengths, switches, padding="alternate"):
         self.lib, self.L, self.B, self.S, self.padding = lib, lib.lib, B, S, padding
         self.handles = []
-        self.ctx = lib.context(dc.BACKEND_CUDA)
+        switches = dict(switches)
+        # The backend reads DST_FUSED_GEMM when the context is created (FUSED_GEMM's row).
+        fused = switches.pop("_fused_gemm", None)
+        before = os.environ.get("DST_FUSED_GEMM")
+        if fused is not None:
+            os.environ["DST_FUSED_GEMM"] = str(fused)
+        try:
+            self.ctx = lib.context(dc.BACKEND_CUDA)
+        finally:
+            if fused is not None:
+                if before is None:
+                    del os.environ["DST_FUSED_GEMM"]
+                else:
+                    os.environ["DST_FUSED_GEMM"] = before
         try:
             self.setup(dname, use_key_lengths, switches)
         except BaseException:
@@ -492,8 +510,9 @@ def row_specs(lib, kind, dname, B, S, args):
     if not args.skip_eager:
         specs.append((PLAIN, functools.partial(TorchStack, dname, B, S, "plain", False) if S <= PLAIN_MAX_S else None,
                       f"not run: S > {PLAIN_MAX_S}"))
+    ours = OURS + ([FUSED_GEMM] if getattr(args, "fused_gemm_row", False) else [])
     specs += [(name, functools.partial(Ours, lib, dname, B, S, use_key_lengths, switches), None)
-              for name, use_key_lengths, switches in OURS]
+              for name, use_key_lengths, switches in ours]
     return specs
 
 
@@ -659,7 +678,7 @@ def speedups(rows):
     by_name = {r.impl: r.train_ms for r in rows}
     ref = by_name.get(COMPILE)
     return {name: ref / by_name[name] if ref is not None and by_name.get(name) is not None else None
-            for name in SPEEDUP_ROWS}
+            for name in SPEEDUP_ROWS if name != FUSED_GEMM[0] or name in by_name}
 
 
 def speedup_line(rows):
@@ -978,6 +997,8 @@ def parse_args():
     ap.add_argument("--padded-shapes", type=functools.partial(shapes, allow_none=True), default=PADDED_SHAPES,
                     help="BxS of the padding-distribution case, lengths uniform in [S/4, S] (default "
                          "%(default)s; none: no such case)")
+    ap.add_argument("--fused-gemm-row", action="store_true",
+                    help="add the row 'ours, key lengths, fused GEMMs' (a context with DST_FUSED_GEMM=1)")
     ap.add_argument("--no-graphs", action="store_true", help="no CUDA-graph case (the stack at 8x128)")
     ap.add_argument("--no-sweep", action="store_true", help="no batch-token sweep (1K-64K tokens at S=128 and 512)")
     ap.add_argument("--budget", type=float, default=400.0,

@@ -64,6 +64,13 @@ dst_status Backend::gelu_bwd_bias_grad(dst_dtype dt, dst_gelu form, const void *
     return linear_bwd_weight(dt, du, nullptr, nullptr, db, n, 0, m, accumulate);
 }
 
+dst_status Backend::linear_bwd_data_gelu(dst_dtype dt, dst_gelu form, const void *dy, const void *w, const void *u,
+                                         void *dg, void *du, int64_t n, int64_t k, int64_t m, void *db,
+                                         bool accumulate) {
+    DST_TRY(linear_bwd_data(dt, dy, w, dg, n, k, m, nullptr));
+    return gelu_bwd_bias_grad(dt, form, dg, u, du, n, k, db, accumulate);
+}
+
 #if !defined(DST_WITH_CUDA)
 dst_status cuda_device_count(int *count) {
     *count = 0;

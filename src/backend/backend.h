@@ -222,6 +222,14 @@ public:
     // backend may compute in the same pass (same results). du may alias dg.
     virtual dst_status gelu_bwd_bias_grad(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du,
                                           int64_t n, int64_t m, void *db, bool accumulate);
+    // The FC2 data gradient and GELU's backward: dg = dy[n,m]·W[m,k] (rounded to the storage type, as
+    // linear_bwd_data stores it), du[n,k] = dg·GELU'(u[n,k]) and db[j] = Σ_i du[i, j] (accumulate: +=;
+    // db may be nullptr). This default runs linear_bwd_data into `dg`, then gelu_bwd_bias_grad; a backend
+    // may do it in one GEMM with the GELU' in its epilogue and leave `dg` unwritten. dg may alias du;
+    // neither may overlap dy, w or u.
+    virtual dst_status linear_bwd_data_gelu(dst_dtype dt, dst_gelu form, const void *dy, const void *w,
+                                            const void *u, void *dg, void *du, int64_t n, int64_t k, int64_t m,
+                                            void *db, bool accumulate);
     // y = residual + dropout(a) over count elements (element index = position in the buffer).
     virtual dst_status dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
                                             int64_t count, const DropoutSite &site) = 0;

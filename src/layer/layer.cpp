@@ -467,8 +467,8 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
     return backward_post_ln(p, sv, ws, ap, d1, d2, dy, dx, accumulate);
 }
 
-// FFN, from d_o = dropout'(dout) (the caller's, in kTmp1): dWout, dbout; dg = d_o·Wout; du = dg·GELU'(u)
-// (left in kTmpI2) with dbi in the same pass; dWi.
+// FFN, from d_o = dropout'(dout) (the caller's, in kTmp1): dWout, dbout; dg = d_o·Wout (kTmpI1, unless the
+// backend fuses it away); du = dg·GELU'(u) (left in kTmpI2) with dbi; dWi.
 dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, int64_t N, bool acc) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
@@ -481,8 +481,8 @@ dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, int64_t N, boo
         g = du;
     }
     DST_TRY(be.linear_bwd_weight(dt, t1, g, grad(DST_PARAM_OUTPUT_W), grad(DST_PARAM_OUTPUT_B), N, I, H, acc));
-    DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_OUTPUT_W), dg, N, I, H, nullptr));
-    DST_TRY(be.gelu_bwd_bias_grad(dt, cfg_.gelu, dg, u, du, N, I, grad(DST_PARAM_INTER_B), acc));
+    DST_TRY(be.linear_bwd_data_gelu(dt, cfg_.gelu, t1, param(DST_PARAM_OUTPUT_W), u, dg, du, N, I, H,
+                                    grad(DST_PARAM_INTER_B), acc));
     return be.linear_bwd_weight(dt, du, at(p, sv, ws, kSlotLn2Out), grad(DST_PARAM_INTER_W), nullptr, N, H, I, acc);
 }
 

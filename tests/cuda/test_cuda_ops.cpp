@@ -24,11 +24,14 @@
 #include <vector>
 
 #include "../common/bounds.h"
+#include "../cpu/test_util.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "capi/handles.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/attention_flash.cuh"
+#include "kernels/gemm_gelu.cuh"
 #include "kernels/philox.h"
 
 namespace {
@@ -129,6 +132,25 @@ std::string tag(const char *op, dst_dtype dt, const std::string &shape) {
     return std::string(op) + "_" + dst_dtype_string(dt) + "_" + shape;
 }
 
+// Runs `call` with the CUDA backend's fused GELU GEMMs on (CudaBackend::set_fused_gemm) and off again
+// after it; on the CPU backend, `call` alone. When kernels/gemm_gelu.cuh's gemm_gelu_runs() accepts the
+// call's shape and pointers (FP16/BF16 on a 9.0 device), the call must have run a fused kernel: a
+// case that silently fell back to the unfused ops would test nothing new.
+dst_status with_fused_gemm(Backend &be, dst_dtype dt, int64_t n, int64_t k, int64_t m,
+                           std::vector<const void *> ptrs, const std::function<dst_status()> &call) {
+    auto *cb = dynamic_cast<dst::CudaBackend *>(&be);
+    if (!cb) return call();
+    const bool expect = dst::cuda::gemm_gelu_runs(dt, n, k, m, ptrs.data(), static_cast<int>(ptrs.size()));
+    const int64_t before = cb->fused_gemm_calls();
+    cb->set_fused_gemm(true);
+    const dst_status st = call();
+    cb->set_fused_gemm(false);
+    if (st == DST_OK && expect && cb->fused_gemm_calls() != before + 1)
+        return dst::set_error(DST_ERR_STATE, "the fused GELU GEMM did not run (%lld calls before, %lld after)",
+                              static_cast<long long>(before), static_cast<long long>(cb->fused_gemm_calls()));
+    return st;
+}
+
 // ---- GEMMs ----
 void add_linear_cases(std::vector<OpCase> &out) {
     struct Shape { int64_t n, k, m; bool bias; int gelu; bool pre_act; int64_t off; };
@@ -217,6 +239,74 @@ void add_linear_cases(std::vector<OpCase> &out) {
             };
             out.push_back(w);
         }
+
+    // The FC2 data gradient with GELU's backward and the FC1 bias gradient (linear_bwd_data_gelu), every
+    // dtype through the default ops; dg is scratch (not compared: a fused backend leaves it alone), or
+    // the same buffer as du.
+    struct GShape { int64_t n, k, m; bool db, accumulate, alias; int form; };
+    const GShape gshapes[] = {{7, 13, 5, true, false, false, DST_GELU_ERF},     {129, 96, 257, true, true, false, DST_GELU_ERF},
+                              {129, 200, 96, true, true, false, DST_GELU_ERF},
+                              {136, 264, 72, true, false, true, DST_GELU_TANH}, {513, 240, 80, false, false, false, DST_GELU_ERF},
+                              {1000, 4096, 1024, true, false, false, DST_GELU_ERF}};
+    // With the CUDA backend's fused GELU GEMMs (FP16/BF16, k and m multiples of 8, any n): the forward
+    // with the pre-activation (tiles of 128×256 left partly empty, K not a multiple of 64, odd n), and
+    // the backward.
+    struct FShape { int64_t n, k, m; int form; };
+    const FShape fshapes[] = {{8, 8, 8, DST_GELU_ERF},         {1, 8, 16, DST_GELU_ERF},      {129, 96, 200, DST_GELU_ERF},
+                              {136, 72, 264, DST_GELU_TANH},   {264, 1032, 136, DST_GELU_ERF}, {1000, 1024, 4096, DST_GELU_ERF}};
+    const bool fused_built = dst::CudaBackend::fused_gemm_built();
+    for (dst_dtype dt : kDtypes) {
+        const bool low = dt == DST_DTYPE_FP16 || dt == DST_DTYPE_BF16;
+        for (int fused = 0; fused < 2; ++fused) {
+            if (fused && !(low && fused_built)) continue;
+            for (const GShape &s0 : gshapes) {
+                if (fused && (s0.k % 8 || s0.m % 8)) continue;
+                const GShape s = s0;
+                std::ostringstream nm;
+                nm << "n" << s.n << "_k" << s.k << "_m" << s.m << (s.form == DST_GELU_ERF ? "_erf" : "_tanh")
+                   << (s.db ? "_db" : "") << (s.accumulate ? "_acc" : "") << (s.alias ? "_dg_is_du" : "")
+                   << (fused ? "_fused" : "");
+                OpCase g;
+                g.name = tag("linear_bwd_data_gelu", dt, nm.str());
+                g.dt = dt;
+                // 0 dy, 1 w, 2 u, 3 dg (scratch), 4 du, 5 db
+                g.args = {{"dy", dt, s.n * s.m, Role::In},       {"w", dt, s.m * s.k, Role::In, -0.2, 0.2},
+                          {"u", dt, s.n * s.k, Role::In, -5.0, 5.0}, {"dg", dt, s.n * s.k, Role::In},
+                          {"du", dt, s.n * s.k, Role::Out},
+                          {"db", dt, s.k, s.db ? (s.accumulate ? Role::InOut : Role::Out) : Role::In}};
+                g.call = [s, dt, fused](Backend &be, const Ptrs &p) {
+                    const dst_gelu form = static_cast<dst_gelu>(s.form);
+                    void *du = p[4], *dg = s.alias ? p[4] : p[3], *db = s.db ? p[5] : nullptr;
+                    auto run = [&] {
+                        return be.linear_bwd_data_gelu(dt, form, p[0], p[1], p[2], dg, du, s.n, s.k, s.m, db,
+                                                       s.accumulate);
+                    };
+                    return fused ? with_fused_gemm(be, dt, s.n, s.k, s.m, {p[0], p[1], p[2], du}, run) : run();
+                };
+                if (s.n * s.k < 100) g.tol_scale = 100.0;  // few elements: see gelu_bwd's cases below
+                out.push_back(g);
+            }
+            if (!fused) continue;
+            for (const FShape &s : fshapes) {
+                std::ostringstream nm;
+                nm << "n" << s.n << "_k" << s.k << "_m" << s.m << "_bias" << (s.form == DST_GELU_ERF ? "_erf" : "_tanh")
+                   << "_preact_fused";
+                OpCase c;
+                c.name = tag("linear_fwd", dt, nm.str());
+                c.dt = dt;
+                c.args = {{"x", dt, s.n * s.k, Role::In},   {"w", dt, s.m * s.k, Role::In, -0.2, 0.2},
+                          {"b", dt, s.m, Role::In},          {"y", dt, s.n * s.m, Role::Out},
+                          {"pre_act", dt, s.n * s.m, Role::Out}};
+                c.call = [s, dt](Backend &be, const Ptrs &p) {
+                    const dst_gelu form = static_cast<dst_gelu>(s.form);
+                    return with_fused_gemm(be, dt, s.n, s.k, s.m, {p[0], p[1], p[2], p[3], p[4]}, [&] {
+                        return be.linear_fwd(dt, p[0], p[1], p[2], p[3], s.n, s.k, s.m, &form, p[4]);
+                    });
+                };
+                out.push_back(c);
+            }
+        }
+    }
 }
 
 // ---- LayerNorm ----
@@ -1232,6 +1322,164 @@ TEST(CudaBackend, BiasGradientPathsSameBits) {
         }
         for (void *q : {ddg, du_ref, du_mis, du_fused, dgu, ddb}) be->free(q);
     }
+}
+
+// The fused GELU GEMMs (CudaBackend::set_fused_gemm, kernels/gemm_gelu.cuh) against the unfused ops on
+// inputs whose GEMM sums are exact in fp32 in any order (multiples of 1/32 below 8 in magnitude, exact
+// in BF16 too): since the epilogues compute GELU and GELU' with the elementwise maps' code on the same
+// stored values, u, y = GELU(u), du = dg·GELU'(u) and the bias gradient (written and accumulated) must
+// be the same bits. Shapes that leave the 128×256 tiles partly empty and give a block several tiles.
+TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
+    Backend *raw = nullptr;
+    ASSERT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
+    std::unique_ptr<Backend> owner(raw);
+    auto *be = static_cast<dst::CudaBackend *>(raw);
+    // Dyadic values from a hash of the index: x, dy in {0, ±1/4, ±1/2}, W in {0, ±1/8}, b in {0, ±1/16, ±1/8}.
+    auto level = [](int64_t i, uint64_t salt, int levels) {
+        uint64_t h = (static_cast<uint64_t>(i) + salt) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+        return static_cast<int>(h % static_cast<uint64_t>(levels)) - levels / 2;
+    };
+    struct Shape { int64_t n, k, m; };  // the forward's; the backward's is (n, m, k): FC2 of the same layer
+    const Shape shapes[] = {{136, 72, 264}, {1032, 64, 520}};
+    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16})
+        for (dst_gelu form : {DST_GELU_ERF, DST_GELU_TANH})
+            for (const Shape &s : shapes) {
+                SCOPED_TRACE(std::string(dst_dtype_string(dt)) + (form == DST_GELU_ERF ? " erf" : " tanh") + " n" +
+                             std::to_string(s.n) + " k" + std::to_string(s.k) + " m" + std::to_string(s.m));
+                const int64_t n = s.n, k = s.k, m = s.m;
+                const size_t es = dst_dtype_size(dt);
+                HostBuf x(dt, n * k), w(dt, m * k), b(dt, m), dy(dt, n * k), w2(dt, k * m), u2(dt, n * m),
+                    db0(dt, m);
+                for (int64_t i = 0; i < n * k; ++i) x.set(i, level(i, 1, 5) / 4.0), dy.set(i, level(i, 2, 5) / 4.0);
+                for (int64_t i = 0; i < m * k; ++i) w.set(i, level(i, 3, 3) / 8.0), w2.set(i, level(i, 4, 3) / 8.0);
+                for (int64_t j = 0; j < m; ++j) b.set(j, level(j, 5, 5) / 16.0), db0.set(j, level(j, 6, 9) / 2.0);
+                std::mt19937_64 rng(7);
+                std::uniform_real_distribution<double> uni(-5.0, 5.0);
+                for (int64_t i = 0; i < n * m; ++i) u2.set(i, uni(rng));
+                std::vector<void *> bufs;
+                auto dev = [&](const HostBuf *h, int64_t count) {
+                    void *p = nullptr;
+                    EXPECT_EQ(be->alloc(static_cast<size_t>(count) * es, &p), DST_OK);
+                    if (p && h) {
+                        EXPECT_EQ(be->copy(p, h->bytes.data(), h->bytes.size(), CopyKind::HostToDevice), DST_OK);
+                    }
+                    bufs.push_back(p);
+                    return p;
+                };
+                void *dx = dev(&x, n * k), *dw = dev(&w, m * k), *dbias = dev(&b, m), *ddy = dev(&dy, n * k),
+                     *dw2 = dev(&w2, k * m), *du2 = dev(&u2, n * m);
+                void *y[2], *u[2], *du[2], *dg = dev(nullptr, n * m), *db[2];
+                for (int f = 0; f < 2; ++f) {
+                    y[f] = dev(nullptr, n * m), u[f] = dev(nullptr, n * m), du[f] = dev(nullptr, n * m);
+                    db[f] = dev(nullptr, m);
+                }
+                const void *fwd_ptrs[] = {dx, dw, dbias, y[1], u[1]};
+                if (!dst::cuda::gemm_gelu_runs(dt, n, k, m, fwd_ptrs, 5)) {
+                    for (void *p : bufs) be->free(p);
+                    GTEST_SKIP() << "the fused GELU GEMMs do not run on this device (compute capability 9.0 only)";
+                }
+                auto get = [&](void *p, int64_t count) {
+                    HostBuf h(dt, count);
+                    EXPECT_EQ(be->copy(h.data(), p, h.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+                    return h;
+                };
+                for (bool acc : {false, true}) {
+                    SCOPED_TRACE(acc ? "accumulating the bias gradient" : "writing the bias gradient");
+                    for (int f = 0; f < 2; ++f) {
+                        be->set_fused_gemm(f == 1);
+                        const int64_t before = be->fused_gemm_calls();
+                        ASSERT_EQ(be->linear_fwd(dt, dx, dw, dbias, y[f], n, k, m, &form, u[f]), DST_OK)
+                            << dst::last_error();
+                        ASSERT_EQ(be->copy(db[f], db0.data(), db0.bytes.size(), CopyKind::HostToDevice), DST_OK);
+                        // FC2's data gradient: dy [n, k]·W2 [k, m] → du [n, m], with u2 as the pre-activation.
+                        ASSERT_EQ(be->linear_bwd_data_gelu(dt, form, ddy, dw2, du2, dg, du[f], n, m, k, db[f], acc),
+                                  DST_OK)
+                            << dst::last_error();
+                        EXPECT_EQ(be->fused_gemm_calls(), before + (f == 1 ? 2 : 0)) << "fused kernels run";
+                        be->set_fused_gemm(false);
+                    }
+                    ASSERT_EQ(be->synchronize(), DST_OK);
+                    EXPECT_EQ(get(u[1], n * m).bytes, get(u[0], n * m).bytes) << "u (pre-activation)";
+                    EXPECT_EQ(get(y[1], n * m).bytes, get(y[0], n * m).bytes) << "y = GELU(u)";
+                    EXPECT_EQ(get(du[1], n * m).bytes, get(du[0], n * m).bytes) << "du = dg·GELU'(u)";
+                    EXPECT_EQ(get(db[1], m).bytes, get(db[0], m).bytes) << "bias gradient";
+                }
+                for (void *p : bufs) be->free(p);
+            }
+}
+
+// The whole layer with the fused GELU GEMMs (FC1 forward and FC2 data gradient: two fused calls per
+// forward and backward) against the same layer unfused, on one CUDA context, the same parameters, inputs
+// and RNG state (dropout on, key lengths; Pre-LN, and Post-LN with gelu_checkpoint, whose backward
+// recomputes GELU before the fused call). Only those two GEMMs' summation orders differ, so every
+// output and gradient is within the 16-bit design tolerance of the unfused layer (which the CudaLayer
+// grid checks against fp64). 258 rows (not a multiple of 8), H = 96, I = 200.
+TEST(CudaBackend, LayerWithFusedGeluGemmsMatchesUnfused) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
+    const void *probe = reinterpret_cast<const void *>(uintptr_t(256));
+    if (!dst::cuda::gemm_gelu_runs(DST_DTYPE_FP16, 8, 8, 8, &probe, 1))
+        GTEST_SKIP() << "the fused GELU GEMMs do not run on this device (compute capability 9.0 only)";
+    dsttest::Ctx ctx = dsttest::make_cuda_ctx();
+    ASSERT_TRUE(ctx);
+    auto *cb = static_cast<dst::CudaBackend *>(ctx->impl->backend.get());
+    const int B = 2, S = 129, H = 96;
+    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16})
+        for (bool pre : {true, false}) {
+            SCOPED_TRACE(std::string(dst_dtype_string(dt)) + (pre ? " Pre-LN" : " Post-LN, gelu_checkpoint"));
+            dst_layer_config cfg = dsttest::small_config(H, 3, 200, dt);
+            cfg.pre_layer_norm = pre;
+            cfg.gelu_checkpoint = !pre;
+            cfg.attn_dropout_ratio = cfg.hidden_dropout_ratio = 0.1f;
+            cfg.max_batch_tokens = B * S;
+            cfg.max_seq_len = S;
+            dsttest::Layer layer = dsttest::make_layer(ctx.get(), cfg);
+            ASSERT_TRUE(layer);
+            dsttest::randomize_params(layer.get(), 31);
+            dsttest::Rng rng(5);
+            const std::vector<double> xs = rng.normals(size_t(B) * S * H), dys = rng.normals(size_t(B) * S * H);
+            dsttest::HostTensor x = dsttest::HostTensor::from_doubles(dt, {B, S, H}, xs);
+            dsttest::HostTensor dy = dsttest::HostTensor::from_doubles(dt, {B, S, H}, dys);
+            dsttest::HostTensor lens(DST_DTYPE_INT32, {B});
+            const int32_t lv[B] = {S, 77};
+            std::memcpy(lens.data(), lv, sizeof lv);
+            void *dev[5] = {};
+            const size_t bytes = x.nbytes();
+            for (int i = 0; i < 4; ++i) ASSERT_EQ(dst_malloc(ctx.get(), bytes, &dev[i]), DST_OK);
+            ASSERT_EQ(dst_malloc(ctx.get(), sizeof lv, &dev[4]), DST_OK);
+            ASSERT_EQ(dst_memcpy(ctx.get(), dev[0], x.data(), bytes, DST_COPY_HOST_TO_CONTEXT), DST_OK);
+            ASSERT_EQ(dst_memcpy(ctx.get(), dev[2], dy.data(), bytes, DST_COPY_HOST_TO_CONTEXT), DST_OK);
+            ASSERT_EQ(dst_memcpy(ctx.get(), dev[4], lv, sizeof lv, DST_COPY_HOST_TO_CONTEXT), DST_OK);
+            dst_tensor xv = x.view(), yv = x.view(), dyv = dy.view(), dxv = dy.view();
+            xv.data = dev[0], yv.data = dev[1], dyv.data = dev[2], dxv.data = dev[3];
+            dst_mask mask = dsttest::mask_of(DST_MASK_KEY_LENGTHS, lens);
+            mask.tensor.data = dev[4];
+            struct Run { std::vector<double> y, dx; std::vector<std::vector<double>> grads; };
+            Run r[2];
+            for (int f = 0; f < 2; ++f) {
+                cb->set_fused_gemm(f == 1);
+                const int64_t before = cb->fused_gemm_calls();
+                ASSERT_EQ(dst_context_set_rng_state(ctx.get(), 77, 1234), DST_OK);
+                ASSERT_EQ(dst_layer_forward(layer.get(), nullptr, &xv, &mask, &yv), DST_OK) << dst_last_error();
+                ASSERT_EQ(dst_layer_backward(layer.get(), nullptr, &dyv, &dxv, DST_GRAD_WRITE), DST_OK)
+                    << dst_last_error();
+                cb->set_fused_gemm(false);
+                EXPECT_EQ(cb->fused_gemm_calls(), before + (f == 1 ? 2 : 0)) << "fused kernels run";
+                dsttest::HostTensor y(dt, {B, S, H}), dx(dt, {B, S, H});
+                ASSERT_EQ(dst_memcpy(ctx.get(), y.data(), dev[1], bytes, DST_COPY_CONTEXT_TO_HOST), DST_OK);
+                ASSERT_EQ(dst_memcpy(ctx.get(), dx.data(), dev[3], bytes, DST_COPY_CONTEXT_TO_HOST), DST_OK);
+                r[f] = {y.doubles(), dx.doubles(), dsttest::all_grads(layer.get())};
+            }
+            const double tol = dsttest::design_tolerance(dt);
+            EXPECT_LE(dsttest::rel_l2(r[1].y, r[0].y), tol) << "output";
+            EXPECT_LE(dsttest::rel_l2(r[1].dx, r[0].dx), tol) << "grad_input";
+            for (int p = 0; p < DST_PARAM_COUNT; ++p)
+                EXPECT_LE(dsttest::rel_l2(r[1].grads[p], r[0].grads[p]), tol) << dsttest::kParamNames[p];
+            for (void *d : dev) dst_free(ctx.get(), d);
+        }
 }
 
 // The backend times the FP16/BF16 GEMM algorithms of one kernel family (same algorithm id, no split-K)

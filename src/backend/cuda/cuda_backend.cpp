@@ -10,7 +10,9 @@
 // linear_bwd_weight comes from the ordered column-sum kernels (kernels/bias.cuh), not from cuBLASLt's
 // BGRADB epilogue, which cost more than the sums on the H200 (docs/design-notes.md); gelu_bwd_bias_grad
 // sums the columns of the gradient it writes. GELU (erf or tanh) runs as a separate elementwise kernel,
-// since cuBLASLt's GELU epilogue is the tanh form only.
+// since cuBLASLt's GELU epilogue is the tanh form only; with DST_FUSED_GEMM=1 (set_fused_gemm) the FC1
+// forward with GELU and the FC2 data gradient with GELU' run as CUTLASS kernels with those epilogues
+// instead (kernels/gemm_gelu.cuh), where the build has them and the call fits.
 // Determinism: cuBLASLt is bit-reproducible for a fixed problem, algorithm and workspace size; the
 // workspace offered to it is a fixed size (kGemmWorkspace, or the caller's workspace if smaller),
 // so the algorithm of a problem is always the same (chosen once per problem, then cached: choose_algo).
@@ -36,6 +38,7 @@
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/gemm_gelu.cuh"
 #include "kernels/rows.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/optim.cuh"
@@ -86,7 +89,10 @@ dst_status CudaBackend::create(int device, CudaBackend **out) {
     {
         const char *tune = std::getenv("DST_GEMM_TUNE");
         be->gemm_tuning_ = !(tune && std::strcmp(tune, "0") == 0);
+        const char *fused = std::getenv("DST_FUSED_GEMM");
+        be->fused_gemm_ = fused && std::strcmp(fused, "1") == 0;
     }
+    DST_CUDA_CHECK(cudaDeviceGetAttribute(&be->sm_count_, cudaDevAttrMultiProcessorCount, device));
     DST_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&be->flag_), sizeof(int)));
     DST_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&be->check_host_), sizeof(cuda::DeferredCheck),
                                  cudaHostAllocMapped | cudaHostAllocPortable));
@@ -653,6 +659,16 @@ dst_status CudaBackend::linear_fwd(dst_dtype dt, const void *x, const void *w, c
                                    void *pre_act) {
     DST_TRY(activate());
     if (n <= 0 || m <= 0) return DST_OK;
+#ifdef DST_WITH_CUTLASS
+    if (fused_gemm_ && gelu && pre_act && b && k > 0) {
+        const void *ptrs[] = {x, w, b, y, pre_act};
+        if (cuda::gemm_gelu_runs(dt, n, k, m, ptrs, 5)) {
+            DST_CUDA_CHECK(cuda::gemm_bias_gelu(stream_, dt, *gelu, x, w, b, y, pre_act, n, k, m, sm_count_));
+            fused_gemm_calls_ += 1;
+            return DST_OK;
+        }
+    }
+#endif
     void *target = (gelu && pre_act) ? pre_act : y;
     const bool epilogue_bias = b && dt != DST_DTYPE_FP64 && pointer_alignment(b) >= 16;
     if (b && !epilogue_bias) DST_CUDA_CHECK(cuda::bias_broadcast(stream_, dt, b, target, n, m));
@@ -779,6 +795,34 @@ dst_status CudaBackend::gelu_bwd_bias_grad(dst_dtype dt, dst_gelu form, const vo
     DST_TRY(workspace(cuda::column_sum_workspace(dt, n, m), &ws));
     DST_CUDA_CHECK(cuda::gelu_bwd_bias_grad(stream_, dt, form, dg, u, du, n, m, db, accumulate, ws));
     return DST_OK;
+}
+
+dst_status CudaBackend::linear_bwd_data_gelu(dst_dtype dt, dst_gelu form, const void *dy, const void *w,
+                                             const void *u, void *dg, void *du, int64_t n, int64_t k, int64_t m,
+                                             void *db, bool accumulate) {
+#ifdef DST_WITH_CUTLASS
+    const void *ptrs[] = {dy, w, u, du};
+    if (fused_gemm_ && cuda::gemm_gelu_runs(dt, n, k, m, ptrs, 4)) {
+        DST_TRY(activate());
+        DST_CUDA_CHECK(cuda::gemm_dgelu(stream_, dt, form, dy, w, u, du, n, k, m, sm_count_));
+        fused_gemm_calls_ += 1;
+        // The bias gradient: the column sums of du as stored, the order gelu_bwd_bias_grad sums in.
+        if (!db) return DST_OK;
+        void *ws = nullptr;
+        DST_TRY(workspace(cuda::column_sum_workspace(dt, n, k), &ws));
+        DST_CUDA_CHECK(cuda::column_sum(stream_, dt, du, db, n, k, accumulate, ws));
+        return DST_OK;
+    }
+#endif
+    return Backend::linear_bwd_data_gelu(dt, form, dy, w, u, dg, du, n, k, m, db, accumulate);
+}
+
+bool CudaBackend::fused_gemm_built() {
+#ifdef DST_WITH_CUTLASS
+    return true;
+#else
+    return false;
+#endif
 }
 
 dst_status CudaBackend::dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,

@@ -85,6 +85,9 @@ public:
                         int64_t count) override;
     dst_status gelu_bwd_bias_grad(dst_dtype dt, dst_gelu form, const void *dg, const void *u, void *du, int64_t n,
                                   int64_t m, void *db, bool accumulate) override;
+    dst_status linear_bwd_data_gelu(dst_dtype dt, dst_gelu form, const void *dy, const void *w, const void *u,
+                                    void *dg, void *du, int64_t n, int64_t k, int64_t m, void *db,
+                                    bool accumulate) override;
     dst_status dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
                                     int64_t count, const DropoutSite &site) override;
     dst_status dropout_bwd(dst_dtype dt, const void *dy, void *dx, int64_t count,
@@ -142,6 +145,16 @@ public:
     // Stochastic mode: the attention backward adds its partial dQs in arrival order (not
     // bit-reproducible); off: in a fixed order, bit-identical from run to run.
     void set_stochastic(bool on) override { stochastic_ = on; }
+    // The fused GELU GEMMs (kernels/gemm_gelu.cuh): linear_fwd with GELU and a pre-activation output,
+    // and linear_bwd_data_gelu, as one CUTLASS kernel each where gemm_gelu_runs() takes the call (FP16
+    // and BF16 on compute capability 9.0, in a build that found CUTLASS). Off by default until measured
+    // on the H200; the environment's DST_FUSED_GEMM=1 turns it on for a backend created after it is set.
+    // fused_gemm_built(): whether this build has them at all.
+    // fused_gemm_calls(): how many calls they ran (for tests and benchmarks).
+    void set_fused_gemm(bool on) { fused_gemm_ = on; }
+    bool fused_gemm() const { return fused_gemm_; }
+    static bool fused_gemm_built();
+    int64_t fused_gemm_calls() const { return fused_gemm_calls_; }
     // GEMM size classes whose candidate algorithms were timed (tune_class), and how many of them chose
     // another than the heuristic's first (for tests and benchmarks).
     int gemm_classes_timed() const { return classes_timed_; }
@@ -188,8 +201,11 @@ private:
     size_t gemm_workspace_bytes() const;
 
     int device_ = 0;
+    int sm_count_ = 0;  // the device's multiprocessors
     int threads_ = 0;
     bool allow_tf32_ = false;
+    bool fused_gemm_ = false;
+    int64_t fused_gemm_calls_ = 0;
     cudaStream_t own_stream_ = nullptr;
     cudaStream_t stream_ = nullptr;
     cublasLtHandle_t lt_ = nullptr;

@@ -1,0 +1,13 @@
+// The fused GELU GEMMs (kernels/cutlass/gemm_gelu_impl.cuh) for bf16 in the library's configuration:
+// one file per storage type, so that the two compile in parallel (each takes tens of seconds).
+#include "kernels/cutlass/gemm_gelu_impl.cuh"
+
+namespace dst {
+namespace cuda {
+namespace gemm_gelu {
+
+DST_GEMM_GELU_DEFINE(bias_gelu_bf16, dgelu_bf16, __nv_bfloat16, DefaultConfig)
+
+}  // namespace gemm_gelu
+}  // namespace cuda
+}  // namespace dst

@@ -1,0 +1,197 @@
+// The fused GELU GEMMs of kernels/gemm_gelu.cuh as CUTLASS 3 kernels for sm_90a: TMA loads, warpgroup
+// MMAs (wgmma) with fp32 accumulators, a producer warp and two consumer warpgroups sharing one tile
+// (the "cooperative" schedule), persistent over the tiles, and a TMA-store epilogue whose visitor tree
+// is CUTLASS's own (bias per column, auxiliary store or load) with our GELU / GELU' as the activation.
+// Included by the instantiation files of this folder and by kernels/dev/gemm_gelu_lab.cu (which
+// instantiates other tile shapes through GemmGelu's Config parameter).
+//
+// Layouts (CUTLASS's M, N, K; every matrix row-major in memory, nn.Linear's W[m, k]):
+//   forward:  M = n tokens, N = m, K = k; A = x [n, k] (K-major), B = W [m, k] (K-major: a TN GEMM);
+//             D = y [n, m], Aux = u [n, m]; per-column bias b[m].
+//   backward: M = n, N = k, K = m; A = dy [n, m] (K-major), B = W [m, k] (N-major: wgmma reads it
+//             transposed from shared memory); D = du [n, k], Aux = u [n, k] (loaded).
+#ifndef DST_KERNELS_CUTLASS_GEMM_GELU_IMPL_CUH
+#define DST_KERNELS_CUTLASS_GEMM_GELU_IMPL_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+#include "kernels/dispatch.cuh"
+#include "kernels/gelu_math.cuh"
+#include "kernels/gemm_gelu.cuh"
+
+namespace dst {
+namespace cuda {
+namespace gemm_gelu {
+
+// CUTLASS's element type of a CUDA storage type.
+template <typename T>
+using Elem = std::conditional_t<std::is_same_v<T, __half>, cutlass::half_t, cutlass::bfloat16_t>;
+
+// The activations' runtime argument (CUTLASS hands a compute functor's Arguments to every call).
+struct GeluArgs {
+    dst_gelu form = DST_GELU_ERF;
+};
+
+// Epilogue functors in CUTLASS's form: a template on the value type, called on fragments
+// (Array<float, N>) with the Arguments. The scalar form only names the Arguments type, which
+// CUTLASS reads from Functor<ElementCompute>.
+//
+// Forward: z = acc + bias in fp32; u = z rounded to T is what the auxiliary store writes, and the
+// activation takes u as stored (rounded here the same way), so y = GELU(u) as gelu_fwd computes it.
+template <typename T, typename V>
+struct GeluAct {
+    using Arguments = GeluArgs;
+};
+template <typename T, int N>
+struct GeluAct<T, cutlass::Array<float, N>> {
+    using Arguments = GeluArgs;
+    CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const &z, Arguments const &a) const {
+        cutlass::Array<float, N> y;
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < N; ++i) y[i] = gelu_value(to_compute(to_storage<T>(z[i])), a.form, true);
+        return y;
+    }
+};
+// Backward: dg = acc rounded to T (the value linear_bwd_data would store), u loaded from the auxiliary
+// tensor (exact in fp32); du = dg·GELU'(u) as gelu_bwd's map computes it.
+template <typename T, typename V>
+struct DGeluAct {
+    using Arguments = GeluArgs;
+};
+template <typename T, int N>
+struct DGeluAct<T, cutlass::Array<float, N>> {
+    using Arguments = GeluArgs;
+    CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const &acc,
+                                                       cutlass::Array<float, N> const &u, Arguments const &a) const {
+        cutlass::Array<float, N> du;
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < N; ++i) du[i] = to_compute(to_storage<T>(acc[i])) * gelu_grad(u[i], a.form, true);
+        return du;
+    }
+};
+template <typename V>
+using GeluHalf = GeluAct<__half, V>;
+template <typename V>
+using GeluBf16 = GeluAct<__nv_bfloat16, V>;
+template <typename V>
+using DGeluHalf = DGeluAct<__half, V>;
+template <typename V>
+using DGeluBf16 = DGeluAct<__nv_bfloat16, V>;
+
+// A kernel configuration: CTA tile (M, N, K), thread block cluster, mainloop and epilogue schedules.
+template <int TM, int TN, int TK, int CM, int CN, typename MainSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+          typename EpiSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative>
+struct Config {
+    using Tile = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
+    using Cluster = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
+    using Main = MainSchedule;
+    using Epi = EpiSchedule;
+};
+// The library's configuration: 128×256×64 tiles in clusters of two along M (each B tile multicast to
+// both blocks), the cooperative schedule. To be settled by kernels/dev/gemm_gelu_lab.cu on the H200.
+using DefaultConfig = Config<128, 256, 64, 2, 1>;
+
+// The GEMM of one direction (kBackward: the dGELU form) for storage type T and a configuration.
+template <typename T, bool kBackward, typename Cfg = DefaultConfig>
+struct GemmGelu {
+    using E = Elem<T>;
+    static constexpr int kAlign = 8;  // 16 bytes of a 16-bit type
+    using LayoutA = cutlass::layout::RowMajor;
+    using LayoutB = std::conditional_t<kBackward, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+    using LayoutD = cutlass::layout::RowMajor;
+    template <typename V>
+    using Act = std::conditional_t<std::is_same_v<T, __half>, GeluHalf<V>, GeluBf16<V>>;
+    template <typename V>
+    using DAct = std::conditional_t<std::is_same_v<T, __half>, DGeluHalf<V>, DGeluBf16<V>>;
+    // No C operand (void source): D = f(acc, …) only.
+    using Fusion = std::conditional_t<
+        kBackward,
+        cutlass::epilogue::fusion::LinCombDeEltAct<LayoutD, DAct, E, float, E, void>,
+        cutlass::epilogue::fusion::LinCombPerColBiasEltActAux<LayoutD, Act, E, float, E, E, void>>;
+    using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile, typename Cfg::Cluster,
+        cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, E, LayoutD, kAlign,
+        typename Cfg::Epi, Fusion>::CollectiveOp;
+    using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, LayoutB, kAlign, float,
+        typename Cfg::Tile, typename Cfg::Cluster,
+        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+        typename Cfg::Main>::CollectiveOp;
+    using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue>;
+    using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+    // CUTLASS's problem (M, N, K) of a call: forward (n, m, k), backward (n, k, m).
+    static typename Gemm::Arguments arguments(const void *a, const void *w, const void *bias, void *d, void *aux,
+                                              int M, int N, int K, dst_gelu form, int sm_count) {
+        using SA = typename Kernel::StrideA;
+        using SB = typename Kernel::StrideB;
+        using SD = typename Kernel::StrideD;
+        const SD sd = cutlass::make_cute_packed_stride(SD{}, cute::make_shape(M, N, 1));
+        typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                      {M, N, K, 1},
+                                      {static_cast<const E *>(a), cutlass::make_cute_packed_stride(SA{}, cute::make_shape(M, K, 1)),
+                                       static_cast<const E *>(w), cutlass::make_cute_packed_stride(SB{}, cute::make_shape(N, K, 1))},
+                                      {{}, nullptr, {}, static_cast<E *>(d), sd}};
+        args.epilogue.thread.activation.form = form;
+        if constexpr (kBackward) {
+            args.epilogue.thread.aux_ptr = static_cast<const E *>(aux);
+        } else {
+            args.epilogue.thread.bias_ptr = static_cast<const E *>(bias);
+            args.epilogue.thread.aux_ptr = static_cast<E *>(aux);
+        }
+        args.epilogue.thread.dAux = sd;
+        args.hw_info.sm_count = sm_count;
+        return args;
+    }
+
+    // Runs the GEMM on the stream. The kernels need no workspace with these schedules; a configuration
+    // that asks for one (or that CUTLASS cannot run on this problem) is refused, never run half-set.
+    static cudaError_t run(cudaStream_t stream, const void *a, const void *w, const void *bias, void *d, void *aux,
+                           int M, int N, int K, dst_gelu form, int sm_count) {
+        const typename Gemm::Arguments args = arguments(a, w, bias, d, aux, M, N, K, form, sm_count);
+        if (Gemm::get_workspace_size(args) != 0) return cudaErrorInvalidValue;
+        Gemm gemm;
+        if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
+        if (gemm.initialize(args, nullptr, stream) != cutlass::Status::kSuccess) {
+            const cudaError_t e = cudaGetLastError();
+            return e != cudaSuccess ? e : cudaErrorInvalidValue;
+        }
+        if (gemm.run(stream) != cutlass::Status::kSuccess) {
+            const cudaError_t e = cudaGetLastError();
+            return e != cudaSuccess ? e : cudaErrorLaunchFailure;
+        }
+        return cudaGetLastError();
+    }
+};
+
+}  // namespace gemm_gelu
+}  // namespace cuda
+}  // namespace dst
+
+// Defines the launchers of configuration CFG for storage type T as FWD and BWD (functions of
+// kernels/gemm_gelu.cuh's argument lists without the dtype), in the enclosing namespace: the
+// per-type files of this folder and the lab's variants.
+#define DST_GEMM_GELU_DEFINE(FWD, BWD, T, CFG)                                                                      \
+    cudaError_t FWD(cudaStream_t stream, dst_gelu form, const void *x, const void *w, const void *b, void *y,        \
+                    void *u, int64_t n, int64_t k, int64_t m, int sm_count) {                                       \
+        return ::dst::cuda::gemm_gelu::GemmGelu<T, false, CFG>::run(stream, x, w, b, y, u, int(n), int(m), int(k),  \
+                                                                     form, sm_count);                               \
+    }                                                                                                               \
+    cudaError_t BWD(cudaStream_t stream, dst_gelu form, const void *dy, const void *w, const void *u, void *du,      \
+                    int64_t n, int64_t k, int64_t m, int sm_count) {                                                \
+        return ::dst::cuda::gemm_gelu::GemmGelu<T, true, CFG>::run(stream, dy, w, nullptr, du, const_cast<void *>(u), \
+                                                                    int(n), int(k), int(m), form, sm_count);        \
+    }
+
+#endif  // DST_KERNELS_CUTLASS_GEMM_GELU_IMPL_CUH

@@ -1,0 +1,11 @@
+// Lab variant 1 of the fused GELU GEMMs: 128×128×64 tiles, clusters of 2 along M, cooperative (kernels/dev/gemm_gelu_variants.cuh).
+#include "kernels/cutlass/gemm_gelu_impl.cuh"
+#include "kernels/dev/gemm_gelu_variants.cuh"
+
+namespace lab {
+using Variant1 = dst::cuda::gemm_gelu::Config<128, 128, 64, 2, 1>;
+DST_GEMM_GELU_DEFINE(variant1_fwd, variant1_bwd, __half, Variant1)
+const char *const kVariantNames[kVariants + 1] = {
+    "library: 128x256x64, cluster 2x1, cooperative", "128x128x64, cluster 2x1, cooperative",
+    "128x256x64, cluster 1x1, cooperative", "128x128x64, cluster 2x1, ping-pong"};
+}  // namespace lab

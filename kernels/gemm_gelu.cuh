@@ -1,0 +1,43 @@
+// The GELU GEMMs with fused epilogues (kernels/cutlass/: CUTLASS 3 warp-specialised TMA kernels with
+// epilogue visitor trees, compiled for sm_90a only, when CMake finds CUTLASS's headers; the library then
+// defines DST_WITH_CUTLASS). Row-major, nn.Linear's convention (W is [m, k]), 16-bit storage types:
+//
+//   gemm_bias_gelu: u = x[n,k]·W[m,k]ᵀ + b[m] rounded to the storage type (written to `u`), and
+//                   y = GELU(u as stored), both [n, m]: the FC1 forward and the GELU pass in one kernel.
+//   gemm_dgelu:     dg = dy[n,m]·W[m,k] rounded to the storage type (not written), and
+//                   du = dg·GELU'(u[n,k]) written to du [n, k]: the FC2 data gradient and GELU's backward.
+//
+// The epilogues compute GELU and GELU' with kernels/gelu_math.cuh on the stored (rounded) u and dg, so
+// given the same GEMM result they give the bits of gelu_fwd / gelu_bwd (kernels/elementwise.cuh); the
+// GEMM's own summation order is CUTLASS's (fixed for a shape: no split-K, so runs are bit-reproducible).
+// Which calls they take: gemm_gelu_runs(). Launchers return the CUDA error of a failed launch, or
+// cudaErrorInvalidValue for a call gemm_gelu_runs() refuses.
+#ifndef DST_KERNELS_GEMM_GELU_CUH
+#define DST_KERNELS_GEMM_GELU_CUH
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "dstransformer/dstransformer.h"  // defines: dst_dtype, dst_gelu
+
+namespace dst {
+namespace cuda {
+
+// Whether the fused GEMMs run this call: a build with them (DST_WITH_CUTLASS), a compute capability 9.0
+// device (the sm_90a objects run there only), FP16 or BF16, k and m positive multiples of 8 (the row
+// lengths: TMA's 16-byte strides), n positive, all below 2^31, and every pointer 16-byte aligned. Host code; asks the runtime for
+// the current device's compute capability.
+bool gemm_gelu_runs(dst_dtype dt, int64_t n, int64_t k, int64_t m, const void *const *ptrs, int nptrs);
+
+// The launchers (kernels/cutlass/gemm_gelu_{fp16,bf16}.cu). `sm_count`: the device's multiprocessors
+// (the persistent tile scheduler's grid).
+cudaError_t gemm_bias_gelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *x, const void *w,
+                           const void *b, void *y, void *u, int64_t n, int64_t k, int64_t m, int sm_count);
+cudaError_t gemm_dgelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dy, const void *w,
+                       const void *u, void *du, int64_t n, int64_t k, int64_t m, int sm_count);
+
+}  // namespace cuda
+}  // namespace dst
+
+#endif  // DST_KERNELS_GEMM_GELU_CUH
