@@ -2,8 +2,9 @@
 // epilogue visitor trees, compiled for sm_90a only, when CMake finds CUTLASS's headers; the library then
 // defines DST_WITH_CUTLASS). Row-major, nn.Linear's convention (W is [m, k]), 16-bit storage types:
 //
-//   gemm_bias_gelu: u = x[n,k]·W[m,k]ᵀ + b[m] rounded to the storage type (written to `u`), and
-//                   y = GELU(u as stored), both [n, m]: the FC1 forward and the GELU pass in one kernel.
+//   gemm_bias_gelu: u = x[n,k]·W[m,k]ᵀ + b[m] rounded to the storage type (written to `u` unless it is
+//                   null: inference), and y = GELU(u as stored), both [n, m]: the FC1 forward and the
+//                   GELU pass in one kernel.
 //   gemm_dgelu:     dg = dy[n,m]·W[m,k] rounded to the storage type (not written), and
 //                   du = dg·GELU'(u[n,k]) written to du [n, k]: the FC2 data gradient and GELU's backward.
 //

@@ -19,6 +19,12 @@
 #                                            # with DST_PRETRAIN_CTEST=0 to skip the tests there;
 #                                            # DST_PRETRAIN_ARGS: more arguments for it, such as
 #                                            # "--skip-hf --profile-calls")
+#   bash tools/gpu-session.sh gemm-gelu OUTDIR
+#                                            # the fused GELU GEMMs (CUTLASS: run tools/cutlass.sh on the
+#                                            # development machine and carry .deps): kernels/dev/gemm_gelu_lab
+#                                            # (checks and times), their op and layer tests in
+#                                            # test_cuda_ops, then every CudaLayer test with
+#                                            # DST_FUSED_GEMM=1 (the whole layer grid through them)
 #   bash tools/gpu-session.sh multi OUTDIR   # on a host with several GPUs (carry .gpu-deps): dst-pretrain
 #                                            # and test_cuda_layer built, the two-device layer tests, then
 #                                            # bench/multi_gpu.py (correctness against one GPU, scaling
@@ -84,6 +90,25 @@ bench)
     step compare_torch "$limit" "$out/compare_torch.txt" env DST_LIB="$lib" PYTHONUNBUFFERED=1 \
         python3 bench/compare_torch.py --budget $((limit - 40)) --out "$out" ${DST_COMPARE_ARGS:-}
     ;;
+gemm-gelu)
+    if [ ! -f "$root/.deps/cutlass/include/cutlass/util/packed_stride.hpp" ]; then
+        echo "gpu-session: .deps/cutlass lacks CUTLASS's headers: run bash tools/cutlass.sh on the development" \
+             "machine and carry .deps" >&2
+        exit 2
+    fi
+    step build 240 "$out/build.log" bash -c "cmake -S . -B '$DST_GPU_BUILD_DIR' -G Ninja \
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_PRETRAIN=OFF \
+        -DDST_BUILD_KERNEL_LAB=ON -DPython_EXECUTABLE=\$(command -v python3) && \
+        ninja -C '$DST_GPU_BUILD_DIR' -j16 gemm_gelu_lab test_cuda_ops test_cuda_layer"
+    step gemm_gelu_lab 90 "$out/gemm_gelu_lab.txt" "$DST_GPU_BUILD_DIR/kernels/dev/gemm_gelu_lab"
+    step fused-ops 150 "$out/fused_ops.log" "$DST_GPU_BUILD_DIR/tests/cuda/test_cuda_ops" \
+        --gtest_filter='*fused*:*Fused*:*linear_bwd_data_gelu*:*linear_fwd*:*gelu*'
+    limit=$((570 - SECONDS))
+    [ "$limit" -lt 60 ] && limit=60
+    step layer-fused "$limit" "$out/layer_fused.log" env DST_FUSED_GEMM=1 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \
+        ctest --test-dir "$DST_GPU_BUILD_DIR" -L cuda -R '^(Grid/)?CudaLayer' -E 'CudaLayerMemory' \
+        --output-on-failure -j8 --timeout 180
+    ;;
 pretrain|multi)
     cases=${3:-fp16:128,fp16:512}
     deps=$root/.gpu-deps/usr
@@ -127,7 +152,7 @@ pretrain|multi)
             ${DST_PRETRAIN_ARGS:-}
     fi
     ;;
-*) echo "usage: $0 tests|bench|pretrain|multi [OUTDIR] [CASES]" >&2; exit 2 ;;
+*) echo "usage: $0 tests|bench|gemm-gelu|pretrain|multi [OUTDIR] [CASES]" >&2; exit 2 ;;
 esac
 {
     echo "== gpu-session $mode: $(date -u +%Y-%m-%dT%H:%M:%SZ)"

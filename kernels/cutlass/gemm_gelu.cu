@@ -34,8 +34,8 @@ bool gemm_gelu_runs(dst_dtype dt, int64_t n, int64_t k, int64_t m, const void *c
 
 cudaError_t gemm_bias_gelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *x, const void *w,
                            const void *b, void *y, void *u, int64_t n, int64_t k, int64_t m, int sm_count) {
-    const void *ptrs[] = {x, w, b, y, u};
-    if (!gemm_gelu_runs(dt, n, k, m, ptrs, 5)) return cudaErrorInvalidValue;
+    const void *ptrs[] = {x, w, b, y, u ? u : y};
+    if (!gemm_gelu_runs(dt, n, k, m, ptrs, 5) || u == y) return cudaErrorInvalidValue;
     return dt == DST_DTYPE_FP16 ? gemm_gelu::bias_gelu_fp16(stream, form, x, w, b, y, u, n, k, m, sm_count)
                                 : gemm_gelu::bias_gelu_bf16(stream, form, x, w, b, y, u, n, k, m, sm_count);
 }

@@ -102,13 +102,18 @@ struct Config {
 // both blocks), the cooperative schedule. To be settled by kernels/dev/gemm_gelu_lab.cu on the H200.
 using DefaultConfig = Config<128, 256, 64, 2, 1>;
 
-// The GEMM of one direction (kBackward: the dGELU form) for storage type T and a configuration.
-template <typename T, bool kBackward, typename Cfg = DefaultConfig>
+// What a GemmGelu computes: the forward with the pre-activation stored (training), the forward alone
+// (inference: y only), or the backward (the dGELU form).
+enum Kind { kForwardAux, kForward, kBackward };
+
+// The GEMM of one kind for storage type T and a configuration.
+template <typename T, int kKind, typename Cfg = DefaultConfig>
 struct GemmGelu {
+    static constexpr bool kBwd = kKind == kBackward;
     using E = Elem<T>;
     static constexpr int kAlign = 8;  // 16 bytes of a 16-bit type
     using LayoutA = cutlass::layout::RowMajor;
-    using LayoutB = std::conditional_t<kBackward, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+    using LayoutB = std::conditional_t<kBwd, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
     using LayoutD = cutlass::layout::RowMajor;
     template <typename V>
     using Act = std::conditional_t<std::is_same_v<T, __half>, GeluHalf<V>, GeluBf16<V>>;
@@ -116,9 +121,10 @@ struct GemmGelu {
     using DAct = std::conditional_t<std::is_same_v<T, __half>, DGeluHalf<V>, DGeluBf16<V>>;
     // No C operand (void source): D = f(acc, …) only.
     using Fusion = std::conditional_t<
-        kBackward,
-        cutlass::epilogue::fusion::LinCombDeEltAct<LayoutD, DAct, E, float, E, void>,
-        cutlass::epilogue::fusion::LinCombPerColBiasEltActAux<LayoutD, Act, E, float, E, E, void>>;
+        kBwd, cutlass::epilogue::fusion::LinCombDeEltAct<LayoutD, DAct, E, float, E, void>,
+        std::conditional_t<kKind == kForwardAux,
+                           cutlass::epilogue::fusion::LinCombPerColBiasEltActAux<LayoutD, Act, E, float, E, E, void>,
+                           cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Act, E, float, E, void>>>;
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile, typename Cfg::Cluster,
         cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, E, LayoutD, kAlign,
@@ -144,13 +150,18 @@ struct GemmGelu {
                                        static_cast<const E *>(w), cutlass::make_cute_packed_stride(SB{}, cute::make_shape(N, K, 1))},
                                       {{}, nullptr, {}, static_cast<E *>(d), sd}};
         args.epilogue.thread.activation.form = form;
-        if constexpr (kBackward) {
+        if constexpr (kBwd) {
             args.epilogue.thread.aux_ptr = static_cast<const E *>(aux);
+            args.epilogue.thread.dAux = sd;
         } else {
             args.epilogue.thread.bias_ptr = static_cast<const E *>(bias);
-            args.epilogue.thread.aux_ptr = static_cast<E *>(aux);
+            if constexpr (kKind == kForwardAux) {
+                args.epilogue.thread.aux_ptr = static_cast<E *>(aux);
+                args.epilogue.thread.dAux = sd;
+            } else {
+                (void)aux;
+            }
         }
-        args.epilogue.thread.dAux = sd;
         args.hw_info.sm_count = sm_count;
         return args;
     }
@@ -180,17 +191,21 @@ struct GemmGelu {
 }  // namespace dst
 
 // Defines the launchers of configuration CFG for storage type T as FWD and BWD (functions of
-// kernels/gemm_gelu.cuh's argument lists without the dtype), in the enclosing namespace: the
-// per-type files of this folder and the lab's variants.
+// kernels/gemm_gelu.cuh's argument lists without the dtype; FWD stores u unless it is null), in the
+// enclosing namespace: the per-type files of this folder and the lab's variants.
 #define DST_GEMM_GELU_DEFINE(FWD, BWD, T, CFG)                                                                      \
     cudaError_t FWD(cudaStream_t stream, dst_gelu form, const void *x, const void *w, const void *b, void *y,        \
                     void *u, int64_t n, int64_t k, int64_t m, int sm_count) {                                       \
-        return ::dst::cuda::gemm_gelu::GemmGelu<T, false, CFG>::run(stream, x, w, b, y, u, int(n), int(m), int(k),  \
-                                                                     form, sm_count);                               \
+        namespace g_ = ::dst::cuda::gemm_gelu;                                                                      \
+        return u ? g_::GemmGelu<T, g_::kForwardAux, CFG>::run(stream, x, w, b, y, u, int(n), int(m), int(k), form,   \
+                                                              sm_count)                                             \
+                 : g_::GemmGelu<T, g_::kForward, CFG>::run(stream, x, w, b, y, nullptr, int(n), int(m), int(k), form, \
+                                                           sm_count);                                               \
     }                                                                                                               \
     cudaError_t BWD(cudaStream_t stream, dst_gelu form, const void *dy, const void *w, const void *u, void *du,      \
                     int64_t n, int64_t k, int64_t m, int sm_count) {                                                \
-        return ::dst::cuda::gemm_gelu::GemmGelu<T, true, CFG>::run(stream, dy, w, nullptr, du, const_cast<void *>(u), \
+        return ::dst::cuda::gemm_gelu::GemmGelu<T, ::dst::cuda::gemm_gelu::kBackward, CFG>::run(                  \
+            stream, dy, w, nullptr, du, const_cast<void *>(u),                                                      \
                                                                     int(n), int(k), int(m), form, sm_count);        \
     }
 

@@ -376,7 +376,9 @@ dst_status Layer::forward_pre_ln(const Plan &p, char *sv, char *ws, const void *
     DST_TRY(be.dropout_residual_layernorm_fwd(dt, t, x, r, param(DST_PARAM_ATTN_NW), param(DST_PARAM_ATTN_NB), h2,
                                               at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), N, H, eps,
                                               d1));
-    DST_TRY(be.linear_fwd(dt, h2, param(DST_PARAM_INTER_W), param(DST_PARAM_INTER_B), g, N, H, I, &act, u));
+    // Inference keeps no pre-activation (a backend may then skip storing it).
+    DST_TRY(be.linear_fwd(dt, h2, param(DST_PARAM_INTER_W), param(DST_PARAM_INTER_B), g, N, H, I, &act,
+                          training_ ? u : nullptr));
     DST_TRY(be.linear_fwd(dt, g, param(DST_PARAM_OUTPUT_W), param(DST_PARAM_OUTPUT_B), t, N, I, H, nullptr,
                           nullptr));
     return be.dropout_residual_fwd(dt, t, r, y, N * H, d2);
@@ -404,7 +406,9 @@ dst_status Layer::forward_post_ln(const Plan &p, char *sv, char *ws, const void 
     DST_TRY(be.dropout_residual_layernorm_fwd(dt, t, x, r, param(DST_PARAM_ATTN_NW), param(DST_PARAM_ATTN_NB), h2,
                                               at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), N, H, eps,
                                               d1));
-    DST_TRY(be.linear_fwd(dt, h2, param(DST_PARAM_INTER_W), param(DST_PARAM_INTER_B), g, N, H, I, &act, u));
+    // Inference keeps no pre-activation (a backend may then skip storing it).
+    DST_TRY(be.linear_fwd(dt, h2, param(DST_PARAM_INTER_W), param(DST_PARAM_INTER_B), g, N, H, I, &act,
+                          training_ ? u : nullptr));
     DST_TRY(be.linear_fwd(dt, g, param(DST_PARAM_OUTPUT_W), param(DST_PARAM_OUTPUT_B), t, N, I, H, nullptr,
                           nullptr));
     DST_TRY(be.dropout_residual_layernorm_fwd(dt, t, h2, z, param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B), y,

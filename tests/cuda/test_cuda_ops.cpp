@@ -251,9 +251,12 @@ void add_linear_cases(std::vector<OpCase> &out) {
     // With the CUDA backend's fused GELU GEMMs (FP16/BF16, k and m multiples of 8, any n): the forward
     // with the pre-activation (tiles of 128×256 left partly empty, K not a multiple of 64, odd n), and
     // the backward.
-    struct FShape { int64_t n, k, m; int form; };
-    const FShape fshapes[] = {{8, 8, 8, DST_GELU_ERF},         {1, 8, 16, DST_GELU_ERF},      {129, 96, 200, DST_GELU_ERF},
-                              {136, 72, 264, DST_GELU_TANH},   {264, 1032, 136, DST_GELU_ERF}, {1000, 1024, 4096, DST_GELU_ERF}};
+    // pre_act false: the inference form (y only).
+    struct FShape { int64_t n, k, m; int form; bool pre_act; };
+    const FShape fshapes[] = {{8, 8, 8, DST_GELU_ERF, true},          {1, 8, 16, DST_GELU_ERF, true},
+                              {129, 96, 200, DST_GELU_ERF, true},     {129, 96, 200, DST_GELU_ERF, false},
+                              {136, 72, 264, DST_GELU_TANH, true},    {136, 72, 264, DST_GELU_TANH, false},
+                              {264, 1032, 136, DST_GELU_ERF, true},   {1000, 1024, 4096, DST_GELU_ERF, true}};
     const bool fused_built = dst::CudaBackend::fused_gemm_built();
     for (dst_dtype dt : kDtypes) {
         const bool low = dt == DST_DTYPE_FP16 || dt == DST_DTYPE_BF16;
@@ -290,7 +293,7 @@ void add_linear_cases(std::vector<OpCase> &out) {
             for (const FShape &s : fshapes) {
                 std::ostringstream nm;
                 nm << "n" << s.n << "_k" << s.k << "_m" << s.m << "_bias" << (s.form == DST_GELU_ERF ? "_erf" : "_tanh")
-                   << "_preact_fused";
+                   << (s.pre_act ? "_preact" : "") << "_fused";
                 OpCase c;
                 c.name = tag("linear_fwd", dt, nm.str());
                 c.dt = dt;
@@ -299,10 +302,12 @@ void add_linear_cases(std::vector<OpCase> &out) {
                           {"pre_act", dt, s.n * s.m, Role::Out}};
                 c.call = [s, dt](Backend &be, const Ptrs &p) {
                     const dst_gelu form = static_cast<dst_gelu>(s.form);
-                    return with_fused_gemm(be, dt, s.n, s.k, s.m, {p[0], p[1], p[2], p[3], p[4]}, [&] {
-                        return be.linear_fwd(dt, p[0], p[1], p[2], p[3], s.n, s.k, s.m, &form, p[4]);
+                    void *pre = s.pre_act ? p[4] : nullptr;
+                    return with_fused_gemm(be, dt, s.n, s.k, s.m, {p[0], p[1], p[2], p[3], pre ? pre : p[3]}, [&] {
+                        return be.linear_fwd(dt, p[0], p[1], p[2], p[3], s.n, s.k, s.m, &form, pre);
                     });
                 };
+                if (!s.pre_act) c.args[4].role = Role::In;  // untouched: not compared
                 out.push_back(c);
             }
         }
@@ -1327,8 +1332,9 @@ TEST(CudaBackend, BiasGradientPathsSameBits) {
 // The fused GELU GEMMs (CudaBackend::set_fused_gemm, kernels/gemm_gelu.cuh) against the unfused ops on
 // inputs whose GEMM sums are exact in fp32 in any order (multiples of 1/32 below 8 in magnitude, exact
 // in BF16 too): since the epilogues compute GELU and GELU' with the elementwise maps' code on the same
-// stored values, u, y = GELU(u), du = dg·GELU'(u) and the bias gradient (written and accumulated) must
-// be the same bits. Shapes that leave the 128×256 tiles partly empty and give a block several tiles.
+// stored values, u, y = GELU(u) (also from the inference form, which stores no u), du = dg·GELU'(u) and
+// the bias gradient (written and accumulated) must be the same bits. Shapes that leave the 128×256
+// tiles partly empty and give a block several tiles.
 TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
@@ -1371,7 +1377,7 @@ TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
                 };
                 void *dx = dev(&x, n * k), *dw = dev(&w, m * k), *dbias = dev(&b, m), *ddy = dev(&dy, n * k),
                      *dw2 = dev(&w2, k * m), *du2 = dev(&u2, n * m);
-                void *y[2], *u[2], *du[2], *dg = dev(nullptr, n * m), *db[2];
+                void *y[2], *u[2], *du[2], *dg = dev(nullptr, n * m), *db[2], *y_only = dev(nullptr, n * m);
                 for (int f = 0; f < 2; ++f) {
                     y[f] = dev(nullptr, n * m), u[f] = dev(nullptr, n * m), du[f] = dev(nullptr, n * m);
                     db[f] = dev(nullptr, m);
@@ -1393,17 +1399,22 @@ TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
                         const int64_t before = be->fused_gemm_calls();
                         ASSERT_EQ(be->linear_fwd(dt, dx, dw, dbias, y[f], n, k, m, &form, u[f]), DST_OK)
                             << dst::last_error();
+                        if (f == 1) {  // the inference form: y alone
+                            ASSERT_EQ(be->linear_fwd(dt, dx, dw, dbias, y_only, n, k, m, &form, nullptr), DST_OK)
+                                << dst::last_error();
+                        }
                         ASSERT_EQ(be->copy(db[f], db0.data(), db0.bytes.size(), CopyKind::HostToDevice), DST_OK);
                         // FC2's data gradient: dy [n, k]·W2 [k, m] → du [n, m], with u2 as the pre-activation.
                         ASSERT_EQ(be->linear_bwd_data_gelu(dt, form, ddy, dw2, du2, dg, du[f], n, m, k, db[f], acc),
                                   DST_OK)
                             << dst::last_error();
-                        EXPECT_EQ(be->fused_gemm_calls(), before + (f == 1 ? 2 : 0)) << "fused kernels run";
+                        EXPECT_EQ(be->fused_gemm_calls(), before + (f == 1 ? 3 : 0)) << "fused kernels run";
                         be->set_fused_gemm(false);
                     }
                     ASSERT_EQ(be->synchronize(), DST_OK);
                     EXPECT_EQ(get(u[1], n * m).bytes, get(u[0], n * m).bytes) << "u (pre-activation)";
                     EXPECT_EQ(get(y[1], n * m).bytes, get(y[0], n * m).bytes) << "y = GELU(u)";
+                    EXPECT_EQ(get(y_only, n * m).bytes, get(y[0], n * m).bytes) << "y = GELU(u), u not stored";
                     EXPECT_EQ(get(du[1], n * m).bytes, get(du[0], n * m).bytes) << "du = dg·GELU'(u)";
                     EXPECT_EQ(get(db[1], m).bytes, get(db[0], m).bytes) << "bias gradient";
                 }
