@@ -25,11 +25,18 @@
 namespace dst {
 namespace cuda {
 
-// Whether the fused GEMMs run this call: a build with them (DST_WITH_CUTLASS), a compute capability 9.0
-// device (the sm_90a objects run there only), FP16 or BF16, k and m positive multiples of 8 (the row
-// lengths: TMA's 16-byte strides), n positive, all below 2^31, and every pointer 16-byte aligned. Host code; asks the runtime for
-// the current device's compute capability.
-bool gemm_gelu_runs(dst_dtype dt, int64_t n, int64_t k, int64_t m, const void *const *ptrs, int nptrs);
+// The three kernels: the forward storing u (training), the forward alone (inference: u null), the
+// backward.
+enum GemmGeluKind : int { kGeluForwardAux = 0, kGeluForward = 1, kGeluBackward = 2 };
+
+// Whether the fused GEMM of `kind` takes this problem (host code, no device needed): FP16 or BF16, k and
+// m positive multiples of 8 (the row lengths: TMA's 16-byte strides), n positive, all below 2^31, and
+// CUTLASS's own can_implement() for the kernel, with no workspace. False in a build without them.
+bool gemm_gelu_shape_ok(dst_dtype dt, GemmGeluKind kind, int64_t n, int64_t k, int64_t m);
+// Whether the fused GEMMs run this call: gemm_gelu_shape_ok, every pointer 16-byte aligned, and the
+// current device of compute capability 9.0 (the sm_90a objects run there only).
+bool gemm_gelu_runs(dst_dtype dt, GemmGeluKind kind, int64_t n, int64_t k, int64_t m, const void *const *ptrs,
+                    int nptrs);
 
 // The launchers (kernels/cutlass/gemm_gelu_{fp16,bf16}.cu). `sm_count`: the device's multiprocessors
 // (the persistent tile scheduler's grid).

@@ -18,24 +18,32 @@ cudaError_t dgelu_fp16(cudaStream_t, dst_gelu, const void *, const void *, const
                        int64_t, int);
 cudaError_t dgelu_bf16(cudaStream_t, dst_gelu, const void *, const void *, const void *, void *, int64_t, int64_t,
                        int64_t, int);
+bool implementable_fp16(int kind, int64_t n, int64_t k, int64_t m);
+bool implementable_bf16(int kind, int64_t n, int64_t k, int64_t m);
 
 }  // namespace gemm_gelu
 
-bool gemm_gelu_runs(dst_dtype dt, int64_t n, int64_t k, int64_t m, const void *const *ptrs, int nptrs) {
+bool gemm_gelu_shape_ok(dst_dtype dt, GemmGeluKind kind, int64_t n, int64_t k, int64_t m) {
     if (dt != DST_DTYPE_FP16 && dt != DST_DTYPE_BF16) return false;
     // Rows: any count (TMA clips the last tile). k and m are row lengths: 16-byte strides for TMA.
     if (n <= 0 || n >= (int64_t(1) << 31)) return false;
     for (const int64_t d : {k, m})
         if (d <= 0 || d % 8 != 0 || d >= (int64_t(1) << 31)) return false;
+    return dt == DST_DTYPE_FP16 ? gemm_gelu::implementable_fp16(kind, n, k, m)
+                                : gemm_gelu::implementable_bf16(kind, n, k, m);
+}
+
+bool gemm_gelu_runs(dst_dtype dt, GemmGeluKind kind, int64_t n, int64_t k, int64_t m, const void *const *ptrs,
+                    int nptrs) {
     for (int i = 0; i < nptrs; ++i)
         if (!ptrs[i] || reinterpret_cast<uintptr_t>(ptrs[i]) % 16 != 0) return false;
-    return current_device_is_sm90();
+    return gemm_gelu_shape_ok(dt, kind, n, k, m) && current_device_is_sm90();
 }
 
 cudaError_t gemm_bias_gelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *x, const void *w,
                            const void *b, void *y, void *u, int64_t n, int64_t k, int64_t m, int sm_count) {
     const void *ptrs[] = {x, w, b, y, u ? u : y};
-    if (!gemm_gelu_runs(dt, n, k, m, ptrs, 5) || u == y) return cudaErrorInvalidValue;
+    if (!gemm_gelu_runs(dt, u ? kGeluForwardAux : kGeluForward, n, k, m, ptrs, 5) || u == y) return cudaErrorInvalidValue;
     return dt == DST_DTYPE_FP16 ? gemm_gelu::bias_gelu_fp16(stream, form, x, w, b, y, u, n, k, m, sm_count)
                                 : gemm_gelu::bias_gelu_bf16(stream, form, x, w, b, y, u, n, k, m, sm_count);
 }
@@ -43,7 +51,7 @@ cudaError_t gemm_bias_gelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, con
 cudaError_t gemm_dgelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dy, const void *w,
                        const void *u, void *du, int64_t n, int64_t k, int64_t m, int sm_count) {
     const void *ptrs[] = {dy, w, u, du};
-    if (!gemm_gelu_runs(dt, n, k, m, ptrs, 4)) return cudaErrorInvalidValue;
+    if (!gemm_gelu_runs(dt, kGeluBackward, n, k, m, ptrs, 4)) return cudaErrorInvalidValue;
     return dt == DST_DTYPE_FP16 ? gemm_gelu::dgelu_fp16(stream, form, dy, w, u, du, n, k, m, sm_count)
                                 : gemm_gelu::dgelu_bf16(stream, form, dy, w, u, du, n, k, m, sm_count);
 }

@@ -102,14 +102,10 @@ struct Config {
 // both blocks), the cooperative schedule. To be settled by kernels/dev/gemm_gelu_lab.cu on the H200.
 using DefaultConfig = Config<128, 256, 64, 2, 1>;
 
-// What a GemmGelu computes: the forward with the pre-activation stored (training), the forward alone
-// (inference: y only), or the backward (the dGELU form).
-enum Kind { kForwardAux, kForward, kBackward };
-
-// The GEMM of one kind for storage type T and a configuration.
+// The GEMM of one kind (kernels/gemm_gelu.cuh's GemmGeluKind) for storage type T and a configuration.
 template <typename T, int kKind, typename Cfg = DefaultConfig>
 struct GemmGelu {
-    static constexpr bool kBwd = kKind == kBackward;
+    static constexpr bool kBwd = kKind == kGeluBackward;
     using E = Elem<T>;
     static constexpr int kAlign = 8;  // 16 bytes of a 16-bit type
     using LayoutA = cutlass::layout::RowMajor;
@@ -122,7 +118,7 @@ struct GemmGelu {
     // No C operand (void source): D = f(acc, …) only.
     using Fusion = std::conditional_t<
         kBwd, cutlass::epilogue::fusion::LinCombDeEltAct<LayoutD, DAct, E, float, E, void>,
-        std::conditional_t<kKind == kForwardAux,
+        std::conditional_t<kKind == kGeluForwardAux,
                            cutlass::epilogue::fusion::LinCombPerColBiasEltActAux<LayoutD, Act, E, float, E, E, void>,
                            cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Act, E, float, E, void>>>;
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -155,7 +151,7 @@ struct GemmGelu {
             args.epilogue.thread.dAux = sd;
         } else {
             args.epilogue.thread.bias_ptr = static_cast<const E *>(bias);
-            if constexpr (kKind == kForwardAux) {
+            if constexpr (kKind == kGeluForwardAux) {
                 args.epilogue.thread.aux_ptr = static_cast<E *>(aux);
                 args.epilogue.thread.dAux = sd;
             } else {
@@ -164,6 +160,14 @@ struct GemmGelu {
         }
         args.hw_info.sm_count = sm_count;
         return args;
+    }
+
+    // Whether CUTLASS can run the problem (M, N, K) with these kernels and no workspace: host code,
+    // arguments with stand-in 16-byte aligned pointers.
+    static bool implementable(int M, int N, int K) {
+        void *p = reinterpret_cast<void *>(uintptr_t(1) << 20);
+        const typename Gemm::Arguments args = arguments(p, p, p, p, p, M, N, K, DST_GELU_ERF, 1);
+        return Gemm::can_implement(args) == cutlass::Status::kSuccess && Gemm::get_workspace_size(args) == 0;
     }
 
     // Runs the GEMM on the stream. The kernels need no workspace with these schedules; a configuration
@@ -191,22 +195,33 @@ struct GemmGelu {
 }  // namespace dst
 
 // Defines the launchers of configuration CFG for storage type T as FWD and BWD (functions of
-// kernels/gemm_gelu.cuh's argument lists without the dtype; FWD stores u unless it is null), in the
-// enclosing namespace: the per-type files of this folder and the lab's variants.
-#define DST_GEMM_GELU_DEFINE(FWD, BWD, T, CFG)                                                                      \
+// kernels/gemm_gelu.cuh's argument lists without the dtype; FWD stores u unless it is null) and OK
+// (kind, n, k, m: GemmGelu::implementable in the layer's terms), in the enclosing namespace: the
+// per-type files of this folder and the lab's variants.
+#define DST_GEMM_GELU_DEFINE(FWD, BWD, OK, T, CFG)                                                                  \
     cudaError_t FWD(cudaStream_t stream, dst_gelu form, const void *x, const void *w, const void *b, void *y,        \
                     void *u, int64_t n, int64_t k, int64_t m, int sm_count) {                                       \
         namespace g_ = ::dst::cuda::gemm_gelu;                                                                      \
-        return u ? g_::GemmGelu<T, g_::kForwardAux, CFG>::run(stream, x, w, b, y, u, int(n), int(m), int(k), form,   \
-                                                              sm_count)                                             \
-                 : g_::GemmGelu<T, g_::kForward, CFG>::run(stream, x, w, b, y, nullptr, int(n), int(m), int(k), form, \
-                                                           sm_count);                                               \
+        return u ? g_::GemmGelu<T, ::dst::cuda::kGeluForwardAux, CFG>::run(stream, x, w, b, y, u, int(n), int(m),    \
+                                                                          int(k), form, sm_count)                   \
+                 : g_::GemmGelu<T, ::dst::cuda::kGeluForward, CFG>::run(stream, x, w, b, y, nullptr, int(n), int(m), \
+                                                                       int(k), form, sm_count);                     \
     }                                                                                                               \
     cudaError_t BWD(cudaStream_t stream, dst_gelu form, const void *dy, const void *w, const void *u, void *du,      \
                     int64_t n, int64_t k, int64_t m, int sm_count) {                                                \
-        return ::dst::cuda::gemm_gelu::GemmGelu<T, ::dst::cuda::gemm_gelu::kBackward, CFG>::run(                  \
-            stream, dy, w, nullptr, du, const_cast<void *>(u),                                                      \
-                                                                    int(n), int(k), int(m), form, sm_count);        \
+        return ::dst::cuda::gemm_gelu::GemmGelu<T, ::dst::cuda::kGeluBackward, CFG>::run(                           \
+            stream, dy, w, nullptr, du, const_cast<void *>(u), int(n), int(k), int(m), form, sm_count);             \
+    }                                                                                                               \
+    bool OK(int kind, int64_t n, int64_t k, int64_t m) {                                                            \
+        namespace g_ = ::dst::cuda::gemm_gelu;                                                                      \
+        switch (kind) {                                                                                             \
+            case ::dst::cuda::kGeluForwardAux:                                                                      \
+                return g_::GemmGelu<T, ::dst::cuda::kGeluForwardAux, CFG>::implementable(int(n), int(m), int(k));   \
+            case ::dst::cuda::kGeluForward:                                                                         \
+                return g_::GemmGelu<T, ::dst::cuda::kGeluForward, CFG>::implementable(int(n), int(m), int(k));      \
+            default:                                                                                                \
+                return g_::GemmGelu<T, ::dst::cuda::kGeluBackward, CFG>::implementable(int(n), int(k), int(m));     \
+        }                                                                                                           \
     }
 
 #endif  // DST_KERNELS_CUTLASS_GEMM_GELU_IMPL_CUH

@@ -136,11 +136,11 @@ std::string tag(const char *op, dst_dtype dt, const std::string &shape) {
 // after it; on the CPU backend, `call` alone. When kernels/gemm_gelu.cuh's gemm_gelu_runs() accepts the
 // call's shape and pointers (FP16/BF16 on a 9.0 device), the call must have run a fused kernel: a
 // case that silently fell back to the unfused ops would test nothing new.
-dst_status with_fused_gemm(Backend &be, dst_dtype dt, int64_t n, int64_t k, int64_t m,
+dst_status with_fused_gemm(Backend &be, dst_dtype dt, dst::cuda::GemmGeluKind kind, int64_t n, int64_t k, int64_t m,
                            std::vector<const void *> ptrs, const std::function<dst_status()> &call) {
     auto *cb = dynamic_cast<dst::CudaBackend *>(&be);
     if (!cb) return call();
-    const bool expect = dst::cuda::gemm_gelu_runs(dt, n, k, m, ptrs.data(), static_cast<int>(ptrs.size()));
+    const bool expect = dst::cuda::gemm_gelu_runs(dt, kind, n, k, m, ptrs.data(), static_cast<int>(ptrs.size()));
     const int64_t before = cb->fused_gemm_calls();
     cb->set_fused_gemm(true);
     const dst_status st = call();
@@ -284,7 +284,8 @@ void add_linear_cases(std::vector<OpCase> &out) {
                         return be.linear_bwd_data_gelu(dt, form, p[0], p[1], p[2], dg, du, s.n, s.k, s.m, db,
                                                        s.accumulate);
                     };
-                    return fused ? with_fused_gemm(be, dt, s.n, s.k, s.m, {p[0], p[1], p[2], du}, run) : run();
+                    if (!fused) return run();
+                    return with_fused_gemm(be, dt, dst::cuda::kGeluBackward, s.n, s.k, s.m, {p[0], p[1], p[2], du}, run);
                 };
                 if (s.n * s.k < 100) g.tol_scale = 100.0;  // few elements: see gelu_bwd's cases below
                 out.push_back(g);
@@ -303,7 +304,9 @@ void add_linear_cases(std::vector<OpCase> &out) {
                 c.call = [s, dt](Backend &be, const Ptrs &p) {
                     const dst_gelu form = static_cast<dst_gelu>(s.form);
                     void *pre = s.pre_act ? p[4] : nullptr;
-                    return with_fused_gemm(be, dt, s.n, s.k, s.m, {p[0], p[1], p[2], p[3], pre ? pre : p[3]}, [&] {
+                    const auto kind = pre ? dst::cuda::kGeluForwardAux : dst::cuda::kGeluForward;
+                    const std::vector<const void *> ptrs = {p[0], p[1], p[2], p[3], pre ? pre : p[3]};
+                    return with_fused_gemm(be, dt, kind, s.n, s.k, s.m, ptrs, [&] {
                         return be.linear_fwd(dt, p[0], p[1], p[2], p[3], s.n, s.k, s.m, &form, pre);
                     });
                 };
@@ -1329,6 +1332,28 @@ TEST(CudaBackend, BiasGradientPathsSameBits) {
     }
 }
 
+// Which problems the fused GELU GEMMs take (host code: runs without a GPU too): every shape the
+// library's rule admits (FP16/BF16, k and m multiples of 8, any n) must be one CUTLASS's can_implement()
+// accepts for each of the three kernels, with no workspace, since gemm_gelu_shape_ok asks it; the
+// others are refused before CUTLASS is asked. A rule wider than CUTLASS's would make a call fail at
+// run time instead of taking the cuBLASLt path.
+TEST(CudaBackend, FusedGeluGemmShapesAreWhatCutlassAccepts) {
+    if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
+    struct P { int64_t n, k, m; bool ok; };
+    const P probs[] = {{1, 8, 8, true},           {7, 8, 16, true},         {129, 96, 200, true},
+                       {136, 72, 264, true},      {8192, 1024, 4096, true}, {8192, 4096, 1024, true},
+                       {65536, 1024, 3072, true}, {1, 4104, 8, true},       {8, 12, 8, false},
+                       {8, 8, 20, false},         {0, 8, 8, false},         {8, 0, 8, false},
+                       {8, 8, -8, false}};
+    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16, DST_DTYPE_FP32, DST_DTYPE_FP64})
+        for (auto kind : {dst::cuda::kGeluForwardAux, dst::cuda::kGeluForward, dst::cuda::kGeluBackward})
+            for (const P &p : probs) {
+                const bool want = p.ok && (dt == DST_DTYPE_FP16 || dt == DST_DTYPE_BF16);
+                EXPECT_EQ(dst::cuda::gemm_gelu_shape_ok(dt, kind, p.n, p.k, p.m), want)
+                    << dst_dtype_string(dt) << " kind " << int(kind) << " n " << p.n << " k " << p.k << " m " << p.m;
+            }
+}
+
 // The fused GELU GEMMs (CudaBackend::set_fused_gemm, kernels/gemm_gelu.cuh) against the unfused ops on
 // inputs whose GEMM sums are exact in fp32 in any order (multiples of 1/32 below 8 in magnitude, exact
 // in BF16 too): since the epilogues compute GELU and GELU' with the elementwise maps' code on the same
@@ -1383,7 +1408,7 @@ TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
                     db[f] = dev(nullptr, m);
                 }
                 const void *fwd_ptrs[] = {dx, dw, dbias, y[1], u[1]};
-                if (!dst::cuda::gemm_gelu_runs(dt, n, k, m, fwd_ptrs, 5)) {
+                if (!dst::cuda::gemm_gelu_runs(dt, dst::cuda::kGeluForwardAux, n, k, m, fwd_ptrs, 5)) {
                     for (void *p : bufs) be->free(p);
                     GTEST_SKIP() << "the fused GELU GEMMs do not run on this device (compute capability 9.0 only)";
                 }
@@ -1432,7 +1457,7 @@ TEST(CudaBackend, LayerWithFusedGeluGemmsMatchesUnfused) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
     const void *probe = reinterpret_cast<const void *>(uintptr_t(256));
-    if (!dst::cuda::gemm_gelu_runs(DST_DTYPE_FP16, 8, 8, 8, &probe, 1))
+    if (!dst::cuda::gemm_gelu_runs(DST_DTYPE_FP16, dst::cuda::kGeluForwardAux, 8, 8, 8, &probe, 1))
         GTEST_SKIP() << "the fused GELU GEMMs do not run on this device (compute capability 9.0 only)";
     dsttest::Ctx ctx = dsttest::make_cuda_ctx();
     ASSERT_TRUE(ctx);

@@ -662,7 +662,7 @@ dst_status CudaBackend::linear_fwd(dst_dtype dt, const void *x, const void *w, c
 #ifdef DST_WITH_CUTLASS
     if (fused_gemm_ && gelu && pre_act != y && b && k > 0) {  // u (when wanted) and y stored separately
         const void *ptrs[] = {x, w, b, y, pre_act ? pre_act : y};
-        if (cuda::gemm_gelu_runs(dt, n, k, m, ptrs, 5)) {
+        if (cuda::gemm_gelu_runs(dt, pre_act ? cuda::kGeluForwardAux : cuda::kGeluForward, n, k, m, ptrs, 5)) {
             DST_CUDA_CHECK(cuda::gemm_bias_gelu(stream_, dt, *gelu, x, w, b, y, pre_act, n, k, m, sm_count_));
             fused_gemm_calls_ += 1;
             return DST_OK;
@@ -803,7 +803,7 @@ dst_status CudaBackend::linear_bwd_data_gelu(dst_dtype dt, dst_gelu form, const 
 #ifdef DST_WITH_CUTLASS
     const void *ptrs[] = {dy, w, u, du};
     if (fused_gemm_) DST_TRY(activate());  // gemm_gelu_runs asks about the current device
-    if (fused_gemm_ && cuda::gemm_gelu_runs(dt, n, k, m, ptrs, 4)) {
+    if (fused_gemm_ && cuda::gemm_gelu_runs(dt, cuda::kGeluBackward, n, k, m, ptrs, 4)) {
         DST_CUDA_CHECK(cuda::gemm_dgelu(stream_, dt, form, dy, w, u, du, n, k, m, sm_count_));
         fused_gemm_calls_ += 1;
         // The bias gradient: the column sums of du as stored, the order gelu_bwd_bias_grad sums in.
