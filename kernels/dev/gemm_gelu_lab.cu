@@ -228,8 +228,8 @@ int main(int argc, char **argv) {
         compare("fused bias gradient against unfused", fetch(dt, db[1], I), fetch(dt, db[0], I), tol);
         if (dt == DST_DTYPE_FP16)
             for (int v = 1; v <= lab::kVariants; ++v) {
-                auto fwd = v == 1 ? lab::variant1_fwd : v == 2 ? lab::variant2_fwd : lab::variant3_fwd;
-                auto bwd = v == 1 ? lab::variant1_bwd : v == 2 ? lab::variant2_bwd : lab::variant3_bwd;
+                const auto fwd = lab::kFwd[v];
+                const auto bwd = lab::kBwd[v];
                 LAB_CUDA(fwd(stream, erf, x, w1, b1, yv, uv, n, H, I, sms));
                 LAB_CUDA(bwd(stream, erf, dy, w2, u[0], chk, n, I, H, sms));
                 char what[64];
@@ -263,8 +263,8 @@ int main(int argc, char **argv) {
                     fus_f, kb);
         if (dt == DST_DTYPE_FP16)
             for (int v = 1; v <= lab::kVariants; ++v) {
-                auto fwd = v == 1 ? lab::variant1_fwd : v == 2 ? lab::variant2_fwd : lab::variant3_fwd;
-                auto bwd = v == 1 ? lab::variant1_bwd : v == 2 ? lab::variant2_bwd : lab::variant3_bwd;
+                const auto fwd = lab::kFwd[v];
+                const auto bwd = lab::kBwd[v];
                 const double f = time_us([&] { LAB_CUDA(fwd(stream, erf, x, w1, b1, yv, uv, n, H, I, sms)); });
                 const double b = time_us([&] { LAB_CUDA(bwd(stream, erf, dy, w2, u[0], chk, n, I, H, sms)); });
                 std::printf("  variant %d: %-47s %9.1f %9.1f   (backward: kernel only, no bias sums)\n", v,
