@@ -5,7 +5,8 @@
 #
 #   bash tools/cutlass.sh [DEST]     # default DEST: .deps/cutlass at the repository root (git-ignored)
 #
-# gives DEST/include/{cutlass,cute}/ (with the utility headers, cutlass/util/) and DEST/VERSION. CMake looks there by default
+# gives DEST/include/{cutlass,cute}/ (with the utility headers, cutlass/util/), DEST/LICENSE.txt (BSD
+# 3-clause) and DEST/VERSION. CMake looks there by default
 # (DST_CUTLASS_INCLUDE_DIR, docs/building.md); a DEST that already holds this version is left as is.
 # The GPU machine reaches no network: run this here and carry `.deps` with the call.
 set -euo pipefail
@@ -17,7 +18,8 @@ dest=${1:-$root/.deps/cutlass}
 python=${PYTHON:-/usr/bin/python3}
 [ -x "$python" ] || python=$(command -v python3)
 
-if [ -f "$dest/VERSION" ] && [ "$(cat "$dest/VERSION")" = "$version" ] && [ -f "$dest/include/cutlass/util/packed_stride.hpp" ]; then
+if [ -f "$dest/VERSION" ] && [ "$(cat "$dest/VERSION")" = "$version" ] && [ -f "$dest/LICENSE.txt" ] &&
+    [ -f "$dest/include/cutlass/util/packed_stride.hpp" ]; then
     echo "cutlass: $version already in $dest"
     exit 0
 fi
@@ -48,6 +50,12 @@ with zipfile.ZipFile(sys.argv[1]) as z:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with z.open(n) as src, open(target, "wb") as dst:
                 dst.write(src.read())
+    # CUTLASS's license (BSD 3-clause), beside the headers whose templates the library compiles.
+    lic = [n for n in z.namelist() if n.endswith("/LICENSE.txt") and ".dist-info/" in n]
+    if not lic:
+        sys.exit("cutlass: the wheel has no LICENSE.txt")
+    with z.open(lic[0]) as src, open(sys.argv[2] + "/LICENSE.txt", "wb") as dst:
+        dst.write(src.read())
 EOF
 [ -f "$work/out/include/cutlass/cutlass.h" ] && [ -f "$work/out/include/cute/tensor.hpp" ] &&
     [ -f "$work/out/include/cutlass/util/packed_stride.hpp" ] || {
