@@ -23,8 +23,8 @@
 #                                            # the fused GELU GEMMs (CUTLASS: run tools/cutlass.sh on the
 #                                            # development machine and carry .deps): kernels/dev/gemm_gelu_lab
 #                                            # (checks and times), their op and layer tests in
-#                                            # test_cuda_ops, then every CudaLayer test with
-#                                            # DST_FUSED_GEMM=1 (the whole layer grid through them)
+#                                            # test_cuda_ops, then the CudaLayer tests of the 16-bit
+#                                            # types with DST_FUSED_GEMM=1 (the layer grid through them)
 #   bash tools/gpu-session.sh multi OUTDIR   # on a host with several GPUs (carry .gpu-deps): dst-pretrain
 #                                            # and test_cuda_layer built, the two-device layer tests, then
 #                                            # bench/multi_gpu.py (correctness against one GPU, scaling
@@ -106,7 +106,8 @@ gemm-gelu)
     limit=$((570 - SECONDS))
     [ "$limit" -lt 60 ] && limit=60
     step layer-fused "$limit" "$out/layer_fused.log" env DST_FUSED_GEMM=1 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \
-        ctest --test-dir "$DST_GPU_BUILD_DIR" -L cuda -R '^(Grid/)?CudaLayer' -E 'CudaLayerMemory' \
+        ctest --test-dir "$DST_GPU_BUILD_DIR" -L cuda \
+        -R 'CudaLayer\.MatchesCpuFp64/.*_(fp16|bf16)_|CudaLayer(Determinism|Graphs|Streams|Packed)\.' \
         --output-on-failure -j8 --timeout 180
     ;;
 pretrain|multi)
