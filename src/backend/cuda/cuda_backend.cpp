@@ -804,13 +804,13 @@ dst_status CudaBackend::linear_bwd_data_gelu(dst_dtype dt, dst_gelu form, const 
     const void *ptrs[] = {dy, w, u, du};
     if (fused_gemm_) DST_TRY(activate());  // gemm_gelu_runs asks about the current device
     if (fused_gemm_ && cuda::gemm_gelu_runs(dt, cuda::kGeluBackward, n, k, m, ptrs, 4)) {
+        // The bias gradient: the column sums of du as stored, the order gelu_bwd_bias_grad sums in (their
+        // scratch taken first, so that a failure to get it writes nothing).
+        void *ws = nullptr;
+        if (db) DST_TRY(workspace(cuda::column_sum_workspace(dt, n, k), &ws));
         DST_CUDA_CHECK(cuda::gemm_dgelu(stream_, dt, form, dy, w, u, du, n, k, m, sm_count_));
         fused_gemm_calls_ += 1;
-        // The bias gradient: the column sums of du as stored, the order gelu_bwd_bias_grad sums in.
-        if (!db) return DST_OK;
-        void *ws = nullptr;
-        DST_TRY(workspace(cuda::column_sum_workspace(dt, n, k), &ws));
-        DST_CUDA_CHECK(cuda::column_sum(stream_, dt, du, db, n, k, accumulate, ws));
+        if (db) DST_CUDA_CHECK(cuda::column_sum(stream_, dt, du, db, n, k, accumulate, ws));
         return DST_OK;
     }
 #endif
