@@ -13,7 +13,8 @@
 // Checks first (printed, and the exit status is 1 if one fails): the fused forward's y is GELU of its
 // own u bit for bit (the map run on it); u and du against the unfused path (relative L2 and the count
 // of differing elements: the GEMMs sum in other orders); each variant's outputs against the library
-// configuration's. Timing: CUDA events around 30 launches after 5 warm-up ones, µs per call.
+// configuration's. Timing: CUDA events around 30 launches after 5 warm-up ones, µs per call; and the
+// host's µs to enqueue a call, fused and unfused.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <random>
 #include <vector>
 
@@ -55,6 +57,19 @@ cublasLtHandle_t lt;
 void *lt_ws;
 constexpr size_t kLtWs = size_t(32) << 20;  // the backend's cuBLASLt workspace
 int failures = 0;
+
+// Host µs to enqueue one call (30 calls, no wait in between; the stream drained before and after):
+// what a fused call costs the CPU (CUTLASS builds its TMA descriptors and sets the kernel's shared
+// memory attribute on every call), to compare with the GPU time it hides behind.
+template <typename F>
+double host_us(F &&f) {
+    LAB_CUDA(cudaStreamSynchronize(stream));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 30; ++i) f();
+    const auto t1 = std::chrono::steady_clock::now();
+    LAB_CUDA(cudaStreamSynchronize(stream));
+    return std::chrono::duration<double, std::micro>(t1 - t0).count() / 30;
+}
 
 template <typename F>
 double time_us(F &&f) {
@@ -259,6 +274,8 @@ int main(int argc, char **argv) {
                     fus_f / gemm_f, fus_b / gemm_b);
         std::printf("  %-58s %9.1f %9s   (%.3fx unfused %.1f)\n", "fused, inference form (u not stored)", fus_i, "",
                     fus_i / unf_i, unf_i);
+        std::printf("  %-58s %9.1f %9.1f   (unfused: %.1f / %.1f)\n", "host us to enqueue: fused forward / backward",
+                    host_us(fused_fwd), host_us(fused_bwd), host_us(unfused_fwd), host_us(unfused_bwd));
         std::printf("  variant 0: %-47s %9.1f %9.1f   (backward: kernel only, no bias sums)\n", lab::kVariantNames[0],
                     fus_f, kb);
         if (dt == DST_DTYPE_FP16)
