@@ -11,8 +11,9 @@
 // The epilogues compute GELU and GELU' with kernels/gelu_math.cuh on the stored (rounded) u and dg, so
 // given the same GEMM result they give the bits of gelu_fwd / gelu_bwd (kernels/elementwise.cuh); the
 // GEMM's own summation order is CUTLASS's (fixed for a shape: no split-K, so runs are bit-reproducible).
-// Which calls they take: gemm_gelu_runs(). Launchers return the CUDA error of a failed launch, or
-// cudaErrorInvalidValue for a call gemm_gelu_runs() refuses.
+// Which calls they take: gemm_gelu_runs(), which the caller asks first (the launchers do not ask it
+// again: it queries the device). Launchers return the CUDA error of a failed launch, or
+// cudaErrorInvalidValue for another dtype, u == y, or a problem CUTLASS refuses (GemmGelu::run asks it).
 #ifndef DST_KERNELS_GEMM_GELU_CUH
 #define DST_KERNELS_GEMM_GELU_CUH
 

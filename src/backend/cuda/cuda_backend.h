@@ -152,7 +152,6 @@ public:
     // fused_gemm_built(): whether this build has them at all.
     // fused_gemm_calls(): how many calls they ran (for tests and benchmarks).
     void set_fused_gemm(bool on) { fused_gemm_ = on; }
-    bool fused_gemm() const { return fused_gemm_; }
     static bool fused_gemm_built();
     int64_t fused_gemm_calls() const { return fused_gemm_calls_; }
     // GEMM size classes whose candidate algorithms were timed (tune_class), and how many of them chose
