@@ -24,7 +24,8 @@
 #                                            # development machine and carry .deps): kernels/dev/gemm_gelu_lab
 #                                            # (checks and times), their op and layer tests in
 #                                            # test_cuda_ops, then the CudaLayer tests of the 16-bit
-#                                            # types with DST_FUSED_GEMM=1 (the layer grid through them)
+#                                            # types with DST_FUSED_GEMM=0 (the layer grid through the
+#                                            # separate GEMM and GELU kernels; the default runs fused)
 #   bash tools/gpu-session.sh multi OUTDIR   # on a host with several GPUs (carry .gpu-deps): dst-pretrain
 #                                            # and test_cuda_layer built, the two-device layer tests, then
 #                                            # bench/multi_gpu.py (correctness against one GPU, scaling
@@ -96,7 +97,7 @@ gemm-gelu)
              "machine and carry .deps" >&2
         exit 2
     fi
-    step build 240 "$out/build.log" bash -c "cmake -S . -B '$DST_GPU_BUILD_DIR' -G Ninja \
+    step build 320 "$out/build.log" bash -c "cmake -S . -B '$DST_GPU_BUILD_DIR' -G Ninja \
         -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_PRETRAIN=OFF \
         -DDST_BUILD_KERNEL_LAB=ON -DPython_EXECUTABLE=\$(command -v python3) && \
         ninja -C '$DST_GPU_BUILD_DIR' -j16 gemm_gelu_lab test_cuda_ops test_cuda_layer"
@@ -105,7 +106,7 @@ gemm-gelu)
         --gtest_filter='*fused*:*Fused*:*linear_bwd_data_gelu*:*linear_fwd*:*gelu*'
     limit=$((570 - SECONDS))
     [ "$limit" -lt 60 ] && limit=60
-    step layer-fused "$limit" "$out/layer_fused.log" env DST_FUSED_GEMM=1 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \
+    step layer-unfused "$limit" "$out/layer_unfused.log" env DST_FUSED_GEMM=0 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \
         ctest --test-dir "$DST_GPU_BUILD_DIR" -L cuda \
         -R 'CudaLayer\.MatchesCpuFp64/.*_(fp16|bf16)_|CudaLayer(Determinism|Graphs|Streams|Packed)\.' \
         --output-on-failure -j8 --timeout 180

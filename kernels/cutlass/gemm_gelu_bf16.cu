@@ -6,7 +6,7 @@ namespace dst {
 namespace cuda {
 namespace gemm_gelu {
 
-DST_GEMM_GELU_DEFINE(bias_gelu_bf16, dgelu_bf16, implementable_bf16, __nv_bfloat16, DefaultConfig)
+DST_GEMM_GELU_DEFINE(bias_gelu_bf16, dgelu_bf16, implementable_bf16, __nv_bfloat16, DefaultConfig, true)
 
 }  // namespace gemm_gelu
 }  // namespace cuda

@@ -6,7 +6,7 @@ namespace dst {
 namespace cuda {
 namespace gemm_gelu {
 
-DST_GEMM_GELU_DEFINE(bias_gelu_fp16, dgelu_fp16, implementable_fp16, __half, DefaultConfig)
+DST_GEMM_GELU_DEFINE(bias_gelu_fp16, dgelu_fp16, implementable_fp16, __half, DefaultConfig, true)
 
 }  // namespace gemm_gelu
 }  // namespace cuda

@@ -38,7 +38,8 @@ namespace gemm_gelu {
 template <typename T>
 using Elem = std::conditional_t<std::is_same_v<T, __half>, cutlass::half_t, cutlass::bfloat16_t>;
 
-// The activations' runtime argument (CUTLASS hands a compute functor's Arguments to every call).
+// The activations' runtime argument (CUTLASS hands a compute functor's Arguments to every call). The
+// functors read their form from their template parameter; the call's form is kept here for the record.
 struct GeluArgs {
     dst_gelu form = DST_GELU_ERF;
 };
@@ -47,52 +48,80 @@ struct GeluArgs {
 // (Array<float, N>) with the Arguments. The scalar form only names the Arguments type, which
 // CUTLASS reads from Functor<ElementCompute>.
 //
+// The GELU's form F is a compile-time constant of a kernel (one kernel per form): the epilogue is
+// unrolled over every element a thread holds (128 of a 128×256 tile), and a runtime choice of form put
+// both forms' code there for each, which overflowed the instruction cache (the backward's warps stalled
+// half their cycles on instruction fetch: bench/RESULTS.md).
+//
 // Forward: z = acc + bias in fp32; u = z rounded to T is what the auxiliary store writes, and the
 // activation takes u as stored (rounded here the same way), so y = GELU(u) as gelu_fwd computes it.
-template <typename T, typename V>
+template <typename T, dst_gelu F, typename V>
 struct GeluAct {
     using Arguments = GeluArgs;
 };
-template <typename T, int N>
-struct GeluAct<T, cutlass::Array<float, N>> {
+template <typename T, dst_gelu F, int N>
+struct GeluAct<T, F, cutlass::Array<float, N>> {
     using Arguments = GeluArgs;
-    CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const &z, Arguments const &a) const {
+    CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const &z, Arguments const &) const {
         cutlass::Array<float, N> y;
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < N; ++i) y[i] = gelu_value(to_compute(to_storage<T>(z[i])), a.form, true);
+        for (int i = 0; i < N; ++i) y[i] = gelu_value(to_compute(to_storage<T>(z[i])), F, true);
         return y;
     }
 };
 // Backward: dg = acc rounded to T (the value linear_bwd_data would store), u loaded from the auxiliary
 // tensor (exact in fp32); du = dg·GELU'(u) as gelu_bwd's map computes it.
-template <typename T, typename V>
+template <typename T, dst_gelu F, typename V>
 struct DGeluAct {
     using Arguments = GeluArgs;
 };
-template <typename T, int N>
-struct DGeluAct<T, cutlass::Array<float, N>> {
+template <typename T, dst_gelu F, int N>
+struct DGeluAct<T, F, cutlass::Array<float, N>> {
     using Arguments = GeluArgs;
     CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const &acc,
-                                                       cutlass::Array<float, N> const &u, Arguments const &a) const {
+                                                       cutlass::Array<float, N> const &u, Arguments const &) const {
         cutlass::Array<float, N> du;
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < N; ++i) du[i] = to_compute(to_storage<T>(acc[i])) * gelu_grad(u[i], a.form, true);
+        for (int i = 0; i < N; ++i) du[i] = to_compute(to_storage<T>(acc[i])) * gelu_grad(u[i], F, true);
         return du;
     }
 };
+// The lab's stand-ins for the activations (Config's kMath 1): the same visitor trees with the least
+// arithmetic, to tell the trees' own cost from the GELU's (kernels/dev/gemm_gelu_lab.cu).
 template <typename V>
-using GeluHalf = GeluAct<__half, V>;
+struct IdentityAct {
+    using Arguments = GeluArgs;
+};
+template <int N>
+struct IdentityAct<cutlass::Array<float, N>> {
+    using Arguments = GeluArgs;
+    CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const &z, Arguments const &) const {
+        return z;
+    }
+};
 template <typename V>
-using GeluBf16 = GeluAct<__nv_bfloat16, V>;
-template <typename V>
-using DGeluHalf = DGeluAct<__half, V>;
-template <typename V>
-using DGeluBf16 = DGeluAct<__nv_bfloat16, V>;
+struct ProductAct {
+    using Arguments = GeluArgs;
+};
+template <int N>
+struct ProductAct<cutlass::Array<float, N>> {
+    using Arguments = GeluArgs;
+    CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const &acc,
+                                                       cutlass::Array<float, N> const &u, Arguments const &) const {
+        cutlass::Array<float, N> r;
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < N; ++i) r[i] = acc[i] * u[i];
+        return r;
+    }
+};
 
-// A kernel configuration: CTA tile (M, N, K), thread block cluster, mainloop and epilogue schedules.
+// A kernel configuration: CTA tile (M, N, K), thread block cluster, mainloop and epilogue schedules;
+// kMath is the lab's (kernels/dev/gemm_gelu_lab.cu): 0 the GELUs, 1 the same visitor trees with the
+// identity (forward) and a product (backward) in their place, 2 no visitor tree (D = acc: the GEMM alone).
 template <int TM, int TN, int TK, int CM, int CN, typename MainSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-          typename EpiSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative>
+          typename EpiSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative, int Math = 0>
 struct Config {
+    static constexpr int kMath = Math;
     using Tile = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
     using Cluster = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
     using Main = MainSchedule;
@@ -102,8 +131,9 @@ struct Config {
 // both blocks), the cooperative schedule. To be settled by kernels/dev/gemm_gelu_lab.cu on the H200.
 using DefaultConfig = Config<128, 256, 64, 2, 1>;
 
-// The GEMM of one kind (kernels/gemm_gelu.cuh's GemmGeluKind) for storage type T and a configuration.
-template <typename T, int kKind, typename Cfg = DefaultConfig>
+// The GEMM of one kind (kernels/gemm_gelu.cuh's GemmGeluKind) for storage type T, a configuration and
+// the GELU's form.
+template <typename T, int kKind, typename Cfg = DefaultConfig, dst_gelu Form = DST_GELU_ERF>
 struct GemmGelu {
     static constexpr bool kBwd = kKind == kGeluBackward;
     using E = Elem<T>;
@@ -111,16 +141,19 @@ struct GemmGelu {
     using LayoutA = cutlass::layout::RowMajor;
     using LayoutB = std::conditional_t<kBwd, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
     using LayoutD = cutlass::layout::RowMajor;
+    static constexpr int kMath = Cfg::kMath;
     template <typename V>
-    using Act = std::conditional_t<std::is_same_v<T, __half>, GeluHalf<V>, GeluBf16<V>>;
+    using Act = std::conditional_t<kMath == 1, IdentityAct<V>, GeluAct<T, Form, V>>;
     template <typename V>
-    using DAct = std::conditional_t<std::is_same_v<T, __half>, DGeluHalf<V>, DGeluBf16<V>>;
+    using DAct = std::conditional_t<kMath == 1, ProductAct<V>, DGeluAct<T, Form, V>>;
     // No C operand (void source): D = f(acc, …) only.
     using Fusion = std::conditional_t<
+        kMath == 2, cutlass::epilogue::fusion::LinearCombination<E, float, void, float>,
+        std::conditional_t<
         kBwd, cutlass::epilogue::fusion::LinCombDeEltAct<LayoutD, DAct, E, float, E, void>,
         std::conditional_t<kKind == kGeluForwardAux,
                            cutlass::epilogue::fusion::LinCombPerColBiasEltActAux<LayoutD, Act, E, float, E, E, void>,
-                           cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Act, E, float, E, void>>>;
+                           cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Act, E, float, E, void>>>>;
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile, typename Cfg::Cluster,
         cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, E, LayoutD, kAlign,
@@ -145,11 +178,16 @@ struct GemmGelu {
                                       {static_cast<const E *>(a), cutlass::make_cute_packed_stride(SA{}, cute::make_shape(M, K, 1)),
                                        static_cast<const E *>(w), cutlass::make_cute_packed_stride(SB{}, cute::make_shape(N, K, 1))},
                                       {{}, nullptr, {}, static_cast<E *>(d), sd}};
-        args.epilogue.thread.activation.form = form;
-        if constexpr (kBwd) {
+        if constexpr (kMath == 2) {
+            (void)bias, (void)aux, (void)form;
+            args.epilogue.thread.alpha = 1.0f;
+            args.epilogue.thread.beta = 0.0f;
+        } else if constexpr (kBwd) {
+            args.epilogue.thread.activation.form = form;
             args.epilogue.thread.aux_ptr = static_cast<const E *>(aux);
             args.epilogue.thread.dAux = sd;
         } else {
+            args.epilogue.thread.activation.form = form;
             args.epilogue.thread.bias_ptr = static_cast<const E *>(bias);
             if constexpr (kKind == kGeluForwardAux) {
                 args.epilogue.thread.aux_ptr = static_cast<E *>(aux);
@@ -174,6 +212,7 @@ struct GemmGelu {
     // that asks for one (or that CUTLASS cannot run on this problem) is refused, never run half-set.
     static cudaError_t run(cudaStream_t stream, const void *a, const void *w, const void *bias, void *d, void *aux,
                            int M, int N, int K, dst_gelu form, int sm_count) {
+        if (kMath == 0 && form != Form) return cudaErrorInvalidValue;
         const typename Gemm::Arguments args = arguments(a, w, bias, d, aux, M, N, K, form, sm_count);
         if (Gemm::get_workspace_size(args) != 0) return cudaErrorInvalidValue;
         Gemm gemm;
@@ -194,34 +233,60 @@ struct GemmGelu {
 }  // namespace cuda
 }  // namespace dst
 
+namespace dst {
+namespace cuda {
+namespace gemm_gelu {
+
+// The launchers of kernels/gemm_gelu.cuh in the layer's terms (forward: n tokens, k inputs, m outputs;
+// the backward's du is [n, k]) for type T and configuration Cfg: the kernel of the call's form, both
+// forms when kTanh (the library), else the erf form only (the lab; the tanh form is refused).
+template <typename T, typename Cfg, bool kTanh, dst_gelu F = DST_GELU_ERF>
+cudaError_t launch_fwd(cudaStream_t stream, dst_gelu form, const void *x, const void *w, const void *b, void *y,
+                       void *u, int64_t n, int64_t k, int64_t m, int sm_count) {
+    if constexpr (kTanh && F == DST_GELU_ERF)
+        if (form == DST_GELU_TANH)
+            return launch_fwd<T, Cfg, kTanh, DST_GELU_TANH>(stream, form, x, w, b, y, u, n, k, m, sm_count);
+    return u ? GemmGelu<T, kGeluForwardAux, Cfg, F>::run(stream, x, w, b, y, u, int(n), int(m), int(k), form, sm_count)
+             : GemmGelu<T, kGeluForward, Cfg, F>::run(stream, x, w, b, y, nullptr, int(n), int(m), int(k), form,
+                                                      sm_count);
+}
+template <typename T, typename Cfg, bool kTanh, dst_gelu F = DST_GELU_ERF>
+cudaError_t launch_bwd(cudaStream_t stream, dst_gelu form, const void *dy, const void *w, const void *u, void *du,
+                       int64_t n, int64_t k, int64_t m, int sm_count) {
+    if constexpr (kTanh && F == DST_GELU_ERF)
+        if (form == DST_GELU_TANH) return launch_bwd<T, Cfg, kTanh, DST_GELU_TANH>(stream, form, dy, w, u, du, n, k, m, sm_count);
+    return GemmGelu<T, kGeluBackward, Cfg, F>::run(stream, dy, w, nullptr, du, const_cast<void *>(u), int(n), int(k),
+                                                   int(m), form, sm_count);
+}
+// Whether CUTLASS takes the problem (the kernels of both forms share their tiling: the erf form's answer).
+template <typename T, typename Cfg>
+bool implementable(int kind, int64_t n, int64_t k, int64_t m) {
+    switch (kind) {
+        case kGeluForwardAux: return GemmGelu<T, kGeluForwardAux, Cfg>::implementable(int(n), int(m), int(k));
+        case kGeluForward: return GemmGelu<T, kGeluForward, Cfg>::implementable(int(n), int(m), int(k));
+        default: return GemmGelu<T, kGeluBackward, Cfg>::implementable(int(n), int(k), int(m));
+    }
+}
+
+}  // namespace gemm_gelu
+}  // namespace cuda
+}  // namespace dst
+
 // Defines the launchers of configuration CFG for storage type T as FWD and BWD (functions of
 // kernels/gemm_gelu.cuh's argument lists without the dtype; FWD stores u unless it is null) and OK
 // (kind, n, k, m: GemmGelu::implementable in the layer's terms), in the enclosing namespace: the
-// per-type files of this folder and the lab's variants.
-#define DST_GEMM_GELU_DEFINE(FWD, BWD, OK, T, CFG)                                                                  \
+// per-type files of this folder (TANH true: both forms) and the lab's variants (false: erf only).
+#define DST_GEMM_GELU_DEFINE(FWD, BWD, OK, T, CFG, TANH)                                                            \
     cudaError_t FWD(cudaStream_t stream, dst_gelu form, const void *x, const void *w, const void *b, void *y,        \
                     void *u, int64_t n, int64_t k, int64_t m, int sm_count) {                                       \
-        namespace g_ = ::dst::cuda::gemm_gelu;                                                                      \
-        return u ? g_::GemmGelu<T, ::dst::cuda::kGeluForwardAux, CFG>::run(stream, x, w, b, y, u, int(n), int(m),    \
-                                                                          int(k), form, sm_count)                   \
-                 : g_::GemmGelu<T, ::dst::cuda::kGeluForward, CFG>::run(stream, x, w, b, y, nullptr, int(n), int(m), \
-                                                                       int(k), form, sm_count);                     \
+        return ::dst::cuda::gemm_gelu::launch_fwd<T, CFG, TANH>(stream, form, x, w, b, y, u, n, k, m, sm_count);     \
     }                                                                                                               \
     cudaError_t BWD(cudaStream_t stream, dst_gelu form, const void *dy, const void *w, const void *u, void *du,      \
                     int64_t n, int64_t k, int64_t m, int sm_count) {                                                \
-        return ::dst::cuda::gemm_gelu::GemmGelu<T, ::dst::cuda::kGeluBackward, CFG>::run(                           \
-            stream, dy, w, nullptr, du, const_cast<void *>(u), int(n), int(k), int(m), form, sm_count);             \
+        return ::dst::cuda::gemm_gelu::launch_bwd<T, CFG, TANH>(stream, form, dy, w, u, du, n, k, m, sm_count);      \
     }                                                                                                               \
     bool OK(int kind, int64_t n, int64_t k, int64_t m) {                                                            \
-        namespace g_ = ::dst::cuda::gemm_gelu;                                                                      \
-        switch (kind) {                                                                                             \
-            case ::dst::cuda::kGeluForwardAux:                                                                      \
-                return g_::GemmGelu<T, ::dst::cuda::kGeluForwardAux, CFG>::implementable(int(n), int(m), int(k));   \
-            case ::dst::cuda::kGeluForward:                                                                         \
-                return g_::GemmGelu<T, ::dst::cuda::kGeluForward, CFG>::implementable(int(n), int(m), int(k));      \
-            default:                                                                                                \
-                return g_::GemmGelu<T, ::dst::cuda::kGeluBackward, CFG>::implementable(int(n), int(k), int(m));     \
-        }                                                                                                           \
+        return ::dst::cuda::gemm_gelu::implementable<T, CFG>(kind, n, k, m);                                        \
     }
 
 #endif  // DST_KERNELS_CUTLASS_GEMM_GELU_IMPL_CUH

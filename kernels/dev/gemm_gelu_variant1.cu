@@ -4,9 +4,17 @@
 
 namespace lab {
 using Variant1 = dst::cuda::gemm_gelu::Config<128, 128, 64, 2, 1>;
-DST_GEMM_GELU_DEFINE(variant1_fwd, variant1_bwd, variant1_ok, __half, Variant1)
+DST_GEMM_GELU_DEFINE(variant1_fwd, variant1_bwd, variant1_ok, __half, Variant1, false)
 const char *const kVariantNames[kVariants + 1] = {
     "library: 128x256x64, cluster 2x1, cooperative", "128x128x64, cluster 2x1, cooperative",
     "128x256x64, cluster 1x1, cooperative",           "128x128x64, cluster 2x1, ping-pong",
-    "256x128x64, cluster 1x2, cooperative",           "128x256x64, cluster 1x2, cooperative"};
+    "256x128x64, cluster 1x2, cooperative",           "128x256x64, cluster 1x2, cooperative",
+    "128x128x64, cluster 1x1, cooperative",
+    "128x128x64, cluster 1x2, cooperative",
+    "128x128x64, cluster 1x1, ping-pong",
+    "128x128x64, cluster 2x1, ping-pong: GEMM alone",
+    "128x256x64, cluster 2x1, cooperative: identity"};
+// What each computes (Config's kMath): 0 the GELUs (checked against the library), 1 the stand-ins (u
+// checked), 2 the GEMM alone (not checked).
+const int kVariantMath[kVariants + 1] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1};
 }  // namespace lab

@@ -4,5 +4,5 @@
 
 namespace lab {
 using Variant2 = dst::cuda::gemm_gelu::Config<128, 256, 64, 1, 1>;
-DST_GEMM_GELU_DEFINE(variant2_fwd, variant2_bwd, variant2_ok, __half, Variant2)
+DST_GEMM_GELU_DEFINE(variant2_fwd, variant2_bwd, variant2_ok, __half, Variant2, false)
 }  // namespace lab

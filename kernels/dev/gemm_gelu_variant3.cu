@@ -5,5 +5,5 @@
 namespace lab {
 using Variant3 = dst::cuda::gemm_gelu::Config<128, 128, 64, 2, 1, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                                   cutlass::epilogue::TmaWarpSpecialized>;
-DST_GEMM_GELU_DEFINE(variant3_fwd, variant3_bwd, variant3_ok, __half, Variant3)
+DST_GEMM_GELU_DEFINE(variant3_fwd, variant3_bwd, variant3_ok, __half, Variant3, false)
 }  // namespace lab

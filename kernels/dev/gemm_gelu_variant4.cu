@@ -4,5 +4,5 @@
 
 namespace lab {
 using Variant4 = dst::cuda::gemm_gelu::Config<256, 128, 64, 1, 2>;
-DST_GEMM_GELU_DEFINE(variant4_fwd, variant4_bwd, variant4_ok, __half, Variant4)
+DST_GEMM_GELU_DEFINE(variant4_fwd, variant4_bwd, variant4_ok, __half, Variant4, false)
 }  // namespace lab

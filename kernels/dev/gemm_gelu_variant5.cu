@@ -4,5 +4,5 @@
 
 namespace lab {
 using Variant5 = dst::cuda::gemm_gelu::Config<128, 256, 64, 1, 2>;
-DST_GEMM_GELU_DEFINE(variant5_fwd, variant5_bwd, variant5_ok, __half, Variant5)
+DST_GEMM_GELU_DEFINE(variant5_fwd, variant5_bwd, variant5_ok, __half, Variant5, false)
 }  // namespace lab

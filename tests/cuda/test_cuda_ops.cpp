@@ -132,21 +132,25 @@ std::string tag(const char *op, dst_dtype dt, const std::string &shape) {
     return std::string(op) + "_" + dst_dtype_string(dt) + "_" + shape;
 }
 
-// Runs `call` with the CUDA backend's fused GELU GEMMs on (CudaBackend::set_fused_gemm) and off again
-// after it; on the CPU backend, `call` alone. When kernels/gemm_gelu.cuh's gemm_gelu_runs() accepts the
-// call's shape and pointers (FP16/BF16 on a 9.0 device), the call must have run a fused kernel: a
-// case that silently fell back to the unfused ops would test nothing new.
-dst_status with_fused_gemm(Backend &be, dst_dtype dt, dst::cuda::GemmGeluKind kind, int64_t n, int64_t k, int64_t m,
-                           std::vector<const void *> ptrs, const std::function<dst_status()> &call) {
+// Runs `call` with the CUDA backend's fused GELU GEMMs on or off (CudaBackend::set_fused_gemm), then
+// restores the backend's setting; on the CPU backend, `call` alone. On: when kernels/gemm_gelu.cuh's
+// gemm_gelu_runs() accepts the call's shape and pointers (FP16/BF16 on a 9.0 device), the call must
+// have run a fused kernel (a case that silently fell back to the separate ops would test nothing new).
+// Off: it must have run none (the separate GEMM and GELU kernels are what the case tests).
+dst_status with_fused_gemm(Backend &be, bool on, dst_dtype dt, dst::cuda::GemmGeluKind kind, int64_t n, int64_t k,
+                           int64_t m, std::vector<const void *> ptrs, const std::function<dst_status()> &call) {
     auto *cb = dynamic_cast<dst::CudaBackend *>(&be);
     if (!cb) return call();
-    const bool expect = dst::cuda::gemm_gelu_runs(dt, kind, n, k, m, ptrs.data(), static_cast<int>(ptrs.size()));
+    const bool expect =
+        on && dst::cuda::gemm_gelu_runs(dt, kind, n, k, m, ptrs.data(), static_cast<int>(ptrs.size()));
     const int64_t before = cb->fused_gemm_calls();
-    cb->set_fused_gemm(true);
+    const bool was = cb->fused_gemm();
+    cb->set_fused_gemm(on);
     const dst_status st = call();
-    cb->set_fused_gemm(false);
-    if (st == DST_OK && expect && cb->fused_gemm_calls() != before + 1)
-        return dst::set_error(DST_ERR_STATE, "the fused GELU GEMM did not run (%lld calls before, %lld after)",
+    cb->set_fused_gemm(was);
+    if (st == DST_OK && cb->fused_gemm_calls() != before + (expect ? 1 : 0))
+        return dst::set_error(DST_ERR_STATE, "the fused GELU GEMM %s (%lld calls before, %lld after)",
+                              expect ? "did not run" : "ran with the fused GEMMs off",
                               static_cast<long long>(before), static_cast<long long>(cb->fused_gemm_calls()));
     return st;
 }
@@ -173,10 +177,13 @@ void add_linear_cases(std::vector<OpCase> &out) {
             b.offset = s.off;
             c.args = {x, {"w", dt, s.m * s.k, Role::In, -0.2, 0.2}, b, {"y", dt, s.n * s.m, Role::Out},
                       {"pre_act", dt, s.n * s.m, Role::Out}};
+            // The cuBLASLt GEMM with the GELU map after it (the fused kernels are the `_fused` cases).
             c.call = [s, dt](Backend &be, const Ptrs &p) {
                 const dst_gelu form = static_cast<dst_gelu>(s.gelu < 0 ? 0 : s.gelu);
-                return be.linear_fwd(dt, p[0], p[1], s.bias ? p[2] : nullptr, p[3], s.n, s.k, s.m,
-                                     s.gelu < 0 ? nullptr : &form, s.pre_act ? p[4] : nullptr);
+                return with_fused_gemm(be, false, dt, dst::cuda::kGeluForward, s.n, s.k, s.m, {}, [&] {
+                    return be.linear_fwd(dt, p[0], p[1], s.bias ? p[2] : nullptr, p[3], s.n, s.k, s.m,
+                                         s.gelu < 0 ? nullptr : &form, s.pre_act ? p[4] : nullptr);
+                });
             };
             if (!s.pre_act) c.args[4].role = Role::In;  // untouched: not compared
             out.push_back(c);
@@ -284,8 +291,8 @@ void add_linear_cases(std::vector<OpCase> &out) {
                         return be.linear_bwd_data_gelu(dt, form, p[0], p[1], p[2], dg, du, s.n, s.k, s.m, db,
                                                        s.accumulate);
                     };
-                    if (!fused) return run();
-                    return with_fused_gemm(be, dt, dst::cuda::kGeluBackward, s.n, s.k, s.m, {p[0], p[1], p[2], du}, run);
+                    return with_fused_gemm(be, fused, dt, dst::cuda::kGeluBackward, s.n, s.k, s.m,
+                                           {p[0], p[1], p[2], du}, run);
                 };
                 if (s.n * s.k < 100) g.tol_scale = 100.0;  // few elements: see gelu_bwd's cases below
                 out.push_back(g);
@@ -306,7 +313,7 @@ void add_linear_cases(std::vector<OpCase> &out) {
                     void *pre = s.pre_act ? p[4] : nullptr;
                     const auto kind = pre ? dst::cuda::kGeluForwardAux : dst::cuda::kGeluForward;
                     const std::vector<const void *> ptrs = {p[0], p[1], p[2], p[3], pre ? pre : p[3]};
-                    return with_fused_gemm(be, dt, kind, s.n, s.k, s.m, ptrs, [&] {
+                    return with_fused_gemm(be, true, dt, kind, s.n, s.k, s.m, ptrs, [&] {
                         return be.linear_fwd(dt, p[0], p[1], p[2], p[3], s.n, s.k, s.m, &form, pre);
                     });
                 };

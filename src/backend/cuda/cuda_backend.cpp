@@ -10,9 +10,10 @@
 // linear_bwd_weight comes from the ordered column-sum kernels (kernels/bias.cuh), not from cuBLASLt's
 // BGRADB epilogue, which cost more than the sums on the H200 (docs/design-notes.md); gelu_bwd_bias_grad
 // sums the columns of the gradient it writes. GELU (erf or tanh) runs as a separate elementwise kernel,
-// since cuBLASLt's GELU epilogue is the tanh form only; with DST_FUSED_GEMM=1 (set_fused_gemm) the FC1
-// forward with GELU and the FC2 data gradient with GELU' run as CUTLASS kernels with those epilogues
-// instead (kernels/gemm_gelu.cuh), where the build has them and the call fits.
+// since cuBLASLt's GELU epilogue is the tanh form only, except where the fused GELU GEMMs take the call:
+// the FC1 forward with GELU and the FC2 data gradient with GELU' as CUTLASS kernels with those
+// epilogues (kernels/gemm_gelu.cuh), where the build has them and the call fits; on by default,
+// DST_FUSED_GEMM=0 in the environment (or set_fused_gemm(false)) keeps the separate kernels.
 // Determinism: cuBLASLt is bit-reproducible for a fixed problem, algorithm and workspace size; the
 // workspace offered to it is a fixed size (kGemmWorkspace, or the caller's workspace if smaller),
 // so the algorithm of a problem is always the same (chosen once per problem, then cached: choose_algo).
@@ -90,7 +91,7 @@ dst_status CudaBackend::create(int device, CudaBackend **out) {
         const char *tune = std::getenv("DST_GEMM_TUNE");
         be->gemm_tuning_ = !(tune && std::strcmp(tune, "0") == 0);
         const char *fused = std::getenv("DST_FUSED_GEMM");
-        be->fused_gemm_ = fused && std::strcmp(fused, "1") == 0;
+        be->fused_gemm_ = !(fused && std::strcmp(fused, "0") == 0);
     }
     DST_CUDA_CHECK(cudaDeviceGetAttribute(&be->sm_count_, cudaDevAttrMultiProcessorCount, device));
     DST_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&be->flag_), sizeof(int)));

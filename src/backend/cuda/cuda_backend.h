@@ -147,11 +147,13 @@ public:
     void set_stochastic(bool on) override { stochastic_ = on; }
     // The fused GELU GEMMs (kernels/gemm_gelu.cuh): linear_fwd with GELU and a pre-activation output,
     // and linear_bwd_data_gelu, as one CUTLASS kernel each where gemm_gelu_runs() takes the call (FP16
-    // and BF16 on compute capability 9.0, in a build that found CUTLASS). Off by default until measured
-    // on the H200; the environment's DST_FUSED_GEMM=1 turns it on for a backend created after it is set.
+    // and BF16 on compute capability 9.0, in a build that found CUTLASS). On by default (faster than the
+    // GEMM and the separate GELU pass on the H200: bench/RESULTS.md); DST_FUSED_GEMM=0 in the environment
+    // turns them off for a backend created after it is set.
     // fused_gemm_built(): whether this build has them at all.
     // fused_gemm_calls(): how many calls they ran (for tests and benchmarks).
     void set_fused_gemm(bool on) { fused_gemm_ = on; }
+    bool fused_gemm() const { return fused_gemm_; }
     static bool fused_gemm_built();
     int64_t fused_gemm_calls() const { return fused_gemm_calls_; }
     // GEMM size classes whose candidate algorithms were timed (tune_class), and how many of them chose
