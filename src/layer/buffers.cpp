@@ -68,7 +68,7 @@ Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training,
     p.fwd_workspace = ws;
 
     const size_t temp_bytes[kTempCount] = {N * H * es, N * H * es, N * H * es, pre ? 0 : N * H * es,
-                                           N * 3 * H * es, N * I * es, N * I * es};
+                                           N * 3 * H * es, N * I * es};
     size_t bws = 0;
     for (int t = 0; t < kTempCount; ++t) {
         p.temp_offset[t] = bws;

@@ -55,8 +55,7 @@ enum Temp : int {
     kTmp3,      // (N, H)   dr, the residual-stream gradient after the attention LN
     kTmp5,      // (N, H)   Post-LN: dz
     kTmpQkv,    // (N, 3H)  dqkv
-    kTmpI1,     // (N, I)   dg
-    kTmpI2,     // (N, I)   recomputed g, then du
+    kTmpI,      // (N, I)   recomputed g, then dg, then du (in place)
     kTempCount
 };
 

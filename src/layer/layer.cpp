@@ -471,13 +471,13 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
     return backward_post_ln(p, sv, ws, ap, d1, d2, dy, dx, accumulate);
 }
 
-// FFN, from d_o = dropout'(dout) (the caller's, in kTmp1): dWout, dbout; dg = d_o·Wout (kTmpI1, unless the
-// backend fuses it away); du = dg·GELU'(u) (left in kTmpI2) with dbi; dWi.
+// FFN, from d_o = dropout'(dout) (the caller's, in kTmp1): dWout, dbout; dg = d_o·Wout and du = dg·GELU'(u)
+// in place, in kTmpI (the fused backend op never stores dg), with dbi; dWi.
 dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, int64_t N, bool acc) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
     const int64_t H = dims_.H, I = dims_.I;
-    void *t1 = tmp(p, ws, kTmp1), *dg = tmp(p, ws, kTmpI1), *du = tmp(p, ws, kTmpI2);
+    void *t1 = tmp(p, ws, kTmp1), *du = tmp(p, ws, kTmpI);
     void *u = at(p, sv, ws, kSlotPreGelu);
     void *g = at(p, sv, ws, kSlotGelu);
     if (!p.slot[kSlotGelu].kept) {  // gelu_checkpoint: recompute g into the buffer du takes next
@@ -485,7 +485,7 @@ dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, int64_t N, boo
         g = du;
     }
     DST_TRY(be.linear_bwd_weight(dt, t1, g, grad(DST_PARAM_OUTPUT_W), grad(DST_PARAM_OUTPUT_B), N, I, H, acc));
-    DST_TRY(be.linear_bwd_data_gelu(dt, cfg_.gelu, t1, param(DST_PARAM_OUTPUT_W), u, dg, du, N, I, H,
+    DST_TRY(be.linear_bwd_data_gelu(dt, cfg_.gelu, t1, param(DST_PARAM_OUTPUT_W), u, du, du, N, I, H,
                                     grad(DST_PARAM_INTER_B), acc));
     return be.linear_bwd_weight(dt, du, at(p, sv, ws, kSlotLn2Out), grad(DST_PARAM_INTER_W), nullptr, N, H, I, acc);
 }
@@ -531,7 +531,7 @@ dst_status Layer::backward_pre_ln(const Plan &p, char *sv, char *ws, const Atten
     // FFN from dropout'(dy), then dh2 = du·Wi.
     DST_TRY(be.dropout_bwd(dt, dy, t1, N * H, d2));
     DST_TRY(backward_ffn(p, sv, ws, N, acc));
-    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, nullptr));
+    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI), param(DST_PARAM_INTER_W), t2, N, H, I, nullptr));
     // Attention LN: dr = LN2'(dh2) + dy (residual stream), and dropout'(dr) into t1.
     DST_TRY(backward_attention_ln(p, sv, ws, t2, dy, d1, N, acc));
     // Attention, whose QKV GEMM read h = LN1(x); dh = dqkv·Wqkv.
@@ -559,7 +559,7 @@ dst_status Layer::backward_post_ln(const Plan &p, char *sv, char *ws, const Atte
                                      grad(DST_PARAM_NORM_B), N, H, acc, d2, t1));
     // FFN, then dh2 = du·Wi + dz (the residual around the FFN).
     DST_TRY(backward_ffn(p, sv, ws, N, acc));
-    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI2), param(DST_PARAM_INTER_W), t2, N, H, I, dz));
+    DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI), param(DST_PARAM_INTER_W), t2, N, H, I, dz));
     // Attention LN: dr = LN2'(dh2), and dropout'(dr) into t1.
     DST_TRY(backward_attention_ln(p, sv, ws, t2, nullptr, d1, N, acc));
     // Attention, whose QKV GEMM read x directly; dx = dqkv·Wqkv + dr.
