@@ -40,7 +40,9 @@ Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training,
     set(kSlotLn2Out, N * H * es, true, true);
     set(kSlotLn2Mean, N * ss, true, !inv);
     set(kSlotLn2Rstd, N * ss, true, true);
-    set(kSlotPreGelu, N * I * es, true, true);
+    // Inference passes FC1 no pre-activation (GELU applied to the GEMM's output in place, or in its
+    // epilogue): u exists in training only.
+    set(kSlotPreGelu, N * I * es, training, true);
     set(kSlotGelu, N * I * es, true, !gck);
     set(kSlotSum, N * H * es, !pre, !inv);
     set(kSlotOut, N * H * es, !pre && inv && training, true);
