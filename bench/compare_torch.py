@@ -26,8 +26,9 @@ case, in the order of the table:
   ours, key lengths               with the key-length mask
   ours, key lengths + 3 switches  and attn_dropout_checkpoint, normalize_invertible, gelu_checkpoint
   ours, key lengths, stochastic   and stochastic_mode=1 (non-deterministic fast paths allowed)
-  ours, key lengths, fused GEMMs  with --fused-gemm-row: the key-length row on a context created
-                                  with DST_FUSED_GEMM=1 (FC1 + GELU and FC2's dX + GELU' as CUTLASS kernels)
+  ours, key lengths, unfused GEMMs  with --unfused-gemm-row: the key-length row on a context created
+                                  with DST_FUSED_GEMM=0 (FC1 and GELU, FC2's dX and GELU', as separate
+                                  kernels; the other rows take the library's default, one CUTLASS kernel each)
 torch.compile runs first in each case, so that every row printed as it is measured has its ratio.
 Torch and the library share one CUDA stream, created for the run: torch's default stream is the
 legacy NULL stream, which dst_context_set_stream would take as "the context's own stream", a
@@ -86,7 +87,7 @@ seconds; per case the compile seconds and speedups; the run's wall seconds.
 usage: DST_LIB=path/libdstransformer.so python3 bench/compare_torch.py [--dtypes fp16,bf16[,fp32]]
            [--shapes 64x128,16x512,8x2048,2x8192,1x16384] [--skip-compile] [--skip-eager]
            [--no-compile-inference] [--padded-shapes 64x128,16x512|none] [--no-graphs] [--no-sweep]
-           [--budget SECONDS] [--out DIR]
+           [--unfused-gemm-row] [--budget SECONDS] [--out DIR]
 """
 import argparse
 import collections
@@ -128,9 +129,10 @@ OURS = [  # row name, key-length mask (else additive), configuration switches
                                               "gelu_checkpoint": 1}),
     ("ours, key lengths, stochastic", True, {"stochastic_mode": 1}),
 ]
-# With --fused-gemm-row: the key-length row on a context created with DST_FUSED_GEMM=1 (the FC1 forward
-# and the FC2 data gradient as CUTLASS kernels with GELU / GELU' in their epilogues, kernels/gemm_gelu.cuh).
-FUSED_GEMM = ("ours, key lengths, fused GEMMs", True, {"_fused_gemm": 1})
+# With --unfused-gemm-row: the key-length row on a context created with DST_FUSED_GEMM=0 (the FC1 forward
+# and the FC2 data gradient as the cuBLASLt GEMM and a separate GELU kernel, instead of the default's
+# CUTLASS kernels with GELU / GELU' in their epilogues, kernels/gemm_gelu.cuh).
+FUSED_GEMM = ("ours, key lengths, unfused GEMMs", True, {"_fused_gemm": 0})
 SPEEDUP_ROWS = ("ours, key lengths", "ours, additive", "ours, key lengths, stochastic", FUSED_GEMM[0])
 SKIPPED = "(skipped: time budget)"
 # The padding-distribution case: lengths uniform in [S/4, S] from this seed, at --padded-shapes.
@@ -510,7 +512,7 @@ def row_specs(lib, kind, dname, B, S, args):
     if not args.skip_eager:
         specs.append((PLAIN, functools.partial(TorchStack, dname, B, S, "plain", False) if S <= PLAIN_MAX_S else None,
                       f"not run: S > {PLAIN_MAX_S}"))
-    ours = OURS + ([FUSED_GEMM] if getattr(args, "fused_gemm_row", False) else [])
+    ours = OURS + ([FUSED_GEMM] if getattr(args, "unfused_gemm_row", False) else [])
     specs += [(name, functools.partial(Ours, lib, dname, B, S, use_key_lengths, switches), None)
               for name, use_key_lengths, switches in ours]
     return specs
@@ -997,8 +999,8 @@ def parse_args():
     ap.add_argument("--padded-shapes", type=functools.partial(shapes, allow_none=True), default=PADDED_SHAPES,
                     help="BxS of the padding-distribution case, lengths uniform in [S/4, S] (default "
                          "%(default)s; none: no such case)")
-    ap.add_argument("--fused-gemm-row", action="store_true",
-                    help="add the row 'ours, key lengths, fused GEMMs' (a context with DST_FUSED_GEMM=1)")
+    ap.add_argument("--unfused-gemm-row", action="store_true",
+                    help="add the row 'ours, key lengths, unfused GEMMs' (a context with DST_FUSED_GEMM=0)")
     ap.add_argument("--no-graphs", action="store_true", help="no CUDA-graph case (the stack at 8x128)")
     ap.add_argument("--no-sweep", action="store_true", help="no batch-token sweep (1K-64K tokens at S=128 and 512)")
     ap.add_argument("--budget", type=float, default=400.0,
