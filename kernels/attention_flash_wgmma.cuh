@@ -78,55 +78,6 @@ __device__ __forceinline__ void mbar_wait_bounded(uint32_t a, uint32_t parity) {
         if (tries > (1u << 28)) __trap();
     }
 }
-// Thread block clusters (the cluster-reduced backward, kDqCluster): this block's rank in its cluster
-// and the cluster's size; the shared::cluster address of shared::cta address a in the cluster's block
-// `rank` (the same offset: every block of the kernel lays out its shared memory alike); a 16-byte load
-// and a 32-bit store there; an arrival on an mbarrier there; a barrier of every thread of the cluster
-// (release and acquire at cluster scope).
-// The arrival is the PTX default, release at CTA scope, and the waits on such barriers are mbar_wait's
-// (acquire at CTA scope): the cluster-scope forms compile to a GPU-wide memory barrier before the
-// arrival and an L1 invalidation after the wait (the SASS: MEMBAR.ALL.GPU, CCTL.IVALL), once per
-// step in every warp. What crosses blocks through these barriers is shared memory only: a block's
-// stores into its own buffer, performed before its arrival leaves (the CTA-scope release), then read
-// by another block's ld.shared::cluster, which reads that shared memory itself (no cache between);
-// and such reads, whose values are in registers before the reader arrives, ahead of the owner's next
-// stores into the buffer.
-__device__ __forceinline__ int cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return int(r);
-}
-__device__ __forceinline__ int cluster_size() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
-    return int(r);
-}
-__device__ __forceinline__ uint32_t cluster_map(uint32_t a, int rank) {
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ float4 ld_cluster4(uint32_t a) {
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(a)
-                 : "memory");
-    return v;
-}
-__device__ __forceinline__ void st_cluster(uint32_t a, uint32_t v) {
-    asm volatile("st.shared::cluster.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t a) {
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-// Adds 1 to a global counter with gpu-scope release (the cluster-reduced backward's turns).
-__device__ __forceinline__ void red_release_inc(int *p) {
-    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p) : "memory");
-}
 // Bulk (TMA) reduction: `bytes` (a multiple of 16) of fp32 in shared memory at s added into global
 // memory at g by the async proxy, in a bulk group of its own; bulk_wait_read waits until this
 // thread's bulk groups have read their shared memory, bulk_wait until they are complete. A
@@ -291,12 +242,6 @@ cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
 // makes no global adds) and kDqWriterNoMma (b14q, no dQ product: the writer adds zeros).
 // kDqWriter3, kDqWriter4: b14 with three or four dQ buffers instead of two (the lab's b14b3, b14b4):
 // the consumers may run that many steps ahead of the writer's turns.
-// kDqCluster, kDqCluster4 (two, four buffers; the lab's b22, b22b4): b14 in thread block clusters of
-// C ≤ 8 consecutive key blocks of one (batch, head), which walk the same query tiles in step; the
-// writers sum the cluster's C partials of a tile through distributed shared memory, each an eighth
-// of the tile's rows, in rank order, and add one sum per cluster into dQ (bwd_dq_cluster_write):
-// a tile's deterministic order is then a chain of S / (128·C) clusters instead of S / 128 blocks, and
-// none at all up to S = 1024.
 enum : int {
     kDqNone = 0,
     kDqMma = 1,
@@ -305,9 +250,7 @@ enum : int {
     kDqWriterNoAdd = 4,
     kDqWriterNoMma = 5,
     kDqWriter3 = 6,
-    kDqWriter4 = 7,
-    kDqCluster = 8,
-    kDqCluster4 = 9
+    kDqWriter4 = 7
 };
 
 template <int BM, int WGS, int DQM = kDqMma>
@@ -317,9 +260,9 @@ struct WgBwdTraits {
     // Swizzled region (1024-byte aligned): K, V, two stages of [Q | dctx] (kDqWgmma, kDqWriter: then
     // dSᵀ [kBN][BM]); then (kDqNone, kDqMma) K padded, the row statistics (two stages of [lse2 | D]),
     // (kDqNone, kDqMma) dSᵀ padded, (kDqWriter) the dQ buffers and their mbarriers, and the ticket.
-    static constexpr bool kPadded = DQM < kDqWgmma, kWriter = DQM >= kDqWriter, kCluster = DQM >= kDqCluster;
+    static constexpr bool kPadded = DQM < kDqWgmma, kWriter = DQM >= kDqWriter;
     static constexpr int kBlockThreads = kThreads + (kWriter ? 128 : 0), kLdq = 64 + 8;
-    static constexpr int kDqBufs = DQM == kDqWriter3 ? 3 : DQM == kDqWriter4 || DQM == kDqCluster4 ? 4 : 2;
+    static constexpr int kDqBufs = DQM == kDqWriter3 ? 3 : DQM == kDqWriter4 ? 4 : 2;
     static constexpr size_t kDs = kPadded ? 0 : size_t(kBN) * kRow;
     static constexpr size_t kSw = 2 * kKV + 4 * kQ + kDs;
     static constexpr size_t kKp = kPadded ? size_t(kBN) * kLds * 2 : 0, kSp = kPadded ? size_t(kBN) * kLdsS * 2 : 0;
@@ -401,86 +344,6 @@ DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, int ldq, int wt
     }
 }
 
-// The cluster's place in a tile's deterministic dQ order (kDqCluster): cluster c of the (batch, head)
-// (key blocks c·C …) adds after clusters 0 … c − 1, whose writers (C each: only the last live
-// cluster can be partial) have each added 1 to the tile's counter; the first stores, the last
-// (the tile's last cluster: causal, the one holding the tile's diagonal) writes dQ.
-struct ClusterTurn {
-    int *cnt;
-    int want;
-    bool first, last;
-};
-DST_WGA_DEV ClusterTurn cluster_turn(const Params &p, int bh, int c, int C, int ncl, int mb, int BM, int BN) {
-    const int cmax = p.causal ? min(ncl - 1, ((mb + 1) * BM - 1) / (BN * C)) : ncl - 1;
-    return {p.counters + int64_t(bh) * p.q_tiles + mb, c * C, c == 0, c == cmax};
-}
-
-// kDqCluster's writer warpgroup, thread wt of 128, in block `cr` of a cluster of C blocks whose first
-// L are live (their keys start before the length; ranks L … C − 1 have exited). Each live block's
-// consumers left their partial dQ of query tile mb in the buffer at shared offset buf ([BM = 64][ldq]
-// fp32, the same offset in every block). The tile's rows are eight units of 8; this writer owns units
-// cr, cr + L, …; thread wt row wt / 16 of a unit, columns 4·(wt % 16) … + 3. A unit's sum is the L
-// partials added in rank order (from 0, through distributed shared memory), and goes into dQ: with
-// one cluster on the tile written as dQ; deterministic with several, in the order of cluster_turn
-// (the first stores into the accumulator, the middle ones add with red.global, the last reads the
-// sum and writes dQ); stochastic, added into the zeroed accumulator (bwd_dq_convert writes dQ). Then
-// (after its last read) every warp arrives on each live block's `empty` barrier of the buffer.
-template <typename T>
-DST_WGA_DEV void bwd_dq_cluster_write(const Params &p, uint32_t buf, int ldq, int wt, int bh, int cr, int L,
-                                      const ClusterTurn &turn, int ncl, int mb, int BM, T *gdq, int64_t ld, int q_rows,
-                                      uint32_t empty) {
-    const int rs = wt >> 4, col = (wt & 15) * 4, lane = wt & 31;
-    const int ns = (8 - cr + L - 1) / L;  // units owned: cr, cr + L, … below 8
-    const bool ordered = p.deterministic && ncl > 1;
-    auto wsync = [] { asm volatile("bar.sync 2, 128;\n" ::: "memory"); };
-    auto read = [&](int u) {  // the unit's sum over the L sources, in rank order
-        const uint32_t a = buf + uint32_t(((8 * u + rs) * ldq + col) * 4);
-        float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int r0 = 0; r0 < 8; r0 += 4) {
-            float4 v[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                if (r0 + k < L) v[k] = ld_cluster4(cluster_map(a, r0 + k));
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                if (r0 + k < L) {
-                    s.x += v[k].x;
-                    s.y += v[k].y;
-                    s.z += v[k].z;
-                    s.w += v[k].w;
-                }
-        }
-        return s;
-    };
-    auto release = [&] {  // every source's buffer read by this warp
-        __syncwarp();
-        if (lane < L) mbar_arrive_cluster(cluster_map(empty, lane));
-    };
-    auto apply = [&](int u, float4 v) {
-        const int i = mb * BM + 8 * u + rs;
-        if (i >= q_rows) return;
-        float *acc = p.dq_accum + (uint64_t(bh) * uint64_t(p.seq) + uint64_t(i)) * 64u;
-        if (p.deterministic)
-            dq_put4(turn.first, turn.last, acc, gdq + int64_t(i) * ld, col, 64, v, p.scale);
-        else
-            red_add4(acc + col, v);
-    };
-    const float4 s0 = read(cr);
-    if (ns == 1) release();
-    if (ordered && !turn.first) {
-        if (wt == 0) wait_turn(turn.cnt, turn.want);
-        wsync();
-    }
-    apply(cr, s0);
-    for (int k = 1; k < ns; ++k) apply(cr + k * L, read(cr + k * L));
-    if (ns > 1) release();
-    if (ordered && !turn.last) {
-        wsync();
-        if (wt == 0) red_release_inc(turn.cnt);
-    }
-}
-
 // DQM: how the partial dQ is formed (kDqMma, kDqWgmma), or kDqNone (the lab's timing control b8n:
 // the product and its adds left out, so that the difference to b8 is what they cost; dQ is then not
 // written).
@@ -508,34 +371,19 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     unsigned char *const gDs = gen + 2 * Tr::kKV + 4 * Tr::kQ;
 
     int *ticket = p.counters + int64_t(p.batch) * p.heads * p.q_tiles;
-    // kCluster: cluster ci of a (batch, head) holds its key blocks ci·C … ci·C + C − 1 (rank cr); rank 0
-    // takes the cluster's ticket and writes it into every block of the cluster.
-    int cr = 0, C = 1;
-    if constexpr (Tr::kCluster) {
-        cr = cluster_rank();
-        C = cluster_size();
-        if (threadIdx.x == 0 && cr == 0) {
-            const int t = atomicAdd(ticket, 1);
-            for (int r = 0; r < C; ++r) st_cluster(cluster_map(smem_addr(sTicket), r), uint32_t(t));
-        }
-        cluster_sync();
-    } else {
-        if (threadIdx.x == 0) {
-            *sTicket = atomicAdd(ticket, 1);
-            if constexpr (Tr::kWriter) {
-                for (int i = 0; i < NB; ++i) {
-                    mbar_init(dq_bar + 8 * i, Tr::kThreads);  // every consumer thread's partial written
-                    mbar_init(dq_bar + kEmpty + 8 * i, 128);         // every writer thread done reading
-                }
-                asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    if (threadIdx.x == 0) {
+        *sTicket = atomicAdd(ticket, 1);
+        if constexpr (Tr::kWriter) {
+            for (int i = 0; i < NB; ++i) {
+                mbar_init(dq_bar + 8 * i, Tr::kThreads);  // every consumer thread's partial written
+                mbar_init(dq_bar + kEmpty + 8 * i, 128);         // every writer thread done reading
             }
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         }
-        __syncthreads();
     }
+    __syncthreads();
     const int item = *sTicket;
-    const int mcl = (p.m_blocks + C - 1) / C;  // clusters per (batch, head) (kCluster)
-    const int ci = Tr::kCluster ? item % mcl : 0;
-    const int jb = Tr::kCluster ? ci * C + cr : item % p.m_blocks, bh = Tr::kCluster ? item / mcl : item / p.m_blocks;
+    const int jb = item % p.m_blocks, bh = item / p.m_blocks;
     const int b = bh / p.heads, h = bh % p.heads, S = p.seq;
     const int k0 = jb * BN, q_rows = seq_rows(p, b);
     const int64_t ld = 3 * int64_t(p.hidden), row0 = seq_row0(p, b);
@@ -544,25 +392,6 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     const T *gdo = static_cast<const T *>(p.dctx) + row0 * p.hidden + int64_t(h) * 64;
     T *gdq = static_cast<T *>(p.dqkv) + row0 * ld + int64_t(h) * 64;
     const int kv_len = key_limit(p, b);
-    // kCluster: the cluster's live blocks (keys before the length: ranks 0 … L − 1) and the clusters
-    // with live blocks (ncl); the buffers' barriers count the live blocks' arrivals: each consumer
-    // warp of every live block on `full`, each writer warp of every live block on `empty`. Every block
-    // passes the second cluster barrier (the barriers initialised) before a block past the length
-    // exits; no block touches another's shared memory after that.
-    int L = 1, ncl = 1;
-    if constexpr (Tr::kCluster) {
-        const int nkb = (kv_len + BN - 1) / BN;
-        L = min(C, nkb - ci * C);
-        ncl = (nkb + C - 1) / C;
-        if (threadIdx.x == 0 && L > 0) {
-            for (int i = 0; i < NB; ++i) {
-                mbar_init(dq_bar + 8 * i, uint32_t(Tr::kThreads / 32 * L));
-                mbar_init(dq_bar + kEmpty + 8 * i, uint32_t(4 * L));
-            }
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        }
-        cluster_sync();
-    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wgi = warp >> 2, wrow = (warp & 3) * 16;
     const int k0w = k0 + 64 * wgi;  // this warpgroup's first key
     const uint64_t row_base = uint64_t(bh) * uint64_t(S);
@@ -580,11 +409,8 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
         return;
     }
     const int nk = (kv_len + BN - 1) / BN;
-    // kCluster: the cluster's blocks walk the same tiles, ascending from the cluster's first key's
-    // diagonal (causal; tiles above a block's own diagonal give it P = 0).
-    const int nq = bwd_q_tiles(p, q_rows, BM), m_first = p.causal ? (Tr::kCluster ? ci * C * BN : k0) / BM : 0;
-    const int n_steps = nq - m_first;
-    auto tile_at = [&](int step) { return Tr::kCluster ? m_first + step : bwd_tile_at(p, m_first, jb, nq, step); };
+    const int nq = bwd_q_tiles(p, q_rows, BM), m_first = p.causal ? k0 / BM : 0, n_steps = nq - m_first;
+    auto tile_at = [&](int step) { return bwd_tile_at(p, m_first, jb, nq, step); };
     const float *lse2 = p.lse2 + row_base, *dsum = p.dsum + row_base;
     // The consumers' barrier: the whole block, or with a writer warpgroup the 256 consumer threads.
     auto csync = [] {
@@ -602,13 +428,6 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
             for (int step = 0; step < n_steps; ++step) {
                 const int u = NB == 2 ? step >> 1 : step / NB, bf = NB == 2 ? step & 1 : step % NB;  // use u of buffer bf
                 mbar_wait_bounded(dq_bar + 8 * bf, u & 1);
-                if constexpr (Tr::kCluster) {
-                    const int mb = tile_at(step);
-                    bwd_dq_cluster_write<T>(p, smem_addr(sDq + bf * BM * Tr::kLdq), Tr::kLdq, threadIdx.x - Tr::kThreads,
-                                            bh, cr, L, cluster_turn(p, bh, ci, C, ncl, mb, BM, BN), ncl, mb, BM, gdq, ld,
-                                            q_rows, dq_bar + kEmpty + 8 * bf);
-                    continue;
-                }
                 if constexpr (DQM == kDqWriterNoAdd)
                     mbar_arrive(dq_bar + kEmpty + 8 * bf);
                 else
@@ -666,19 +485,14 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     // use NB steps before.
     auto to_writer = [&](const float (&d)[DQT][4], int step) {
         const int u = NB == 2 ? step >> 1 : step / NB, bf = NB == 2 ? step & 1 : step % NB;  // use u of buffer bf
-        if (u > 0) mbar_wait(dq_bar + kEmpty + 8 * bf, (u - 1) & 1);  // kCluster: every live writer's reads
+        if (u > 0) mbar_wait(dq_bar + kEmpty + 8 * bf, (u - 1) & 1);
         float *buf = sDq + bf * BM * Tr::kLdq + (16 * wm + g) * Tr::kLdq + wn * DQT * 8 + 2 * t;
 #pragma unroll
         for (int nt = 0; nt < DQT; ++nt) {
             *reinterpret_cast<float2 *>(buf + nt * 8) = make_float2(d[nt][0], d[nt][1]);
             *reinterpret_cast<float2 *>(buf + 8 * Tr::kLdq + nt * 8) = make_float2(d[nt][2], d[nt][3]);
         }
-        if constexpr (Tr::kCluster) {  // this warp's part, to the writer of every live block
-            __syncwarp();
-            if (lane < L) mbar_arrive_cluster(cluster_map(dq_bar + 8 * bf, lane));
-        } else {
-            mbar_arrive(dq_bar + 8 * bf);
-        }
+        mbar_arrive(dq_bar + 8 * bf);
     };
     DqOwed owed;
     for (int step = 0; step < n_steps; ++step) {
@@ -793,9 +607,6 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     }
 
     bwd_store_kv(p, keys, gdq, ld, dk, dv);
-    if constexpr (Tr::kCluster)  // the block's buffers read by every live writer before it may exit
-        for (int step = max(0, n_steps - NB); step < n_steps; ++step)
-            mbar_wait(dq_bar + kEmpty + 8 * (step % NB), (step / NB) & 1);
 #else
     (void)p;
     __trap();  // built for another target: launched only from sm_90a objects (the lab: DST_LAB_SM90A)
@@ -803,30 +614,19 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
 }
 
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue). The prologue (bwd_prologue)
-// must have run; order as in launch_bwd. kDqCluster: clusters of the key blocks' count rounded up to
-// a power of two, at most cluster_max (≤ 8, the portable cluster size), each (batch, head) launching
-// a whole number of clusters (blocks past the keys exit at once); the order is ascending clusters.
+// must have run; order as in launch_bwd.
 template <typename T, int BM, int MB, int WGS, int DQM = kDqMma>
-cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1, int cluster_max = 8) {
+cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
     using Tr = WgBwdTraits<BM, WGS, DQM>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBN));
     p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
     const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
-    int cluster = 1;
-    if constexpr (Tr::kCluster) {
-        if (cluster_max < 1 || cluster_max > 8) return cudaErrorInvalidValue;
-        while (cluster < cluster_max && cluster < p.m_blocks) cluster *= 2;
-        p.dq_order = false;
-        (void)order;
-    } else {
-        if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kBlockThreads, Tr::kSmem, p, order);
-    }
+    if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kBlockThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;
-    const int64_t blocks = (p.m_blocks + cluster - 1) / cluster * int64_t(cluster) * p.batch * p.heads;
-    e = launch_dependent_cluster(kernel, static_cast<unsigned>(blocks), Tr::kBlockThreads, Tr::kSmem, stream,
-                                 static_cast<unsigned>(cluster), p);
+    e = launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kBlockThreads,
+                         Tr::kSmem, stream, p);
     return e != cudaSuccess ? e : bwd_dq_convert<T, 64>(p, stream);
 }
 

@@ -67,14 +67,12 @@ inline bool dependent_launch_enabled() {
     return s > 0;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) in thread block clusters of `cluster` blocks along x
-// (1: none; grid.x a multiple of it), as a programmatic dependent of the stream's previous kernel where
-// dependent_launch_enabled(). The kernel must begin with DST_GRID_DEPENDENCY().
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's previous
+// kernel where dependent_launch_enabled(). The kernel must begin with DST_GRID_DEPENDENCY().
 template <typename... P, typename... A>
-cudaError_t launch_dependent_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                     unsigned cluster, A &&...args) {
-    const bool pdl = dependent_launch_enabled();
-    if (!pdl && cluster <= 1) {
+cudaError_t launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             A &&...args) {
+    if (!dependent_launch_enabled()) {
         kernel<<<grid, block, smem, stream>>>(std::forward<A>(args)...);
         return cudaGetLastError();
     }
@@ -83,31 +81,12 @@ cudaError_t launch_dependent_cluster(void (*kernel)(P...), dim3 grid, dim3 block
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[2];
-    unsigned n = 0;
-    if (pdl) {
-        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[n].val.programmaticStreamSerializationAllowed = 1;
-        ++n;
-    }
-    if (cluster > 1) {
-        attr[n].id = cudaLaunchAttributeClusterDimension;
-        attr[n].val.clusterDim.x = cluster;
-        attr[n].val.clusterDim.y = 1;
-        attr[n].val.clusterDim.z = 1;
-        ++n;
-    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = n;
+    cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
-}
-
-// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's previous
-// kernel where dependent_launch_enabled(). The kernel must begin with DST_GRID_DEPENDENCY().
-template <typename... P, typename... A>
-cudaError_t launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                             A &&...args) {
-    return launch_dependent_cluster(kernel, grid, block, smem, stream, 1u, std::forward<A>(args)...);
 }
 
 }  // namespace cuda

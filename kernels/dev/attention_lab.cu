@@ -66,13 +66,7 @@
 //        with key lengths too under LAB_LENGTHS=1
 //        b14b3, b14b4 = b14 with three, four dQ buffers (the consumers may run that many steps
 //        ahead of the writer's turns); b14ob4 = b14o with four (written 2026-12-04, not yet run)
-//        b22 = b14 in thread block clusters of up to 8 key blocks of one (batch, head), walking the
-//        query tiles in step: each writer sums an eighth of the tile's rows over the cluster's
-//        partials (distributed shared memory, rank order) and adds one sum per cluster into dQ,
-//        the deterministic order a chain of clusters (none up to S = 1024, two at 2048);
-//        b22b4 = b22 with four dQ buffers; b22c4 = b22 with clusters of up to 4 (written
-//        2026-12-04, eleventh session, not yet run; the barrier protocol's CPU model:
-//        kernels/dev/cluster_protocol.py)
+//        (b22, the writer backward in thread block clusters, was removed after its run: bench/RESULTS.md)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -745,36 +739,18 @@ std::vector<FwdVersion> fwd_versions() {
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma backward (kernels/attention_flash_wgmma.cuh): WGS warpgroups, 64·WGS keys, BM queries, MB blocks/SM.
-// ORDER: the deterministic dQ order (launch_bwd_wgmma's: −1 the library's choice, 0 ascending key blocks);
-// CMAX: the largest cluster (kDqCluster).
-template <typename T, int BM, int MB, int WGS, int DQM = flash::kDqMma, int ORDER = -1, int CMAX = 8>
+// ORDER: the deterministic dQ order (launch_bwd_wgmma's: −1 the library's choice, 0 ascending key blocks).
+template <typename T, int BM, int MB, int WGS, int DQM = flash::kDqMma, int ORDER = -1>
 BwdVersion bwd_wgmma_version(const char *name) {
     using Tr = flash::WgBwdTraits<BM, WGS, DQM>;
     return {name, BM, 4 * WGS, MB,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQM>(p, 0, ORDER, CMAX);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQM>(p, 0, ORDER);
             },
             [] {
                 const auto kernel = flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>;
                 CK(flash::allow_smem(kernel, Tr::kSmem));
-                if constexpr (Tr::kCluster) {  // how many clusters of CMAX blocks the GPU holds at once
-                    int sms = 0, dev = 0, n = 0;
-                    CK(cudaGetDevice(&dev));
-                    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-                    cudaLaunchConfig_t cfg{};
-                    cfg.gridDim = dim3(unsigned(CMAX * sms));
-                    cfg.blockDim = dim3(unsigned(Tr::kBlockThreads));
-                    cfg.dynamicSmemBytes = Tr::kSmem;
-                    cudaLaunchAttribute attr{};
-                    attr.id = cudaLaunchAttributeClusterDimension;
-                    attr.val.clusterDim.x = CMAX;
-                    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-                    cfg.attrs = &attr;
-                    cfg.numAttrs = 1;
-                    CK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-                    std::printf("  (clusters of %d: %d at once, %d of %d SMs)\n", CMAX, n, n * CMAX, sms);
-                }
                 return occupancy(kernel, Tr::kBlockThreads, Tr::kSmem);
             },
             DQM == flash::kDqNone || DQM == flash::kDqWriterNoAdd || DQM == flash::kDqWriterNoMma};
@@ -799,9 +775,6 @@ std::vector<BwdVersion> bwd_versions() {
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter3>("b14b3"));     // b14, three dQ buffers
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter4>("b14b4"));     // b14, four dQ buffers
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter4, 0>("b14ob4"));  // b14o, four dQ buffers
-    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqCluster>("b22"));             // b14, clusters of ≤ 8
-    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqCluster4>("b22b4"));          // b22, four dQ buffers
-    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqCluster, 0, 4>("b22c4"));     // b22, clusters of ≤ 4
 #endif
     return v;
 }
@@ -809,9 +782,8 @@ std::vector<BwdVersion> bwd_versions() {
 // Every numbered version against the fp64 reference on two awkward cases (both modes of the backward): S = 300
 // (several key blocks), and S = 128 with more (batch, head) items than SMs (one key block each, one
 // sequence with no keys); the forward versions also on S = 256 with an additive mask and causal. The
-// library's backwards and the cluster versions also on S = 2100 with key lengths (17, 11 and no key
-// blocks: three clusters of 8, 8 and 1 live blocks, two of 8 and 3, none) in both modes, and causal
-// S = 1500 (clusters of 8 and 4 blocks; the second cluster's tiles start at its first key).
+// library's writer backwards also on S = 2100 with key lengths (17, 11 and no key blocks) in both
+// modes, and causal S = 1500.
 bool is_version(const char *name, std::initializer_list<const char *> names) {
     for (const char *n : names)
         if (!std::strcmp(name, n)) return true;
@@ -869,10 +841,9 @@ void check_versions(bool bf16) {
         for (const BwdVersion &v : bwd_versions<T>()) {
             if (v.control) continue;
             // The causal case (k 4): the library's two backwards (and the versions after them) only;
-            // the long cases (k 5 … 7): the library's writer backwards and the cluster versions.
-            const bool cluster = is_version(v.name, {"b22", "b22b4", "b22c4"});
-            if (k == 4 && !cluster && !is_version(v.name, {"b11", "b14", "b11o", "b14o"})) continue;
-            if (k >= 5 && !cluster && !is_version(v.name, {"b14", "b14o"})) continue;
+            // the long cases (k 5 … 7): the library's writer backwards.
+            if (k == 4 && !is_version(v.name, {"b11", "b14", "b11o", "b14o"})) continue;
+            if (k >= 5 && !is_version(v.name, {"b14", "b14o"})) continue;
             // Deterministic mode: a second run must give the same bits.
             std::vector<uint16_t> runs[2];
             for (int run = 0; run < (det ? 2 : 1); ++run) {
