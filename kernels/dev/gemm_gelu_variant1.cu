@@ -13,8 +13,10 @@ const char *const kVariantNames[kVariants + 1] = {
     "128x128x64, cluster 1x2, cooperative",
     "128x128x64, cluster 1x1, ping-pong",
     "128x128x64, cluster 2x1, ping-pong: GEMM alone",
-    "128x256x64, cluster 2x1, cooperative: identity"};
+    "128x256x64, cluster 2x1, cooperative: identity",
+    "64x256x64, cluster 1x1, ping-pong",
+    "64x256x64, cluster 2x1, ping-pong"};
 // What each computes (Config's kMath): 0 the GELUs (checked against the library), 1 the stand-ins (u
 // checked), 2 the GEMM alone (not checked).
-const int kVariantMath[kVariants + 1] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1};
+const int kVariantMath[kVariants + 1] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0};
 }  // namespace lab
