@@ -38,11 +38,9 @@ namespace gemm_gelu {
 template <typename T>
 using Elem = std::conditional_t<std::is_same_v<T, __half>, cutlass::half_t, cutlass::bfloat16_t>;
 
-// The activations' runtime argument (CUTLASS hands a compute functor's Arguments to every call). The
-// functors read their form from their template parameter; the call's form is kept here for the record.
-struct GeluArgs {
-    dst_gelu form = DST_GELU_ERF;
-};
+// The activations' runtime arguments (CUTLASS hands a compute functor's Arguments to every call):
+// none, the form being the kernel's template parameter.
+struct GeluArgs {};
 
 // Epilogue functors in CUTLASS's form: a template on the value type, called on fragments
 // (Array<float, N>) with the Arguments. The scalar form only names the Arguments type, which
@@ -168,7 +166,7 @@ struct GemmGelu {
 
     // CUTLASS's problem (M, N, K) of a call: forward (n, m, k), backward (n, k, m).
     static typename Gemm::Arguments arguments(const void *a, const void *w, const void *bias, void *d, void *aux,
-                                              int M, int N, int K, dst_gelu form, int sm_count) {
+                                              int M, int N, int K, int sm_count) {
         using SA = typename Kernel::StrideA;
         using SB = typename Kernel::StrideB;
         using SD = typename Kernel::StrideD;
@@ -179,15 +177,13 @@ struct GemmGelu {
                                        static_cast<const E *>(w), cutlass::make_cute_packed_stride(SB{}, cute::make_shape(N, K, 1))},
                                       {{}, nullptr, {}, static_cast<E *>(d), sd}};
         if constexpr (kMath == 2) {
-            (void)bias, (void)aux, (void)form;
+            (void)bias, (void)aux;
             args.epilogue.thread.alpha = 1.0f;
             args.epilogue.thread.beta = 0.0f;
         } else if constexpr (kBwd) {
-            args.epilogue.thread.activation.form = form;
             args.epilogue.thread.aux_ptr = static_cast<const E *>(aux);
             args.epilogue.thread.dAux = sd;
         } else {
-            args.epilogue.thread.activation.form = form;
             args.epilogue.thread.bias_ptr = static_cast<const E *>(bias);
             if constexpr (kKind == kGeluForwardAux) {
                 args.epilogue.thread.aux_ptr = static_cast<E *>(aux);
@@ -204,7 +200,7 @@ struct GemmGelu {
     // arguments with stand-in 16-byte aligned pointers.
     static bool implementable(int M, int N, int K) {
         void *p = reinterpret_cast<void *>(uintptr_t(1) << 20);
-        const typename Gemm::Arguments args = arguments(p, p, p, p, p, M, N, K, DST_GELU_ERF, 1);
+        const typename Gemm::Arguments args = arguments(p, p, p, p, p, M, N, K, 1);
         return Gemm::can_implement(args) == cutlass::Status::kSuccess && Gemm::get_workspace_size(args) == 0;
     }
 
@@ -213,7 +209,7 @@ struct GemmGelu {
     static cudaError_t run(cudaStream_t stream, const void *a, const void *w, const void *bias, void *d, void *aux,
                            int M, int N, int K, dst_gelu form, int sm_count) {
         if (kMath == 0 && form != Form) return cudaErrorInvalidValue;
-        const typename Gemm::Arguments args = arguments(a, w, bias, d, aux, M, N, K, form, sm_count);
+        const typename Gemm::Arguments args = arguments(a, w, bias, d, aux, M, N, K, sm_count);
         if (Gemm::get_workspace_size(args) != 0) return cudaErrorInvalidValue;
         Gemm gemm;
         if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;

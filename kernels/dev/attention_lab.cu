@@ -90,20 +90,12 @@
 #include "kernels/attention_flash_wgmma.cuh"
 #include "kernels/attention_flash_ws.cuh"  // w8–w10 and the TMA tile (CUtensorMap)
 #endif
+#include "kernels/dev/lab_check.cuh"
 
 using namespace dst;
 using namespace dst::cuda;
 
 namespace {
-
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                       \
-        }                                                                                       \
-    } while (0)
 
 // ---- host data ---------------------------------------------------------------------------------
 
@@ -287,21 +279,21 @@ struct Dev {
     size_t ws_bytes = 0;
     void alloc(const Case &c) {
         const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
-        CK(cudaMalloc(&qkv, N * 3 * H * 2));
-        CK(cudaMalloc(&ctx, N * H * 2));
-        CK(cudaMalloc(&dctx, N * H * 2));
-        CK(cudaMalloc(&dqkv, N * 3 * H * 2));
-        CK(cudaMalloc(&lse, N * c.heads * 4));
-        CK(cudaMalloc(&bias, N * 4));
-        CK(cudaMalloc(&lens, c.B * 4));
+        LAB_CUDA(cudaMalloc(&qkv, N * 3 * H * 2));
+        LAB_CUDA(cudaMalloc(&ctx, N * H * 2));
+        LAB_CUDA(cudaMalloc(&dctx, N * H * 2));
+        LAB_CUDA(cudaMalloc(&dqkv, N * 3 * H * 2));
+        LAB_CUDA(cudaMalloc(&lse, N * c.heads * 4));
+        LAB_CUDA(cudaMalloc(&bias, N * 4));
+        LAB_CUDA(cudaMalloc(&lens, c.B * 4));
     }
     // The inputs of a case: qkv, dctx, the additive mask and the key lengths.
     void upload(const Case &c, const Inputs &in) {
         const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
-        CK(cudaMemcpy(qkv, in.qkv.data(), N * 3 * H * 2, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dctx, in.dctx.data(), N * H * 2, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(bias, in.bias.data(), N * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(lens, in.lens.data(), c.B * 4, cudaMemcpyHostToDevice));
+        LAB_CUDA(cudaMemcpy(qkv, in.qkv.data(), N * 3 * H * 2, cudaMemcpyHostToDevice));
+        LAB_CUDA(cudaMemcpy(dctx, in.dctx.data(), N * H * 2, cudaMemcpyHostToDevice));
+        LAB_CUDA(cudaMemcpy(bias, in.bias.data(), N * 4, cudaMemcpyHostToDevice));
+        LAB_CUDA(cudaMemcpy(lens, in.lens.data(), c.B * 4, cudaMemcpyHostToDevice));
     }
     void free_all() {
         cudaFree(qkv), cudaFree(ctx), cudaFree(dctx), cudaFree(dqkv), cudaFree(lse), cudaFree(bias), cudaFree(lens),
@@ -334,14 +326,14 @@ AttentionArgs prepare(Dev &dv, const Case &c, const Inputs &in) {
     dv.upload(c, in);
     const AttentionArgs a = args_of(c, dv);
     dv.ws_bytes = flash_attention_bwd_workspace(a);
-    CK(cudaMalloc(&dv.ws, dv.ws_bytes));
+    LAB_CUDA(cudaMalloc(&dv.ws, dv.ws_bytes));
     return a;
 }
 
 // n 16-bit elements from the device, as their bits.
 std::vector<uint16_t> download_bits(const uint16_t *p, size_t n) {
     std::vector<uint16_t> h(n);
-    CK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+    LAB_CUDA(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
     return h;
 }
 size_t count_differing(const std::vector<uint16_t> &x, const std::vector<uint16_t> &y) {
@@ -365,15 +357,15 @@ void check_case(const Case &c) {
     const Inputs in = make_inputs(c, 1000 + c.S * 7 + c.d);
     const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
     const AttentionArgs a = prepare(dv, c, in);
-    CK(cudaMemset(dv.ctx, 0xff, N * H * 2));  // poison: NaN in fp16 and bf16
-    CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
-    CK(cudaMemset(dv.lse, 0xff, N * c.heads * 4));
-    CK(flash_attention_fwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.lse));
-    CK(flash_attention_bwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
-    CK(cudaDeviceSynchronize());
+    LAB_CUDA(cudaMemset(dv.ctx, 0xff, N * H * 2));  // poison: NaN in fp16 and bf16
+    LAB_CUDA(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
+    LAB_CUDA(cudaMemset(dv.lse, 0xff, N * c.heads * 4));
+    LAB_CUDA(flash_attention_fwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.lse));
+    LAB_CUDA(flash_attention_bwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
+    LAB_CUDA(cudaDeviceSynchronize());
     const std::vector<double> ctx = download(dv.ctx, N * H, c.bf16), dqkv = download(dv.dqkv, N * 3 * H, c.bf16);
     std::vector<float> lsef(N * c.heads);
-    CK(cudaMemcpy(lsef.data(), dv.lse, lsef.size() * 4, cudaMemcpyDeviceToHost));
+    LAB_CUDA(cudaMemcpy(lsef.data(), dv.lse, lsef.size() * 4, cudaMemcpyDeviceToHost));
     std::vector<double> lse(lsef.begin(), lsef.end());
     const Ref r = reference(c, in, a, ctx);
     bool nan = false;
@@ -401,12 +393,12 @@ void check_dropped_set(bool bf16, int S, bool det) {
                 qkv[(size_t(b) * S + i) * 3 * H + 2 * H + h * c.d + i] = to_bits(1.0, bf16);
                 dctx[(size_t(b) * S + i) * H + h * c.d + i] = to_bits(1.0, bf16);
             }
-    CK(cudaMemcpy(dv.qkv, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dv.dctx, dctx.data(), dctx.size() * 2, cudaMemcpyHostToDevice));
+    LAB_CUDA(cudaMemcpy(dv.qkv, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
+    LAB_CUDA(cudaMemcpy(dv.dctx, dctx.data(), dctx.size() * 2, cudaMemcpyHostToDevice));
     AttentionArgs a = args_of(c, dv);
-    CK(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
-    CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));
-    CK(flash_attention_bwd(0, bf16, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
+    LAB_CUDA(cudaMalloc(&dv.ws, flash_attention_bwd_workspace(a)));
+    LAB_CUDA(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));
+    LAB_CUDA(flash_attention_bwd(0, bf16, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
     const std::vector<double> ctx = download(dv.ctx, N * H, bf16), dqkv = download(dv.dqkv, N * 3 * H, bf16);
     int64_t wrong_f = 0, wrong_b = 0, kept = 0, total = 0;
     for (int b = 0; b < c.B; ++b)
@@ -434,10 +426,10 @@ void check_determinism(bool det, int B, int S) {
     Dev dv;
     const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
     const AttentionArgs a = prepare(dv, c, make_inputs(c, 5));
-    CK(flash_attention_fwd(0, false, a, dv.qkv, dv.ctx, dv.lse));
-    CK(flash_attention_bwd(0, false, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
+    LAB_CUDA(flash_attention_fwd(0, false, a, dv.qkv, dv.ctx, dv.lse));
+    LAB_CUDA(flash_attention_bwd(0, false, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
     const std::vector<uint16_t> r1 = download_bits(dv.dqkv, N * 3 * H);
-    CK(flash_attention_bwd(0, false, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
+    LAB_CUDA(flash_attention_bwd(0, false, a, dv.qkv, dv.ctx, dv.dctx, dv.lse, dv.dqkv, dv.ws));
     const size_t diff = count_differing(r1, download_bits(dv.dqkv, N * 3 * H));
     const bool ok = det ? diff == 0 : true;
     if (!ok) ++g_failures;
@@ -450,18 +442,18 @@ void check_determinism(bool det, int B, int S) {
 
 float time_ms(const std::function<void()> &f, int reps) {
     for (int w = 0; w < 2; ++w) f();
-    CK(cudaDeviceSynchronize());
+    LAB_CUDA(cudaDeviceSynchronize());
     std::vector<float> t;
     cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
+    LAB_CUDA(cudaEventCreate(&a));
+    LAB_CUDA(cudaEventCreate(&b));
     for (int r = 0; r < reps; ++r) {
-        CK(cudaEventRecord(a));
+        LAB_CUDA(cudaEventRecord(a));
         f();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
+        LAB_CUDA(cudaEventRecord(b));
+        LAB_CUDA(cudaEventSynchronize(b));
         float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
+        LAB_CUDA(cudaEventElapsedTime(&ms, a, b));
         t.push_back(ms);
     }
     cudaEventDestroy(a);
@@ -473,13 +465,13 @@ float time_ms(const std::function<void()> &f, int reps) {
 double gemm_peak_tflops(bool bf16) {
     const int n = 8192;
     void *A, *B, *C;
-    CK(cudaMalloc(&A, size_t(n) * n * 2));
-    CK(cudaMalloc(&B, size_t(n) * n * 2));
-    CK(cudaMalloc(&C, size_t(n) * n * 2));
+    LAB_CUDA(cudaMalloc(&A, size_t(n) * n * 2));
+    LAB_CUDA(cudaMalloc(&B, size_t(n) * n * 2));
+    LAB_CUDA(cudaMalloc(&C, size_t(n) * n * 2));
     std::vector<uint16_t> h(size_t(n) * n);
     for (size_t i = 0; i < h.size(); ++i) h[i] = to_bits(urand(9, i), bf16);
-    CK(cudaMemcpy(A, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(B, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    LAB_CUDA(cudaMemcpy(A, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    LAB_CUDA(cudaMemcpy(B, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
     cublasHandle_t hd;
     cublasCreate(&hd);
     const float one = 1.0f, zero = 0.0f;
@@ -526,11 +518,11 @@ void philox_rate() {
     a.seed = 1234, a.offset = 77, a.threshold = dropout_threshold(0.1), a.drop_scale = 1.0 / 0.9;
     const flash::Params p = flash::make_params(a);
     int sms = 0, clock_khz = 0;
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    LAB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    LAB_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
     const int threads = 256, blocks = sms * 8, iters = 256;
     uint32_t *out = nullptr;
-    CK(cudaMalloc(&out, size_t(blocks) * threads * 2 * sizeof(uint32_t)));
+    LAB_CUDA(cudaMalloc(&out, size_t(blocks) * threads * 2 * sizeof(uint32_t)));
     std::vector<uint32_t> got[2];
     for (int m0 : {0, 1}) {
         const float ms = time_ms(
@@ -539,9 +531,9 @@ void philox_rate() {
                 else philox_rate_kernel<false><<<blocks, threads>>>(p, iters, out);
             },
             10);
-        CK(cudaGetLastError());
+        LAB_CUDA(cudaGetLastError());
         got[m0].resize(size_t(blocks) * threads * 2);
-        CK(cudaMemcpy(got[m0].data(), out, got[m0].size() * 4, cudaMemcpyDeviceToHost));
+        LAB_CUDA(cudaMemcpy(got[m0].data(), out, got[m0].size() * 4, cudaMemcpyDeviceToHost));
         const double groups = double(blocks) * threads * iters * 8, rate = groups / (ms * 1e-3);
         const double per_dir = 8.0 * 16 * 2048.0 * 2048.0 / 4;  // 8×2048, 16 heads
         std::printf("philox%s: %.3f ms for %.3g groups: %.3g groups/s, %.2f groups per SM per cycle at %.0f MHz; "
@@ -549,7 +541,7 @@ void philox_rate() {
                     m0 ? " (m0 form)" : "", ms, groups, rate, rate / sms / (clock_khz * 1e3), clock_khz / 1e3, per_dir,
                     per_dir / rate * 1e3);
     }
-    CK(cudaFree(out));
+    LAB_CUDA(cudaFree(out));
     const bool same = got[0] == got[1];  // every thread's kept count and word sum: the two forms agree
     if (!same) ++g_failures;
     std::printf("%-4s philox: the two forms keep and sum the same words in every thread\n", same ? "ok" : "FAIL");
@@ -587,9 +579,9 @@ void check_tma_tile() {
     for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = uint16_t(hash32(i) & 0x7BFF);  // finite fp16 bits
     uint16_t *dqkv = nullptr;
     uint4 *dout = nullptr;
-    CK(cudaMalloc(&dqkv, qkv.size() * 2));
-    CK(cudaMalloc(&dout, 8192));
-    CK(cudaMemcpy(dqkv, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
+    LAB_CUDA(cudaMalloc(&dqkv, qkv.size() * 2));
+    LAB_CUDA(cudaMalloc(&dout, 8192));
+    LAB_CUDA(cudaMemcpy(dqkv, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
     flash::ws::Maps maps;
     const cudaError_t me = flash::ws::make_maps(maps, dqkv, rows, ld);
     if (me != cudaSuccess) {
@@ -599,12 +591,12 @@ void check_tma_tile() {
     }
     const int head = 3, key0 = S + 64;  // batch 1, keys 64 … 127
     const int col0 = H + head * 64;     // K of the head
-    CK(cudaFuncSetAttribute(tma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024 + 16));
+    LAB_CUDA(cudaFuncSetAttribute(tma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024 + 16));
     tma_tile_kernel<<<1, 128, 8192 + 1024 + 16>>>(maps, col0, key0 / 16, dout);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
+    LAB_CUDA(cudaGetLastError());
+    LAB_CUDA(cudaDeviceSynchronize());
     std::vector<uint16_t> got(4096);
-    CK(cudaMemcpy(got.data(), dout, 8192, cudaMemcpyDeviceToHost));
+    LAB_CUDA(cudaMemcpy(got.data(), dout, 8192, cudaMemcpyDeviceToHost));
     auto perm16_inv = [](int x) { return 8 * ((x >> 1) & 1) + 2 * (x >> 2) + (x & 1); };
     int64_t wrong = 0;
     for (int jl = 0; jl < 64; ++jl) {                     // the tile's key jl
@@ -619,8 +611,8 @@ void check_tma_tile() {
     std::printf("%-4s tma: a 64-key tile in perm16 order from eight boxes of two 4-D maps: %lld of 4096 elements "
                 "misplaced\n",
                 ok ? "ok" : "FAIL", (long long)wrong);
-    CK(cudaFree(dqkv));
-    CK(cudaFree(dout));
+    LAB_CUDA(cudaFree(dqkv));
+    LAB_CUDA(cudaFree(dout));
 }
 #endif
 
@@ -644,10 +636,10 @@ struct Bench {
         a = prepare(dv, c, make_inputs(c, 3));
         std::vector<int32_t> lens(c.B);
         for (int b = 0; b < c.B; ++b) lens[b] = b % 2 ? c.S - c.S / 4 : c.S;
-        CK(cudaMemcpy(dv.lens, lens.data(), c.B * 4, cudaMemcpyHostToDevice));
-        CK(flash_attention_fwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.lse));
+        LAB_CUDA(cudaMemcpy(dv.lens, lens.data(), c.B * 4, cudaMemcpyHostToDevice));
+        LAB_CUDA(flash_attention_fwd(0, c.bf16, a, dv.qkv, dv.ctx, dv.lse));
         p = bound_params(a, dv);
-        CK(cudaDeviceSynchronize());
+        LAB_CUDA(cudaDeviceSynchronize());
         fwd_flops = 4.0 * c.B * c.heads * double(c.S) * c.S * c.d;
     }
     ~Bench() { dv.free_all(); }
@@ -657,7 +649,7 @@ struct Bench {
 template <typename K>
 int occupancy(K kernel, int threads, size_t smem) {
     int n = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+    LAB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
     return n;
 }
 
@@ -682,7 +674,7 @@ FwdVersion fwd_version(const char *name) {
     using Tr = flash::FwdTraits<T, 64, BN, NW>;
     return {name, BN, NW, MB, [](const flash::Params &p) { return flash::launch_fwd<T, 64, BN, NW, MB>(p, 0); },
             [] {
-                CK(flash::allow_smem(flash::flash_fwd_kernel<T, 64, BN, NW, MB>, Tr::kSmem));
+                LAB_CUDA(flash::allow_smem(flash::flash_fwd_kernel<T, 64, BN, NW, MB>, Tr::kSmem));
                 return occupancy(flash::flash_fwd_kernel<T, 64, BN, NW, MB>, Tr::kThreads, Tr::kSmem);
             }};
 }
@@ -695,7 +687,7 @@ BwdVersion bwd_version(const char *name) {
                 return e != cudaSuccess ? e : flash::launch_bwd<T, 64, BM, NW, MB>(p, 0, kOrder);
             },
             [] {
-                CK(flash::allow_smem(flash::flash_bwd_kernel<T, 64, BM, NW, MB>, Tr::kSmem));
+                LAB_CUDA(flash::allow_smem(flash::flash_bwd_kernel<T, 64, BM, NW, MB>, Tr::kSmem));
                 return occupancy(flash::flash_bwd_kernel<T, 64, BM, NW, MB>, Tr::kThreads, Tr::kSmem);
             }};
 }
@@ -706,7 +698,7 @@ FwdVersion fwd_wgmma_version(const char *name) {
     using Tr = flash::WgTraits<BN>;
     return {name, BN, 4, MB, [](const flash::Params &p) { return flash::launch_fwd_wgmma<T, BN, MB>(p, 0); },
             [] {
-                CK(flash::allow_smem(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kSmem));
+                LAB_CUDA(flash::allow_smem(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kSmem));
                 return occupancy(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kThreads, Tr::kSmem);
             }};
 }
@@ -716,7 +708,7 @@ template <typename T, int NC, int BN>
 FwdVersion fwd_ws_version(const char *name) {
     return {name, BN, 4 * (NC + 1), 1, [](const flash::Params &p) { return flash::ws::launch<T, NC, BN>(p, 0); },
             [] {
-                CK(flash::allow_smem(flash::ws::flash_fwd_ws_kernel<T, NC, BN>, flash::ws::smem_bytes<NC, BN>()));
+                LAB_CUDA(flash::allow_smem(flash::ws::flash_fwd_ws_kernel<T, NC, BN>, flash::ws::smem_bytes<NC, BN>()));
                 return occupancy(flash::ws::flash_fwd_ws_kernel<T, NC, BN>, 128 * (NC + 1), flash::ws::smem_bytes<NC, BN>());
             }};
 }
@@ -750,7 +742,7 @@ BwdVersion bwd_wgmma_version(const char *name) {
             },
             [] {
                 const auto kernel = flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>;
-                CK(flash::allow_smem(kernel, Tr::kSmem));
+                LAB_CUDA(flash::allow_smem(kernel, Tr::kSmem));
                 return occupancy(kernel, Tr::kBlockThreads, Tr::kSmem);
             },
             DQM == flash::kDqNone || DQM == flash::kDqWriterNoAdd || DQM == flash::kDqWriterNoMma};
@@ -803,8 +795,8 @@ void check_versions(bool bf16) {
         const size_t H = size_t(c.heads) * c.d, N = size_t(c.B) * c.S;
         const AttentionArgs a = prepare(dv, c, in);
         const flash::Params p = bound_params(a, dv);
-        CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));
-        CK(cudaDeviceSynchronize());
+        LAB_CUDA(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));
+        LAB_CUDA(cudaDeviceSynchronize());
         const std::vector<double> ctx0 = download(dv.ctx, N * H, bf16);
         const Ref r = reference(c, in, a, ctx0);
         const double tol = bf16 ? 1e-2 : 1e-3;
@@ -812,9 +804,9 @@ void check_versions(bool bf16) {
             // w8 runs w1's arithmetic on the same tiles: the same bits as w1.
             std::vector<uint16_t> w1_bits, w2_bits;  // w8 and w9 run w1's tiles, w10 w2's
             for (const FwdVersion &v : fwd_versions<T>()) {
-                CK(cudaMemset(dv.ctx, 0xff, N * H * 2));
-                CK(v.run(p));
-                CK(cudaDeviceSynchronize());
+                LAB_CUDA(cudaMemset(dv.ctx, 0xff, N * H * 2));
+                LAB_CUDA(v.run(p));
+                LAB_CUDA(cudaDeviceSynchronize());
                 bool nan = false;
                 const double e = rel_l2(download(dv.ctx, N * H, bf16), r.ctx, &nan);
                 const std::vector<uint16_t> bits = download_bits(dv.ctx, N * H);
@@ -836,7 +828,7 @@ void check_versions(bool bf16) {
                 if (differ >= 0) std::printf(", %lld elements differ from %s", differ, same_as);
                 std::printf("\n");
             }
-            CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // the reference's ctx again
+            LAB_CUDA(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // the reference's ctx again
         }
         for (const BwdVersion &v : bwd_versions<T>()) {
             if (v.control) continue;
@@ -847,9 +839,9 @@ void check_versions(bool bf16) {
             // Deterministic mode: a second run must give the same bits.
             std::vector<uint16_t> runs[2];
             for (int run = 0; run < (det ? 2 : 1); ++run) {
-                CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
-                CK(v.run(p, flash::BwdScratch(a)));
-                CK(cudaDeviceSynchronize());
+                LAB_CUDA(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
+                LAB_CUDA(v.run(p, flash::BwdScratch(a)));
+                LAB_CUDA(cudaDeviceSynchronize());
                 runs[run] = download_bits(dv.dqkv, N * 3 * H);
             }
             bool nan = false;
@@ -880,8 +872,8 @@ void check_philox_forms(bool bf16) {
             ++g_failures;
             std::printf("FAIL philox forms: grp32 off at %s\n", c.name().c_str());
         }
-        CK(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // ctx and lse for the backward
-        CK(cudaDeviceSynchronize());
+        LAB_CUDA(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // ctx and lse for the backward
+        LAB_CUDA(cudaDeviceSynchronize());
         const std::vector<uint16_t> ctx_in = download_bits(dv.ctx, N * H);
         size_t worst = 0;
         if (det)
@@ -890,23 +882,23 @@ void check_philox_forms(bool bf16) {
                 for (int g : {1, 0}) {
                     flash::Params q = p;
                     q.grp32 = bool(g);
-                    CK(cudaMemset(dv.ctx, 0xff, N * H * 2));
-                    CK(v.run(q));
-                    CK(cudaDeviceSynchronize());
+                    LAB_CUDA(cudaMemset(dv.ctx, 0xff, N * H * 2));
+                    LAB_CUDA(v.run(q));
+                    LAB_CUDA(cudaDeviceSynchronize());
                     out[g] = download_bits(dv.ctx, N * H);
                 }
                 worst = std::max(worst, count_differing(out[0], out[1]));
             }
-        CK(cudaMemcpy(dv.ctx, ctx_in.data(), N * H * 2, cudaMemcpyHostToDevice));
+        LAB_CUDA(cudaMemcpy(dv.ctx, ctx_in.data(), N * H * 2, cudaMemcpyHostToDevice));
         for (const BwdVersion &v : bwd_versions<T>()) {
             if (v.control) continue;
             std::vector<uint16_t> out[2];
             for (int g : {1, 0}) {
                 flash::Params q = p;
                 q.grp32 = bool(g);
-                CK(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
-                CK(v.run(q, flash::BwdScratch(a)));
-                CK(cudaDeviceSynchronize());
+                LAB_CUDA(cudaMemset(dv.dqkv, 0xff, N * 3 * H * 2));
+                LAB_CUDA(v.run(q, flash::BwdScratch(a)));
+                LAB_CUDA(cudaDeviceSynchronize());
                 out[g] = download_bits(dv.dqkv, N * 3 * H);
             }
             // the stochastic dQ sums in arrival order: compare dK and dV there (columns H … 3H of each row)
@@ -938,7 +930,7 @@ void time_versions(Bench &bn, bool wgmma_fwd_only = false) {
     for (const FwdVersion &v : fwd_versions<T>()) {
         if ((wgmma_fwd_only && v.name[0] != 'w') || !timed_version(v.name)) continue;
         const int occ = v.occ();
-        const float ms = time_ms([&] { CK(v.run(bn.p)); }, bn.reps());
+        const float ms = time_ms([&] { LAB_CUDA(v.run(bn.p)); }, bn.reps());
         std::printf("  fwd  %-3s (BN %3d, %d warps, %d/SM) %2d blk/SM %8.3f ms  %6.1f TFLOP/s\n", v.name, v.bn, v.nw, v.mb,
                     occ, ms, bn.fwd_flops / (ms * 1e-3) / 1e12);
     }
@@ -950,7 +942,7 @@ void time_versions(Bench &bn, bool wgmma_fwd_only = false) {
         for (int det : {1, 0}) {
             flash::Params p = bn.p;
             p.deterministic = det;
-            ms[det] = time_ms([&] { CK(v.run(p, ws)); }, bn.reps());
+            ms[det] = time_ms([&] { LAB_CUDA(v.run(p, ws)); }, bn.reps());
         }
         std::printf("  bwd  %-3s (BM %3d, %d warps, %d/SM) %2d blk/SM det %8.3f ms %6.1f | stoch %8.3f ms %6.1f TFLOP/s\n",
                     v.name, v.bm, v.nw, v.mb, occ, ms[1], 2.5 * bn.fwd_flops / (ms[1] * 1e-3) / 1e12, ms[0],
@@ -961,14 +953,14 @@ void time_versions(Bench &bn, bool wgmma_fwd_only = false) {
 void time_production(Bench &bn, const char *label) {
     const Case &c = bn.c;
     AttentionArgs a = bn.a;
-    const float f = time_ms([&] { CK(flash_attention_fwd(0, c.bf16, a, bn.dv.qkv, bn.dv.ctx, bn.dv.lse)); }, bn.reps());
+    const float f = time_ms([&] { LAB_CUDA(flash_attention_fwd(0, c.bf16, a, bn.dv.qkv, bn.dv.ctx, bn.dv.lse)); }, bn.reps());
     a.deterministic = true;
     const float bd = time_ms(
-        [&] { CK(flash_attention_bwd(0, c.bf16, a, bn.dv.qkv, bn.dv.ctx, bn.dv.dctx, bn.dv.lse, bn.dv.dqkv, bn.dv.ws)); },
+        [&] { LAB_CUDA(flash_attention_bwd(0, c.bf16, a, bn.dv.qkv, bn.dv.ctx, bn.dv.dctx, bn.dv.lse, bn.dv.dqkv, bn.dv.ws)); },
         bn.reps());
     a.deterministic = false;
     const float bs = time_ms(
-        [&] { CK(flash_attention_bwd(0, c.bf16, a, bn.dv.qkv, bn.dv.ctx, bn.dv.dctx, bn.dv.lse, bn.dv.dqkv, bn.dv.ws)); },
+        [&] { LAB_CUDA(flash_attention_bwd(0, c.bf16, a, bn.dv.qkv, bn.dv.ctx, bn.dv.dctx, bn.dv.lse, bn.dv.dqkv, bn.dv.ws)); },
         bn.reps());
     const double tf = 3.5 * bn.fwd_flops;
     std::printf("  prod %-28s fwd %7.3f  bwd det %7.3f  stoch %7.3f ms | fwd+bwd %6.1f (det) %6.1f (stoch) TFLOP/s\n", label,
@@ -1008,18 +1000,18 @@ int main(int argc, char **argv) {
             if (!std::strcmp(argv[i], "version") && i + 1 < argc) version = argv[i + 1];
         }
         Bench bn(Case{B, S, 16, 64, 0, false, pd, true, false});
-        CK(flash_attention_fwd(0, false, bn.a, bn.dv.qkv, bn.dv.ctx, bn.dv.lse));
-        CK(flash_attention_bwd(0, false, bn.a, bn.dv.qkv, bn.dv.ctx, bn.dv.dctx, bn.dv.lse, bn.dv.dqkv, bn.dv.ws));
+        LAB_CUDA(flash_attention_fwd(0, false, bn.a, bn.dv.qkv, bn.dv.ctx, bn.dv.lse));
+        LAB_CUDA(flash_attention_bwd(0, false, bn.a, bn.dv.qkv, bn.dv.ctx, bn.dv.dctx, bn.dv.lse, bn.dv.dqkv, bn.dv.ws));
         if (version) {
             bool found = false;
             for (const FwdVersion &v : fwd_versions<__half>())
                 if (!std::strcmp(v.name, version)) {
-                    CK(v.run(bn.p));
+                    LAB_CUDA(v.run(bn.p));
                     found = true;
                 }
             for (const BwdVersion &v : bwd_versions<__half>())
                 if (!std::strcmp(v.name, version)) {
-                    CK(v.run(bn.p, flash::BwdScratch(bn.a)));
+                    LAB_CUDA(v.run(bn.p, flash::BwdScratch(bn.a)));
                     found = true;
                 }
             if (!found) {
@@ -1027,12 +1019,12 @@ int main(int argc, char **argv) {
                 return 2;
             }
         }
-        CK(cudaDeviceSynchronize());
+        LAB_CUDA(cudaDeviceSynchronize());
         return 0;
     }
     if (!do_check && !do_time && !philox && !tma) do_check = do_time = true;
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    LAB_CUDA(cudaGetDeviceProperties(&prop, 0));
     std::printf("attention lab on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
     if (philox) philox_rate();
 #if defined(DST_LAB_SM90A)

@@ -24,6 +24,7 @@
 
 #include "kernels/bias.cu"  // the column sums that gelu_bwd_bias_grad ends with
 #include "kernels/elementwise.cu"
+#include "kernels/dev/lab_check.cuh"
 
 namespace lab {
 using namespace dst;
@@ -124,29 +125,20 @@ inline void accuracy(const char *name, const __half *u, const __half *dg, const 
 }
 }  // namespace lab
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-            std::exit(1);                                                                      \
-        }                                                                                      \
-    } while (0)
-
 template <typename F>
 float time_ms(F &&f, int reps = 30) {
     cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
+    LAB_CUDA(cudaEventCreate(&a));
+    LAB_CUDA(cudaEventCreate(&b));
     for (int i = 0; i < 3; ++i) f();
     std::vector<float> t;
     for (int i = 0; i < reps; ++i) {
-        CK(cudaEventRecord(a));
+        LAB_CUDA(cudaEventRecord(a));
         f();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
+        LAB_CUDA(cudaEventRecord(b));
+        LAB_CUDA(cudaEventSynchronize(b));
         float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
+        LAB_CUDA(cudaEventElapsedTime(&ms, a, b));
         t.push_back(ms);
     }
     std::sort(t.begin(), t.end());
@@ -155,8 +147,8 @@ float time_ms(F &&f, int reps = 30) {
 
 bool same(const void *x, const void *y, size_t bytes) {
     std::vector<unsigned char> hx(bytes), hy(bytes);
-    CK(cudaMemcpy(hx.data(), x, bytes, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hy.data(), y, bytes, cudaMemcpyDeviceToHost));
+    LAB_CUDA(cudaMemcpy(hx.data(), x, bytes, cudaMemcpyDeviceToHost));
+    LAB_CUDA(cudaMemcpy(hy.data(), y, bytes, cudaMemcpyDeviceToHost));
     return std::memcmp(hx.data(), hy.data(), bytes) == 0;
 }
 
@@ -171,21 +163,21 @@ int main(int argc, char **argv) {
     using T = __half;
     const int64_t nI = rows * I, nH = rows * H;
     T *u, *dg, *g0, *g1, *x, *r, *y0, *y1, *c;
-    for (T **p : {&u, &dg, &g0, &g1, &c}) CK(cudaMalloc(p, nI * 2));
-    for (T **p : {&x, &r, &y0, &y1}) CK(cudaMalloc(p, nH * 2));
+    for (T **p : {&u, &dg, &g0, &g1, &c}) LAB_CUDA(cudaMalloc(p, nI * 2));
+    for (T **p : {&x, &r, &y0, &y1}) LAB_CUDA(cudaMalloc(p, nH * 2));
     {
         std::vector<__half> h(nI);
         for (int64_t i = 0; i < nI; ++i) h[i] = __float2half(float((i * 2654435761u) % 20001) / 2500.0f - 4.0f);
-        CK(cudaMemcpy(u, h.data(), nI * 2, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dg, h.data() + 7, (nI - 7) * 2, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(x, h.data(), nH * 2, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(r, h.data() + 3, nH * 2, cudaMemcpyHostToDevice));
+        LAB_CUDA(cudaMemcpy(u, h.data(), nI * 2, cudaMemcpyHostToDevice));
+        LAB_CUDA(cudaMemcpy(dg, h.data() + 7, (nI - 7) * 2, cudaMemcpyHostToDevice));
+        LAB_CUDA(cudaMemcpy(x, h.data(), nH * 2, cudaMemcpyHostToDevice));
+        LAB_CUDA(cudaMemcpy(r, h.data() + 3, nH * 2, cudaMemcpyHostToDevice));
     }
     const int th = 256;
     std::printf("fp16, %lld x %lld (GELU) and %lld x %lld (dropout)\n", (long long)rows, (long long)I,
                 (long long)rows, (long long)H);
     // The bandwidth line: a device copy of read + write bytes.
-    const float copy2 = time_ms([&] { CK(cudaMemcpyAsync(g1, u, nI * 2, cudaMemcpyDeviceToDevice)); });
+    const float copy2 = time_ms([&] { LAB_CUDA(cudaMemcpyAsync(g1, u, nI * 2, cudaMemcpyDeviceToDevice)); });
     row("copy (read + write N*I)", copy2, 2.0 * nI * 2, copy2, true);
 
     // Production GELU (erf form; 16-bit types through cdf16) against the erff form it replaced
@@ -194,7 +186,7 @@ int main(int argc, char **argv) {
     const dst::cuda::GeluBwd bwd_erff{DST_GELU_ERF, false};
     const int64_t nv = nI / 8;
     const unsigned blocks1 = unsigned((nv + th - 1) / th);
-    float t0 = time_ms([&] { CK(dst::cuda::gelu_fwd(0, DST_DTYPE_FP16, DST_GELU_ERF, u, g0, nI)); });
+    float t0 = time_ms([&] { LAB_CUDA(dst::cuda::gelu_fwd(0, DST_DTYPE_FP16, DST_GELU_ERF, u, g0, nI)); });
     row("gelu_fwd prod", t0, 2.0 * nI * 2, copy2, true);
     {
         lab::map_u_kernel<T, dst::cuda::GeluFwd, 1><<<blocks1, th>>>(u, nullptr, g1, nv, fwd);
@@ -204,7 +196,7 @@ int main(int argc, char **argv) {
         row("gelu_fwd erff (before)", te, 2.0 * nI * 2, copy2, same(g0, g1, nI * 2));
         lab::accuracy("gelu_fwd", u, nullptr, g0, g1, nI, false);
     }
-    t0 = time_ms([&] { CK(dst::cuda::gelu_bwd(0, DST_DTYPE_FP16, DST_GELU_ERF, dg, u, g0, nI)); });
+    t0 = time_ms([&] { LAB_CUDA(dst::cuda::gelu_bwd(0, DST_DTYPE_FP16, DST_GELU_ERF, dg, u, g0, nI)); });
     row("gelu_bwd prod", t0, 3.0 * nI * 2, copy2 * 1.5f, true);
     {
         const float te = time_ms([&] { lab::map_u_kernel<T, dst::cuda::GeluBwd, 1><<<blocks1, th>>>(dg, u, g1, nv, bwd_erff); });
@@ -212,14 +204,14 @@ int main(int argc, char **argv) {
         lab::accuracy("gelu_bwd", u, dg, g0, g1, nI, true);
         void *ws = nullptr;
         float *db = nullptr;
-        CK(cudaMalloc(&ws, dst::cuda::column_sum_workspace(DST_DTYPE_FP16, rows, I)));
-        CK(cudaMalloc(&db, I * 2));
+        LAB_CUDA(cudaMalloc(&ws, dst::cuda::column_sum_workspace(DST_DTYPE_FP16, rows, I)));
+        LAB_CUDA(cudaMalloc(&db, I * 2));
         const float tf = time_ms([&] {
-            CK(dst::cuda::gelu_bwd_bias_grad(0, DST_DTYPE_FP16, DST_GELU_ERF, dg, u, g1, rows, I, db, false, ws));
+            LAB_CUDA(dst::cuda::gelu_bwd_bias_grad(0, DST_DTYPE_FP16, DST_GELU_ERF, dg, u, g1, rows, I, db, false, ws));
         });
         row("gelu_bwd_bias_grad prod (+ sums)", tf, 3.0 * nI * 2, copy2 * 1.5f, same(g0, g1, nI * 2));
-        CK(cudaFree(ws));
-        CK(cudaFree(db));
+        LAB_CUDA(cudaFree(ws));
+        LAB_CUDA(cudaFree(db));
     }
 
     dst::DropoutSite site;
@@ -227,8 +219,8 @@ int main(int argc, char **argv) {
     site.offset = 77;
     site.threshold = dst::dropout_threshold(0.1);
     site.scale = 1.0 / 0.9;
-    const float copyH = time_ms([&] { CK(cudaMemcpyAsync(y1, x, nH * 2, cudaMemcpyDeviceToDevice)); });
-    t0 = time_ms([&] { CK(dst::cuda::dropout_residual_fwd(0, DST_DTYPE_FP16, x, r, y0, nH, site)); });
+    const float copyH = time_ms([&] { LAB_CUDA(cudaMemcpyAsync(y1, x, nH * 2, cudaMemcpyDeviceToDevice)); });
+    t0 = time_ms([&] { LAB_CUDA(dst::cuda::dropout_residual_fwd(0, DST_DTYPE_FP16, x, r, y0, nH, site)); });
     row("dropout+residual prod", t0, 3.0 * nH * 2, copyH * 1.5f, true);
     const int64_t nvh = nH / 8;
     auto drop_u = [&](auto U, bool resid) {
@@ -245,7 +237,7 @@ int main(int argc, char **argv) {
     drop_u(std::integral_constant<int, 1>{}, true);
     drop_u(std::integral_constant<int, 2>{}, true);
     drop_u(std::integral_constant<int, 4>{}, true);
-    t0 = time_ms([&] { CK(dst::cuda::dropout_bwd(0, DST_DTYPE_FP16, x, y0, nH, site)); });
+    t0 = time_ms([&] { LAB_CUDA(dst::cuda::dropout_bwd(0, DST_DTYPE_FP16, x, y0, nH, site)); });
     row("dropout_bwd prod", t0, 2.0 * nH * 2, copyH, true);
     drop_u(std::integral_constant<int, 1>{}, false);
     drop_u(std::integral_constant<int, 2>{}, false);

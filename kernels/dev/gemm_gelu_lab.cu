@@ -30,27 +30,11 @@
 
 #include "kernels/bias.cuh"
 #include "kernels/dev/gemm_gelu_variants.cuh"
+#include "kernels/dev/lab_check.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/gemm_gelu.cuh"
 
 namespace {
-
-#define LAB_CUDA(x)                                                                                   \
-    do {                                                                                              \
-        const cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                      \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));  \
-            std::exit(1);                                                                             \
-        }                                                                                             \
-    } while (0)
-#define LAB_LT(x)                                                                                     \
-    do {                                                                                              \
-        const cublasStatus_t s_ = (x);                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                            \
-            std::fprintf(stderr, "%s:%d: %s: cuBLASLt status %d\n", __FILE__, __LINE__, #x, int(s_)); \
-            std::exit(1);                                                                             \
-        }                                                                                             \
-    } while (0)
 
 cudaStream_t stream;
 cublasLtHandle_t lt;

@@ -32,25 +32,9 @@
 #include <vector>
 
 #include "kernels/bias.cu"
+#include "kernels/dev/lab_check.cuh"
 
 namespace {
-
-#define LAB_CHECK(x)                                                                                   \
-    do {                                                                                               \
-        const cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                       \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));           \
-            std::exit(1);                                                                              \
-        }                                                                                              \
-    } while (0)
-#define LT_CHECK(x)                                                                                    \
-    do {                                                                                               \
-        const cublasStatus_t s_ = (x);                                                                 \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
-            std::fprintf(stderr, "%s:%d: cuBLASLt status %d\n", __FILE__, __LINE__, int(s_));          \
-            std::exit(1);                                                                              \
-        }                                                                                              \
-    } while (0)
 
 constexpr size_t kWs = size_t(32) << 20;  // the backend's GEMM workspace size class
 cublasLtHandle_t lt;
@@ -70,12 +54,12 @@ struct Problem {
 template <typename F>
 float time_ms(F &&f) {
     for (int i = 0; i < 5; ++i) f();
-    LAB_CHECK(cudaEventRecord(ev0, stream));
+    LAB_CUDA(cudaEventRecord(ev0, stream));
     for (int i = 0; i < 30; ++i) f();
-    LAB_CHECK(cudaEventRecord(ev1, stream));
-    LAB_CHECK(cudaEventSynchronize(ev1));
+    LAB_CUDA(cudaEventRecord(ev1, stream));
+    LAB_CUDA(cudaEventSynchronize(ev1));
     float ms = 0;
-    LAB_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
+    LAB_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
     return ms / 30;
 }
 
@@ -115,7 +99,7 @@ struct Timed {
 // Elements of the M×N output (leading dimension ldd, 2-byte elements) that differ from `ref`.
 int64_t differing(const void *d, int64_t M, int64_t N, int64_t ldd, const std::vector<uint16_t> &ref) {
     std::vector<uint16_t> h(static_cast<size_t>(ldd * N));
-    LAB_CHECK(cudaMemcpy(h.data(), d, h.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    LAB_CUDA(cudaMemcpy(h.data(), d, h.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
     int64_t n = 0;
     for (int64_t j = 0; j < N; ++j)
         for (int64_t i = 0; i < M; ++i) n += h[size_t(j * ldd + i)] != ref[size_t(j * ldd + i)];
@@ -125,25 +109,25 @@ int64_t differing(const void *d, int64_t M, int64_t N, int64_t ldd, const std::v
 // Times the heuristic's algorithms for the problem (up to 16); h0 is the first.
 Timed run(cudaDataType_t type, const Problem &p) {
     cublasLtMatmulDesc_t op;
-    LT_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LAB_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const int32_t ta = p.ta, tb = p.tb;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LAB_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LAB_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (p.epi != CUBLASLT_EPILOGUE_DEFAULT) {
         const int32_t bt = type;
-        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epi, sizeof p.epi));
-        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.vec, sizeof p.vec));
-        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        LAB_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epi, sizeof p.epi));
+        LAB_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.vec, sizeof p.vec));
+        LAB_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
     const bool an = p.ta == CUBLAS_OP_N, bn = p.tb == CUBLAS_OP_N;
     cublasLtMatrixLayout_t la, lb, ld;
-    LT_CHECK(cublasLtMatrixLayoutCreate(&la, type, an ? p.M : p.K, an ? p.K : p.M, p.lda));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&lb, type, bn ? p.K : p.N, bn ? p.N : p.K, p.ldb));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&ld, type, p.M, p.N, p.ldd));
+    LAB_LT(cublasLtMatrixLayoutCreate(&la, type, an ? p.M : p.K, an ? p.K : p.M, p.lda));
+    LAB_LT(cublasLtMatrixLayoutCreate(&lb, type, bn ? p.K : p.N, bn ? p.N : p.K, p.ldb));
+    LAB_LT(cublasLtMatrixLayoutCreate(&ld, type, p.M, p.N, p.ldd));
     cublasLtMatmulPreference_t pref;
-    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    LAB_LT(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t wsb = kWs;
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    LAB_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
     cublasLtMatmulHeuristicResult_t heur[16];
     int found = 0;
     Timed t;
@@ -164,7 +148,7 @@ Timed run(cudaDataType_t type, const Problem &p) {
             if (i == 0) {
                 t.h0 = ms;
                 ref.resize(static_cast<size_t>(p.ldd * p.N));
-                LAB_CHECK(cudaMemcpy(ref.data(), p.D, ref.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+                LAB_CUDA(cudaMemcpy(ref.data(), p.D, ref.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
             } else if (!ref.empty()) {
                 diff = differing(p.D, p.M, p.N, p.ldd, ref);
             } else {
@@ -210,7 +194,7 @@ void fill(T *d, int64_t count, unsigned seed) {
         s = s * 1664525u + 1013904223u;
         v = T(float(int(s >> 9) % 2001 - 1000) / 1000.0f);
     }
-    LAB_CHECK(cudaMemcpy(d, h.data(), count * sizeof(T), cudaMemcpyHostToDevice));
+    LAB_CUDA(cudaMemcpy(d, h.data(), count * sizeof(T), cudaMemcpyHostToDevice));
 }
 
 template <typename T>
@@ -226,20 +210,20 @@ void lab(dst_dtype dt, cudaDataType_t type, int64_t n, int64_t H, int64_t I) {
     } lins[] = {{"qkv", H, 3 * H}, {"out", H, H}, {"inter", H, I}, {"output", I, H}};
     const int64_t maxw = std::max(3 * H, I);
     T *x, *dy, *w, *y, *dw, *b, *db1, *db2;
-    LAB_CHECK(cudaMalloc(&x, n * maxw * sizeof(T)));
-    LAB_CHECK(cudaMalloc(&dy, n * maxw * sizeof(T)));
-    LAB_CHECK(cudaMalloc(&y, n * maxw * sizeof(T)));
-    LAB_CHECK(cudaMalloc(&w, maxw * maxw * sizeof(T)));
-    LAB_CHECK(cudaMalloc(&dw, maxw * maxw * sizeof(T)));
-    LAB_CHECK(cudaMalloc(&b, maxw * sizeof(T)));
-    LAB_CHECK(cudaMalloc(&db1, maxw * sizeof(T)));
-    LAB_CHECK(cudaMalloc(&db2, maxw * sizeof(T)));
+    LAB_CUDA(cudaMalloc(&x, n * maxw * sizeof(T)));
+    LAB_CUDA(cudaMalloc(&dy, n * maxw * sizeof(T)));
+    LAB_CUDA(cudaMalloc(&y, n * maxw * sizeof(T)));
+    LAB_CUDA(cudaMalloc(&w, maxw * maxw * sizeof(T)));
+    LAB_CUDA(cudaMalloc(&dw, maxw * maxw * sizeof(T)));
+    LAB_CUDA(cudaMalloc(&b, maxw * sizeof(T)));
+    LAB_CUDA(cudaMalloc(&db1, maxw * sizeof(T)));
+    LAB_CUDA(cudaMalloc(&db2, maxw * sizeof(T)));
     fill(x, n * maxw, 1);
     fill(dy, n * maxw, 2);
     fill(w, maxw * maxw, 3);
     fill(b, maxw, 4);
     void *csws;
-    LAB_CHECK(cudaMalloc(&csws, std::max<size_t>(dst::cuda::column_sum_workspace(dt, n, maxw), 16)));
+    LAB_CUDA(cudaMalloc(&csws, std::max<size_t>(dst::cuda::column_sum_workspace(dt, n, maxw), 16)));
     std::printf("%s, %lld rows (µs per GEMM)\n", dt == DST_DTYPE_FP16 ? "fp16" : "bf16", (long long)n);
     for (const Lin &L : lins) {
         const int64_t k = L.k, m = L.m;
@@ -262,12 +246,12 @@ void lab(dst_dtype dt, cudaDataType_t type, int64_t n, int64_t H, int64_t I) {
         wg.vec = db1;
         const Timed wb = run(type, wg);
         const float cs = time_ms([&] {
-            LAB_CHECK(dst::cuda::column_sum(stream, dt, dy, db2, n, m, false, csws));
+            LAB_CUDA(dst::cuda::column_sum(stream, dt, dy, db2, n, m, false, csws));
         });
         // The BGRADB sums against column_sum's (both from the last launches above).
         std::vector<T> h1(m), h2(m);
-        LAB_CHECK(cudaMemcpy(h1.data(), db1, m * sizeof(T), cudaMemcpyDeviceToHost));
-        LAB_CHECK(cudaMemcpy(h2.data(), db2, m * sizeof(T), cudaMemcpyDeviceToHost));
+        LAB_CUDA(cudaMemcpy(h1.data(), db1, m * sizeof(T), cudaMemcpyDeviceToHost));
+        LAB_CUDA(cudaMemcpy(h2.data(), db2, m * sizeof(T), cudaMemcpyDeviceToHost));
         double num = 0, den = 0;
         for (int64_t j = 0; j < m; ++j) {
             const double d = double(to_f(h1[j])) - double(to_f(h2[j]));
@@ -282,7 +266,7 @@ void lab(dst_dtype dt, cudaDataType_t type, int64_t n, int64_t H, int64_t I) {
     }
     for (void *p : {(void *)x, (void *)dy, (void *)y, (void *)w, (void *)dw, (void *)b, (void *)db1, (void *)db2,
                     csws})
-        LAB_CHECK(cudaFree(p));
+        LAB_CUDA(cudaFree(p));
 }
 
 }  // namespace
@@ -293,13 +277,13 @@ int main(int argc, char **argv) {
     const int64_t I = argc > 3 ? std::atoll(argv[3]) : 4096;
     const std::string d = argc > 4 ? argv[4] : "fp16";
     detail = std::getenv("LAB_DETAIL") && std::string(std::getenv("LAB_DETAIL")) == "1";
-    LT_CHECK(cublasLtCreate(&lt));
-    LAB_CHECK(cudaMalloc(&ws, kWs));
-    LAB_CHECK(cudaStreamCreate(&stream));
-    LAB_CHECK(cudaEventCreate(&ev0));
-    LAB_CHECK(cudaEventCreate(&ev1));
+    LAB_LT(cublasLtCreate(&lt));
+    LAB_CUDA(cudaMalloc(&ws, kWs));
+    LAB_CUDA(cudaStreamCreate(&stream));
+    LAB_CUDA(cudaEventCreate(&ev0));
+    LAB_CUDA(cudaEventCreate(&ev1));
     cudaDeviceProp prop{};
-    LAB_CHECK(cudaGetDeviceProperties(&prop, 0));
+    LAB_CUDA(cudaGetDeviceProperties(&prop, 0));
     std::printf("GEMM lab on %s, cuBLASLt %zu\n", prop.name, cublasLtGetVersion());
     if (d == "bf16") lab<__nv_bfloat16>(DST_DTYPE_BF16, CUDA_R_16BF, n, H, I);
     else lab<__half>(DST_DTYPE_FP16, CUDA_R_16F, n, H, I);

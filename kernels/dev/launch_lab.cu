@@ -20,22 +20,7 @@
 #include <vector>
 
 #include "kernels/launch.cuh"
-
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        const cudaError_t e_ = (x);                                                                \
-        if (e_ != cudaSuccess) {                                                                   \
-            std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);   \
-            std::exit(1);                                                                          \
-        }                                                                                          \
-    } while (0)
-#define LT(x)                                                                                      \
-    do {                                                                                           \
-        if ((x) != CUBLAS_STATUS_SUCCESS) {                                                        \
-            std::printf("cuBLASLt error at %s:%d\n", __FILE__, __LINE__);                          \
-            std::exit(1);                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "kernels/dev/lab_check.cuh"
 
 template <typename T>
 __global__ void step_kernel(const T *x, T *y, int64_t n) {
@@ -50,29 +35,29 @@ void launch(cudaStream_t s, const T *x, T *y, int64_t n) {
     if constexpr (!kPdl)
         step_kernel<T><<<blocks, 256, 0, s>>>(x, y, n);
     else
-        CK(dst::cuda::launch_dependent(step_kernel<T>, blocks, 256, 0, s, x, y, n));
+        LAB_CUDA(dst::cuda::launch_dependent(step_kernel<T>, blocks, 256, 0, s, x, y, n));
 }
 
 template <typename F>
 float time_ms(cudaStream_t s, F &&f, int reps = 7) {
     cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
+    LAB_CUDA(cudaEventCreate(&a));
+    LAB_CUDA(cudaEventCreate(&b));
     f();
-    CK(cudaStreamSynchronize(s));
+    LAB_CUDA(cudaStreamSynchronize(s));
     std::vector<float> t;
     for (int r = 0; r < reps; ++r) {
-        CK(cudaEventRecord(a, s));
+        LAB_CUDA(cudaEventRecord(a, s));
         f();
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
+        LAB_CUDA(cudaEventRecord(b, s));
+        LAB_CUDA(cudaEventSynchronize(b));
         float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
+        LAB_CUDA(cudaEventElapsedTime(&ms, a, b));
         t.push_back(ms);
     }
     std::sort(t.begin(), t.end());
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
+    LAB_CUDA(cudaEventDestroy(a));
+    LAB_CUDA(cudaEventDestroy(b));
     return t[t.size() / 2];
 }
 
@@ -80,11 +65,11 @@ template <typename F>
 cudaGraphExec_t capture(cudaStream_t s, F &&f) {
     cudaGraph_t g;
     cudaGraphExec_t e;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    LAB_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     f();
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&e, g, 0));
-    CK(cudaGraphDestroy(g));
+    LAB_CUDA(cudaStreamEndCapture(s, &g));
+    LAB_CUDA(cudaGraphInstantiate(&e, g, 0));
+    LAB_CUDA(cudaGraphDestroy(g));
     return e;
 }
 
@@ -92,14 +77,14 @@ int main() {
     if (!dst::cuda::dependent_launch_enabled())
         std::printf("note: programmatic launches are off (DST_PDL=0 or below sm_90): the pdl columns are plain\n");
     cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    LAB_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const int chain = 400;
     float *a, *b;
     const int64_t big = 8192LL * 1024;
-    CK(cudaMalloc(&a, big * 4));
-    CK(cudaMalloc(&b, big * 4));
-    CK(cudaMemset(a, 0, big * 4));
-    CK(cudaMemset(b, 0, big * 4));
+    LAB_CUDA(cudaMalloc(&a, big * 4));
+    LAB_CUDA(cudaMalloc(&b, big * 4));
+    LAB_CUDA(cudaMemset(a, 0, big * 4));
+    LAB_CUDA(cudaMemset(b, 0, big * 4));
     std::printf("chain of %d dependent kernels, us per kernel (median of 7)\n", chain);
     std::printf("  %-12s %8s %8s %8s %8s %8s\n", "elements", "alone", "plain", "pdl", "graph", "graph+pdl");
     for (int64_t n : {int64_t(132 * 256), int64_t(1) << 20, big}) {
@@ -111,49 +96,49 @@ int main() {
         const float pdl = time_ms(s, [&] { run(std::true_type{}); }) * 1e3f / chain;
         cudaGraphExec_t g0 = capture(s, [&] { run(std::false_type{}); });
         cudaGraphExec_t g1 = capture(s, [&] { run(std::true_type{}); });
-        const float gp = time_ms(s, [&] { CK(cudaGraphLaunch(g0, s)); }) * 1e3f / chain;
-        const float gq = time_ms(s, [&] { CK(cudaGraphLaunch(g1, s)); }) * 1e3f / chain;
+        const float gp = time_ms(s, [&] { LAB_CUDA(cudaGraphLaunch(g0, s)); }) * 1e3f / chain;
+        const float gq = time_ms(s, [&] { LAB_CUDA(cudaGraphLaunch(g1, s)); }) * 1e3f / chain;
         std::printf("  %-12lld %8.2f %8.2f %8.2f %8.2f %8.2f\n", (long long)n, alone, plain, pdl, gp, gq);
-        CK(cudaGraphExecDestroy(g0));
-        CK(cudaGraphExecDestroy(g1));
+        LAB_CUDA(cudaGraphExecDestroy(g0));
+        LAB_CUDA(cudaGraphExecDestroy(g1));
     }
 
     // GEMM then elementwise, as in the layer (bf16, D[1024, 8192] col-major = x[8192,1024]·W[1024,1024]ᵀ).
     cublasLtHandle_t lt;
-    LT(cublasLtCreate(&lt));
+    LAB_LT(cublasLtCreate(&lt));
     const int64_t M = 1024, N = 8192, K = 1024;
     __nv_bfloat16 *A, *B, *D, *E;
-    CK(cudaMalloc(&A, M * K * 2));
-    CK(cudaMalloc(&B, K * N * 2));
-    CK(cudaMalloc(&D, M * N * 2));
-    CK(cudaMalloc(&E, M * N * 2));
-    CK(cudaMemset(A, 0, M * K * 2));
-    CK(cudaMemset(B, 0, K * N * 2));
+    LAB_CUDA(cudaMalloc(&A, M * K * 2));
+    LAB_CUDA(cudaMalloc(&B, K * N * 2));
+    LAB_CUDA(cudaMalloc(&D, M * N * 2));
+    LAB_CUDA(cudaMalloc(&E, M * N * 2));
+    LAB_CUDA(cudaMemset(A, 0, M * K * 2));
+    LAB_CUDA(cudaMemset(B, 0, K * N * 2));
     void *ws;
     const size_t wsb = 32 << 20;
-    CK(cudaMalloc(&ws, wsb));
+    LAB_CUDA(cudaMalloc(&ws, wsb));
     cublasLtMatmulDesc_t op;
-    LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LAB_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const int32_t tA = CUBLAS_OP_T;
-    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
+    LAB_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
     cublasLtMatrixLayout_t la, lb, ld;
-    LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, M, K));
-    LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, N, K));
-    LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, M, N, M));
+    LAB_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, M, K));
+    LAB_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, N, K));
+    LAB_LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, M, N, M));
     cublasLtMatmulPreference_t pref;
-    LT(cublasLtMatmulPreferenceCreate(&pref));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    LAB_LT(cublasLtMatmulPreferenceCreate(&pref));
+    LAB_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
-    LT(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &h, &found));
+    LAB_LT(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &h, &found));
     const float one = 1, zero = 0;
-    auto gemm = [&] { LT(cublasLtMatmul(lt, op, &one, A, la, B, lb, &zero, D, ld, D, ld, &h.algo, ws, wsb, s)); };
+    auto gemm = [&] { LAB_LT(cublasLtMatmul(lt, op, &one, A, la, B, lb, &zero, D, ld, D, ld, &h.algo, ws, wsb, s)); };
     const float tg = time_ms(s, [&] { for (int i = 0; i < 50; ++i) gemm(); }) * 1e3f / 50;
     const float te = time_ms(s, [&] { for (int i = 0; i < 50; ++i) launch<false>(s, D, E, M * N); }) * 1e3f / 50;
     const float pp = time_ms(s, [&] { for (int i = 0; i < 50; ++i) { gemm(); launch<false>(s, D, E, M * N); } }) * 1e3f / 50;
     const float pq = time_ms(s, [&] { for (int i = 0; i < 50; ++i) { gemm(); launch<true>(s, D, E, M * N); } }) * 1e3f / 50;
     cudaGraphExec_t g0 = capture(s, [&] { for (int i = 0; i < 50; ++i) { gemm(); launch<false>(s, D, E, M * N); } });
-    const float pg = time_ms(s, [&] { CK(cudaGraphLaunch(g0, s)); }) * 1e3f / 50;
+    const float pg = time_ms(s, [&] { LAB_CUDA(cudaGraphLaunch(g0, s)); }) * 1e3f / 50;
     std::printf("GEMM 8192x1024x1024 bf16 then elementwise on its output (us per pair, 50 pairs)\n");
     std::printf("  GEMM alone %.2f (back to back), elementwise alone %.2f (back to back)\n", tg, te);
     std::printf("  pair plain %.2f, elementwise as PDL dependent %.2f, plain pairs in a graph %.2f\n", pp, pq, pg);
