@@ -226,6 +226,39 @@ __global__ void dropout_vec_kernel(const T *a, const T *residual, T *y, int64_t 
     }
 }
 
+// dx = dropout'(dy) over [n, m] with the column partial sums of dx as stored (colsum::partial_vec): the
+// keep decisions and arithmetic of dropout_vec_kernel (element c of row r is element r·m + c of the
+// site, or rows[r]·m + c with a row map of row length m), the sums in column_sum's order.
+template <typename T>
+__global__ void __launch_bounds__(colsum::kTileThreads *colsum::kRowLanes)
+    dropout_bwd_partial_kernel(const T *dy, T *dx, int64_t n, int64_t m, int64_t R, const int32_t *rows,
+                               uint64_t seed, uint64_t offset, uint32_t threshold, compute_t<T> scale,
+                               compute_t<T> *__restrict__ partial) {
+    DST_GRID_DEPENDENCY();
+    using C = compute_t<T>;
+    constexpr int V = kVec<T>, G = V / 4;
+    static_assert(V % 4 == 0, "whole Philox groups per vector");
+    __shared__ C red[colsum::partial_smem<T>() / sizeof(C)];
+    colsum::partial_vec<T>(n, m, R, partial, red, [&](int64_t r, int64_t c) {
+        const int64_t i = r * m + c;
+        const uint64_t pe = (rows ? uint64_t(rows[r]) : uint64_t(r)) * uint64_t(m) + uint64_t(c);
+        const Vec<T> va = *reinterpret_cast<const Vec<T> *>(dy + i);
+        Philox4 q[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+            q[g] = threshold != 0u ? philox_dropout_block(seed, offset, (pe >> 2) + uint64_t(g)) : Philox4{{0u, 0u, 0u, 0u}};
+        Vec<T> out;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            C v = to_compute(va.v[k]);
+            if (threshold != 0u) v = q[k / 4].v[k % 4] >= threshold ? dmul_rn(v, scale) : C(0);
+            out.v[k] = to_storage<T>(v);
+        }
+        *reinterpret_cast<Vec<T> *>(dx + i) = out;
+        return out;
+    });
+}
+
 // Every thread that sees a zero writes 1 (the same value: the result does not depend on order).
 template <typename T>
 __global__ void any_zero_kernel(const T *x, int64_t count, int *any_zero) {
@@ -348,6 +381,30 @@ cudaError_t dropout_residual_fwd(cudaStream_t stream, dst_dtype dt, const void *
 cudaError_t dropout_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, void *dx, int64_t count,
                        const DropoutSite &site) {
     return launch_dropout(stream, dt, dy, nullptr, dx, count, site);
+}
+
+cudaError_t dropout_bwd_bias_grad(cudaStream_t stream, dst_dtype dt, const void *dy, void *dx, int64_t n, int64_t m,
+                                 const DropoutSite &site, void *db, bool accumulate, void *workspace) {
+    if (m <= 0) return cudaSuccess;
+    return dispatch_dtype(dt, [&](auto tag) {
+        using T = decltype(tag);
+        using C = compute_t<T>;
+        const bool rows = site.rows && site.active();
+        if constexpr (sizeof(T) <= 4) {  // whole Philox groups per 16-byte vector
+            if (aligned16(dy) && aligned16(dx) && m % kVec<T> == 0 && (!rows || site.row_len == m)) {
+                if (colsum::chunk_count(n) > 0)
+                    DST_KERNEL_CHECK(launch_dependent(
+                        dropout_bwd_partial_kernel<T>, colsum::partial_grid<T>(n, m, true), colsum::partial_block(), 0,
+                        stream, static_cast<const T *>(dy), static_cast<T *>(dx), n, m, colsum::rows_per_chunk(n),
+                        rows ? site.rows : nullptr, site.seed, site.offset, site.threshold, static_cast<C>(site.scale),
+                        static_cast<C *>(workspace)));
+                return column_sum_finalize(stream, dt, workspace, db, n, m, accumulate);
+            }
+        }
+        // The two passes it fuses: the same results.
+        const cudaError_t e = launch_dropout(stream, dt, dy, nullptr, dx, n * m, site);
+        return e != cudaSuccess ? e : column_sum(stream, dt, dx, db, n, m, accumulate, workspace);
+    });
 }
 
 cudaError_t add(cudaStream_t stream, dst_dtype dt, const void *a, const void *b, void *y, int64_t count) {

@@ -35,6 +35,12 @@ cudaError_t dropout_residual_fwd(cudaStream_t stream, dst_dtype dt, const void *
 // dx = dy · keep · scale (a copy when the site is inactive).
 cudaError_t dropout_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, void *dx, int64_t count,
                        const DropoutSite &site);
+// dropout_bwd over [n, m] and db[j] = Σ_i dx[i, j] (accumulate: db +=), in one pass where the rows are
+// 16-byte vectors of a 16-bit or fp32 type (a row map of row length m): the results of dropout_bwd
+// followed by column_sum (kernels/bias.cuh) over dx, whose workspace (column_sum_workspace bytes) it
+// takes. dx may alias dy.
+cudaError_t dropout_bwd_bias_grad(cudaStream_t stream, dst_dtype dt, const void *dy, void *dx, int64_t n, int64_t m,
+                                 const DropoutSite &site, void *db, bool accumulate, void *workspace);
 // y = a + b.
 cudaError_t add(cudaStream_t stream, dst_dtype dt, const void *a, const void *b, void *y, int64_t count);
 // Sets the device int *flag to 1 when some element of x is zero (±0), else 0 (asynchronous; the

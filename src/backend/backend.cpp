@@ -64,6 +64,22 @@ dst_status Backend::gelu_bwd_bias_grad(dst_dtype dt, dst_gelu form, const void *
     return linear_bwd_weight(dt, du, nullptr, nullptr, db, n, 0, m, accumulate);
 }
 
+dst_status Backend::dropout_bwd_bias_grad(dst_dtype dt, const void *dy, void *dx, int64_t n, int64_t m,
+                                          const DropoutSite &site, void *db, bool accumulate) {
+    DST_TRY(dropout_bwd(dt, dy, dx, n * m, site));
+    return db ? linear_bwd_weight(dt, dx, nullptr, nullptr, db, n, 0, m, accumulate) : DST_OK;
+}
+
+dst_status Backend::layernorm_dropout_bwd_bias_grad(dst_dtype dt, const void *dy, const void *xy, bool invertible,
+                                                    const void *gamma, const void *beta, const void *mean,
+                                                    const void *rstd, const void *dresid, void *dx, void *dgamma,
+                                                    void *dbeta, int64_t n, int64_t h, bool accumulate,
+                                                    const DropoutSite &site, void *branch, void *branch_db) {
+    DST_TRY(layernorm_dropout_bwd(dt, dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx, dgamma, dbeta, n, h,
+                                  accumulate, site, branch));
+    return branch_db ? linear_bwd_weight(dt, branch, nullptr, nullptr, branch_db, n, 0, h, accumulate) : DST_OK;
+}
+
 dst_status Backend::linear_bwd_data_gelu(dst_dtype dt, dst_gelu form, const void *dy, const void *w, const void *u,
                                          void *dg, void *du, int64_t n, int64_t k, int64_t m, void *db,
                                          bool accumulate) {

@@ -201,6 +201,15 @@ public:
                                              const void *rstd, const void *dresid, void *dx, void *dgamma,
                                              void *dbeta, int64_t n, int64_t h, bool accumulate,
                                              const DropoutSite &site, void *branch) = 0;
+    // layernorm_dropout_bwd, then branch_db[c] = Σ_r branch[r, c] over the branch as stored (accumulate:
+    // +=): the bias gradient of the linear layer whose output the dropout took, which this default takes
+    // from linear_bwd_weight and a backend may compute in the same pass (the same results; none does: a
+    // one-pass CUDA form measured no faster, bench/RESULTS.md 2026-12-05 second session).
+    virtual dst_status layernorm_dropout_bwd_bias_grad(dst_dtype dt, const void *dy, const void *xy, bool invertible,
+                                                       const void *gamma, const void *beta, const void *mean,
+                                                       const void *rstd, const void *dresid, void *dx, void *dgamma,
+                                                       void *dbeta, int64_t n, int64_t h, bool accumulate,
+                                                       const DropoutSite &site, void *branch, void *branch_db);
     // z = residual + dropout(a) over n rows of h (stored), then y = LayerNorm(z as stored) with its
     // statistics: the results of dropout_residual_fwd followed by layernorm_fwd, which this default
     // runs and a backend may compute in one pass. A row map of the site has row length h.
@@ -236,6 +245,11 @@ public:
     // dx = dropout'(dy) = dy·keep·scale (identity when the site is inactive).
     virtual dst_status dropout_bwd(dst_dtype dt, const void *dy, void *dx, int64_t count,
                                    const DropoutSite &site) = 0;
+    // dropout_bwd over [n, m], then db[j] = Σ_i dx[i, j] over dx as stored (accumulate: db +=): the bias
+    // gradient of the linear layer whose output the dropout took, which this default takes from
+    // linear_bwd_weight and a backend may compute in the same pass (the same results). dx may alias dy.
+    virtual dst_status dropout_bwd_bias_grad(dst_dtype dt, const void *dy, void *dx, int64_t n, int64_t m,
+                                             const DropoutSite &site, void *db, bool accumulate);
     // y = a + b over count elements.
     virtual dst_status add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) = 0;
 

@@ -471,8 +471,8 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
     return backward_post_ln(p, sv, ws, ap, d1, d2, dy, dx, accumulate);
 }
 
-// FFN, from d_o = dropout'(dout) (the caller's, in kTmp1): dWout, dbout; dg = d_o·Wout and du = dg·GELU'(u)
-// in place, in kTmpI (the fused backend op never stores dg), with dbi; dWi.
+// FFN, from d_o = dropout'(dout) (the caller's, in kTmp1, which also took dbout): dWout; dg = d_o·Wout and
+// du = dg·GELU'(u) in place, in kTmpI (the fused backend op never stores dg), with dbi; dWi.
 dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, int64_t N, bool acc) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
@@ -484,22 +484,21 @@ dst_status Layer::backward_ffn(const Plan &p, char *sv, char *ws, int64_t N, boo
         DST_TRY(be.gelu_fwd(dt, cfg_.gelu, u, du, N * I));
         g = du;
     }
-    DST_TRY(be.linear_bwd_weight(dt, t1, g, grad(DST_PARAM_OUTPUT_W), grad(DST_PARAM_OUTPUT_B), N, I, H, acc));
+    DST_TRY(be.linear_bwd_weight(dt, t1, g, grad(DST_PARAM_OUTPUT_W), nullptr, N, I, H, acc));
     DST_TRY(be.linear_bwd_data_gelu(dt, cfg_.gelu, t1, param(DST_PARAM_OUTPUT_W), u, du, du, N, I, H,
                                     grad(DST_PARAM_INTER_B), acc));
     return be.linear_bwd_weight(dt, du, at(p, sv, ws, kSlotLn2Out), grad(DST_PARAM_INTER_W), nullptr, N, H, I, acc);
 }
 
-// Attention, from da = dropout'(dr) (the caller's, in kTmp1): dWo, dbo; dctx = da·Wo; dqkv (left in
-// kTmpQkv); dWqkv, dbqkv from the QKV GEMM's input `qkv_in`.
+// Attention, from da = dropout'(dr) (the caller's, in kTmp1, which also took dbo): dWo; dctx = da·Wo; dqkv
+// (left in kTmpQkv); dWqkv, dbqkv from the QKV GEMM's input `qkv_in`.
 dst_status Layer::backward_attention(const Plan &p, char *sv, char *ws, const AttentionParams &ap,
                                      const void *qkv_in, bool acc) {
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
     const int64_t N = ap.tokens(), H = dims_.H;
     void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dqkv = tmp(p, ws, kTmpQkv);
-    DST_TRY(be.linear_bwd_weight(dt, t1, at(p, sv, ws, kSlotCtx), grad(DST_PARAM_ATTN_OW), grad(DST_PARAM_ATTN_OB),
-                                 N, H, H, acc));
+    DST_TRY(be.linear_bwd_weight(dt, t1, at(p, sv, ws, kSlotCtx), grad(DST_PARAM_ATTN_OW), nullptr, N, H, H, acc));
     DST_TRY(be.linear_bwd_data(dt, t1, param(DST_PARAM_ATTN_OW), t2, N, H, H, nullptr));
     DST_TRY(be.attention_bwd(dt, ap, at(p, sv, ws, kSlotQkv), at(p, sv, ws, kSlotCtx), t2, at(p, sv, ws, kSlotLse),
                              dqkv));
@@ -508,14 +507,15 @@ dst_status Layer::backward_attention(const Plan &p, char *sv, char *ws, const At
 }
 
 // The attention LayerNorm (LN2) backward, both orders: dr (kTmp3) = LN2'(dh2) + dresid (dresid may be
-// nullptr), and da = dropout'(dr) (kTmp1) for backward_attention.
+// nullptr), and da = dropout'(dr) (kTmp1) for backward_attention, with dbo = Σ da.
 dst_status Layer::backward_attention_ln(const Plan &p, char *sv, char *ws, const void *dh2, const void *dresid,
                                         const DropoutSite &d1, int64_t N, bool acc) {
     const bool inv = cfg_.normalize_invertible;
-    return backend().layernorm_dropout_bwd(
+    return backend().layernorm_dropout_bwd_bias_grad(
         cfg_.dtype, dh2, inv ? at(p, sv, ws, kSlotLn2Out) : at(p, sv, ws, kSlotResid), inv, param(DST_PARAM_ATTN_NW),
         param(DST_PARAM_ATTN_NB), at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), dresid,
-        tmp(p, ws, kTmp3), grad(DST_PARAM_ATTN_NW), grad(DST_PARAM_ATTN_NB), N, dims_.H, acc, d1, tmp(p, ws, kTmp1));
+        tmp(p, ws, kTmp3), grad(DST_PARAM_ATTN_NW), grad(DST_PARAM_ATTN_NB), N, dims_.H, acc, d1, tmp(p, ws, kTmp1),
+        grad(DST_PARAM_ATTN_OB));
 }
 
 dst_status Layer::backward_pre_ln(const Plan &p, char *sv, char *ws, const AttentionParams &ap,
@@ -528,8 +528,8 @@ dst_status Layer::backward_pre_ln(const Plan &p, char *sv, char *ws, const Atten
     void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3);
     void *h = at(p, sv, ws, kSlotLn1Out);
 
-    // FFN from dropout'(dy), then dh2 = du·Wi.
-    DST_TRY(be.dropout_bwd(dt, dy, t1, N * H, d2));
+    // FFN from dropout'(dy) (with dbout), then dh2 = du·Wi.
+    DST_TRY(be.dropout_bwd_bias_grad(dt, dy, t1, N, H, d2, grad(DST_PARAM_OUTPUT_B), acc));
     DST_TRY(backward_ffn(p, sv, ws, N, acc));
     DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI), param(DST_PARAM_INTER_W), t2, N, H, I, nullptr));
     // Attention LN: dr = LN2'(dh2) + dy (residual stream), and dropout'(dr) into t1.
@@ -552,11 +552,12 @@ dst_status Layer::backward_post_ln(const Plan &p, char *sv, char *ws, const Atte
     const bool inv = cfg_.normalize_invertible;
     void *t1 = tmp(p, ws, kTmp1), *t2 = tmp(p, ws, kTmp2), *dr = tmp(p, ws, kTmp3), *dz = tmp(p, ws, kTmp5);
 
-    // Final LN: dz = LN'(dy), and dropout'(dz) into t1 for the FFN.
-    DST_TRY(be.layernorm_dropout_bwd(dt, dy, inv ? at(p, sv, ws, kSlotOut) : at(p, sv, ws, kSlotSum), inv,
-                                     param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B), at(p, sv, ws, kSlotLn3Mean),
-                                     at(p, sv, ws, kSlotLn3Rstd), nullptr, dz, grad(DST_PARAM_NORM_W),
-                                     grad(DST_PARAM_NORM_B), N, H, acc, d2, t1));
+    // Final LN: dz = LN'(dy), and dropout'(dz) into t1 for the FFN (with dbout).
+    DST_TRY(be.layernorm_dropout_bwd_bias_grad(dt, dy, inv ? at(p, sv, ws, kSlotOut) : at(p, sv, ws, kSlotSum), inv,
+                                               param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B),
+                                               at(p, sv, ws, kSlotLn3Mean), at(p, sv, ws, kSlotLn3Rstd), nullptr, dz,
+                                               grad(DST_PARAM_NORM_W), grad(DST_PARAM_NORM_B), N, H, acc, d2, t1,
+                                               grad(DST_PARAM_OUTPUT_B)));
     // FFN, then dh2 = du·Wi + dz (the residual around the FFN).
     DST_TRY(backward_ffn(p, sv, ws, N, acc));
     DST_TRY(be.linear_bwd_data(dt, tmp(p, ws, kTmpI), param(DST_PARAM_INTER_W), t2, N, H, I, dz));

@@ -385,10 +385,12 @@ void add_layernorm_cases(std::vector<OpCase> &out) {
             // The fused forms of the layer: dropout + residual + LayerNorm, and LayerNorm backward with
             // the branch gradient of the dropout before it. p 0 and 0.1; with a row map (packed calls:
             // rows r + r/3, row length h) in the second. The dropped set of the branch output is
-            // compared with the CPU's (a dropped element is exactly 0; a kept one almost never is).
+            // compared with the CPU's (a dropped element is exactly 0; a kept one almost never is). The
+            // backward with dresid also accumulates, and it and the mapped one also take the branch's bias
+            // gradient (layernorm_dropout_bwd_bias_grad).
             for (int variant = 0; variant < 3; ++variant) {
                 const double prob = variant == 0 ? 0.0 : 0.1;
-                const bool mapped = variant == 2, dresid = variant == 1;
+                const bool mapped = variant == 2, dresid = variant == 1, bias = variant >= 1, acc = variant == 1;
                 const DropoutSite site = make_site(prob, 0xfeed0000ull + s.h, 13 + s.n);
                 const std::string vn = nm.str() + (prob > 0 ? "_p0.1" : "_p0") + (mapped ? "_mapped" : "") +
                                        (dresid ? "_dresid" : "");
@@ -420,15 +422,19 @@ void add_layernorm_cases(std::vector<OpCase> &out) {
                 out.push_back(ff);
 
                 OpCase fb;
-                fb.name = tag("layernorm_dropout_bwd", dt, vn);
+                fb.name = tag(bias ? "layernorm_dropout_bwd_bias_grad" : "layernorm_dropout_bwd", dt,
+                              vn + (acc ? "_acc" : ""));
                 fb.dt = dt;
+                const Role pr = acc ? Role::InOut : Role::Out;
                 // 0 dy, 1 x, 2 gamma, 3 beta, 4 mean, 5 rstd, 6 dresid, 7 dx, 8 dgamma, 9 dbeta, 10 branch, 11 rows
+                // (, 12 dbias)
                 fb.args = {{"dy", dt, s.n * s.h, Role::In},    {"x", dt, s.n * s.h, Role::In, -2.0, 3.0},
                            {"gamma", dt, s.h, Role::In, 0.5, 1.5}, {"beta", dt, s.h, Role::In},
                            {"mean", st, s.n, Role::In},        {"rstd", st, s.n, Role::In},
                            {"dresid", dt, s.n * s.h, Role::In}, {"dx", dt, s.n * s.h, Role::Out},
-                           {"dgamma", dt, s.h, Role::Out},     {"dbeta", dt, s.h, Role::Out},
+                           {"dgamma", dt, s.h, pr},            {"dbeta", dt, s.h, pr},
                            {"branch", dt, s.n * s.h, Role::Out}, places};
+                if (bias) fb.args.push_back({"dbias", dt, s.h, pr});
                 fb.prepare = [s, dt](Backend &cpu, const Ptrs &p) {
                     std::vector<unsigned char> y(static_cast<size_t>(s.n * s.h) * dst_dtype_size(dt));
                     return cpu.layernorm_fwd(dt, p[1], p[2], p[3], y.data(), p[4], p[5], s.n, s.h, s.eps);
@@ -436,6 +442,10 @@ void add_layernorm_cases(std::vector<OpCase> &out) {
                 fb.call = [=](Backend &be, const Ptrs &p) {
                     DropoutSite m = site;
                     if (mapped) m.rows = static_cast<const int32_t *>(p[11]), m.row_len = s.h;
+                    if (bias)
+                        return be.layernorm_dropout_bwd_bias_grad(dt, p[0], p[1], false, p[2], p[3], p[4], p[5],
+                                                                  dresid ? p[6] : nullptr, p[7], p[8], p[9], s.n, s.h,
+                                                                  acc, m, p[10], p[12]);
                     return be.layernorm_dropout_bwd(dt, p[0], p[1], false, p[2], p[3], p[4], p[5],
                                                     dresid ? p[6] : nullptr, p[7], p[8], p[9], s.n, s.h, false, m,
                                                     p[10]);
@@ -585,6 +595,45 @@ void add_elementwise_cases(std::vector<OpCase> &out) {
                 return be.gelu_bwd_bias_grad(dt, erf, p[0], p[1], inplace ? p[0] : p[2], n, m, p[3], acc);
             };
             if (n * m < 100) c.tol_scale = 100.0;  // few elements: see gelu_bwd's cases above
+            out.push_back(c);
+        }
+    // Dropout backward with the bias gradient of the linear layer before it (dropout_bwd_bias_grad), on
+    // the same shapes: p 0.1 (p 0 in the in-place ones), a row map (rows r + r/3, row length m) where
+    // the shape is not misaligned; the fused pass where rows are 16-byte vectors of fp32 or a 16-bit type.
+    for (dst_dtype dt : kDtypes)
+        for (const GShape &s : gshapes) {
+            const int64_t n = s.n, m = s.m;
+            const bool acc = s.accumulate, inplace = s.inplace, mapped = s.off == 0 && !s.inplace;
+            const double prob = inplace ? 0.0 : 0.1;
+            const DropoutSite site = make_site(prob, 0xb1a5000ull + m, 7 + n);
+            Arg places{"rows", DST_DTYPE_INT32, n, Role::In};
+            places.fill = [](HostBuf &h) {
+                for (int64_t r = 0; r < h.count; ++r) h.set(r, double(r + r / 3));
+            };
+            OpCase c;
+            c.name = tag("dropout_bwd_bias_grad", dt,
+                         "n" + std::to_string(n) + "_m" + std::to_string(m) + (prob > 0 ? "_p0.1" : "_p0") +
+                             (acc ? "_acc" : "") + (inplace ? "_inplace" : "") + (s.off ? "_misaligned" : "") +
+                             (mapped ? "_mapped" : ""));
+            c.dt = dt;
+            c.args = {{"dy", dt, n * m, inplace ? Role::InOut : Role::In},
+                      {"dx", dt, n * m, inplace ? Role::In : Role::Out},
+                      {"db", dt, m, acc ? Role::InOut : Role::Out},
+                      places};
+            c.args[0].offset = s.off;
+            c.call = [=](Backend &be, const Ptrs &p) {
+                DropoutSite st = site;
+                if (mapped) st.rows = static_cast<const int32_t *>(p[3]), st.row_len = m;
+                return be.dropout_bwd_bias_grad(dt, p[0], inplace ? p[0] : p[1], n, m, st, p[2], acc);
+            };
+            if (prob > 0) {
+                c.drop_p = prob;
+                c.dropped = [n, m](const std::vector<HostBuf> &b) {
+                    std::vector<bool> d(static_cast<size_t>(n * m));
+                    for (int64_t i = 0; i < n * m; ++i) d[i] = b[1].get(i) == 0.0;
+                    return d;
+                };
+            }
             out.push_back(c);
         }
 }
@@ -1337,6 +1386,75 @@ TEST(CudaBackend, BiasGradientPathsSameBits) {
         }
         for (void *q : {ddg, du_ref, du_mis, du_fused, dgu, ddb}) be->free(q);
     }
+}
+
+// The backward passes that also take a bias gradient give the bits of their separate passes:
+// dropout_bwd_bias_grad (one pass where rows are 16-byte vectors) is dropout_bwd then the column sums of
+// dx, and layernorm_dropout_bwd_bias_grad is layernorm_dropout_bwd with the column sums of the branch it
+// stored. n = 1031 ends inside a row chunk; writing and accumulating.
+TEST(CudaBackend, BackwardBiasGradientsAreColumnSums) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    Backend &gpu = *backends().gpu;
+    const int64_t n = 1031;
+    for (dst_dtype dt : {DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16})
+        for (bool acc : {false, true}) {
+            const int64_t h = dt == DST_DTYPE_FP32 ? 512 : 1024, count = n * h;
+            SCOPED_TRACE(std::string(dst_dtype_string(dt)) + (acc ? " accumulating" : " writing"));
+            const size_t es = dst_dtype_size(dt), bytes = size_t(count) * es, vb = size_t(h) * es;
+            HostBuf dy(dt, count), x(dt, count), dr(dt, count), g(dt, h), b(dt, h), v0(dt, h);
+            std::mt19937_64 rng(5 + h);
+            std::uniform_real_distribution<double> u(-1.0, 1.0);
+            for (int64_t i = 0; i < count; ++i) dy.set(i, u(rng)), x.set(i, 2 * u(rng)), dr.set(i, u(rng));
+            for (int64_t i = 0; i < h; ++i) g.set(i, 1.0 + 0.5 * u(rng)), b.set(i, u(rng)), v0.set(i, u(rng));
+            std::vector<void *> bufs;
+            auto dev = [&](size_t nb, const void *from = nullptr) {
+                void *q = nullptr;
+                EXPECT_EQ(gpu.alloc(nb, &q), DST_OK);
+                if (from) {
+                    EXPECT_EQ(gpu.copy(q, from, nb, CopyKind::HostToDevice), DST_OK);
+                }
+                bufs.push_back(q);
+                return q;
+            };
+            auto host = [&](const void *d, size_t nb) {
+                std::vector<unsigned char> v(nb);
+                EXPECT_EQ(gpu.copy(v.data(), d, nb, CopyKind::DeviceToHost), DST_OK);
+                return v;
+            };
+            const std::vector<unsigned char> start(static_cast<unsigned char *>(v0.data()),
+                                                   static_cast<unsigned char *>(v0.data()) + vb);
+            void *ddy = dev(bytes, dy.data()), *xin = dev(bytes, x.data()), *ddr = dev(bytes, dr.data());
+            void *dg = dev(vb, g.data()), *db = dev(vb, b.data()), *y = dev(bytes);
+            void *mean = dev(size_t(n) * 4), *rstd = dev(size_t(n) * 4);
+            ASSERT_EQ(gpu.layernorm_fwd(dt, xin, dg, db, y, mean, rstd, n, h, 1e-12), DST_OK);
+            const DropoutSite site = make_site(0.1, 0xc0ffeeull + h, 99);
+
+            void *t1 = dev(bytes), *t2 = dev(bytes), *b1 = dev(vb, v0.data()), *b2 = dev(vb, v0.data());
+            ASSERT_EQ(gpu.dropout_bwd_bias_grad(dt, ddy, t1, n, h, site, b1, acc), DST_OK);
+            ASSERT_EQ(gpu.dropout_bwd(dt, ddy, t2, count, site), DST_OK);
+            ASSERT_EQ(gpu.linear_bwd_weight(dt, t2, nullptr, nullptr, b2, n, 0, h, acc), DST_OK);
+            EXPECT_EQ(host(t1, bytes), host(t2, bytes)) << "dropout_bwd_bias_grad's dx";
+            EXPECT_EQ(host(b1, vb), host(b2, vb)) << "dropout_bwd_bias_grad's bias gradient";
+            EXPECT_NE(host(b1, vb), start) << "the bias gradient was not written";
+
+            void *ox = dev(bytes), *br = dev(bytes), *dgam = dev(vb, v0.data()), *dbet = dev(vb, v0.data());
+            void *bias = dev(vb, v0.data()), *bias_ref = dev(vb, v0.data());
+            ASSERT_EQ(gpu.layernorm_dropout_bwd_bias_grad(dt, ddy, xin, false, dg, db, mean, rstd, ddr, ox, dgam, dbet,
+                                                          n, h, acc, site, br, bias),
+                      DST_OK);
+            ASSERT_EQ(gpu.linear_bwd_weight(dt, br, nullptr, nullptr, bias_ref, n, 0, h, acc), DST_OK);
+            EXPECT_EQ(host(bias, vb), host(bias_ref, vb)) << "the branch's bias gradient";
+            EXPECT_NE(host(bias, vb), start) << "the branch's bias gradient was not written";
+            void *ox2 = dev(bytes), *br2 = dev(bytes), *dgam2 = dev(vb, v0.data()), *dbet2 = dev(vb, v0.data());
+            ASSERT_EQ(gpu.layernorm_dropout_bwd(dt, ddy, xin, false, dg, db, mean, rstd, ddr, ox2, dgam2, dbet2, n, h,
+                                                acc, site, br2),
+                      DST_OK);
+            EXPECT_EQ(host(ox, bytes), host(ox2, bytes)) << "dx";
+            EXPECT_EQ(host(br, bytes), host(br2, bytes)) << "branch";
+            EXPECT_EQ(host(dgam, vb), host(dgam2, vb)) << "dgamma";
+            EXPECT_EQ(host(dbet, vb), host(dbet2, vb)) << "dbeta";
+            for (void *q : bufs) gpu.free(q);
+        }
 }
 
 // Which problems the fused GELU GEMMs take (host code: runs without a GPU too): every shape the

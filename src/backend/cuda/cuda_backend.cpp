@@ -840,6 +840,16 @@ dst_status CudaBackend::dropout_bwd(dst_dtype dt, const void *dy, void *dx, int6
     return DST_OK;
 }
 
+dst_status CudaBackend::dropout_bwd_bias_grad(dst_dtype dt, const void *dy, void *dx, int64_t n, int64_t m,
+                                              const DropoutSite &site, void *db, bool accumulate) {
+    DST_TRY(activate());
+    if (!db) return dropout_bwd(dt, dy, dx, n * m, site);
+    void *ws = nullptr;
+    DST_TRY(workspace(cuda::column_sum_workspace(dt, n, m), &ws));
+    DST_CUDA_CHECK(cuda::dropout_bwd_bias_grad(stream_, dt, dy, dx, n, m, site, db, accumulate, ws));
+    return DST_OK;
+}
+
 dst_status CudaBackend::add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) {
     DST_TRY(activate());
     DST_CUDA_CHECK(cuda::add(stream_, dt, a, b, y, count));

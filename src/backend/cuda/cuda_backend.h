@@ -92,6 +92,8 @@ public:
                                     int64_t count, const DropoutSite &site) override;
     dst_status dropout_bwd(dst_dtype dt, const void *dy, void *dx, int64_t count,
                            const DropoutSite &site) override;
+    dst_status dropout_bwd_bias_grad(dst_dtype dt, const void *dy, void *dx, int64_t n, int64_t m,
+                                     const DropoutSite &site, void *db, bool accumulate) override;
     dst_status add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) override;
 
     dst_status attention_fwd(dst_dtype dt, const AttentionParams &p, const void *qkv, void *ctx,
