@@ -369,7 +369,11 @@ int run_h(const char *name, int64_t n, int64_t h) {
 }  // namespace lab
 
 int main(int argc, char **argv) {
+    std::setvbuf(stdout, nullptr, _IONBF, 0);  // every line out at once, whatever ends the run
     const int64_t n = argc > 1 ? std::atoll(argv[1]) : 8192, h = argc > 2 ? std::atoll(argv[2]) : 1024;
+    int devices = 0;
+    LAB_CUDA(cudaGetDeviceCount(&devices));
+    std::printf("layernorm_lab: %d device(s), rows %lld, hidden %lld\n", devices, (long long)n, (long long)h);
     int failures = lab::run_h<__half>("fp16", n, h);
     failures += lab::run_h<__nv_bfloat16>("bf16", n, h);
     std::printf("\nlayernorm_lab: %s\n", failures ? "CHECKS FAILED" : "checks ok");
