@@ -26,6 +26,10 @@
 #                                            # test_cuda_ops, then the CudaLayer tests of the 16-bit
 #                                            # types with DST_FUSED_GEMM=0 (the layer grid through the
 #                                            # separate GEMM and GELU kernels; the default runs fused)
+#   bash tools/gpu-session.sh layernorm-lab OUTDIR
+#                                            # kernels/dev/layernorm_lab (the LayerNorm backward's passes
+#                                            # against one-pass forms: checks and times), then the same
+#                                            # under compute-sanitizer memcheck at 1031 rows
 #   bash tools/gpu-session.sh multi OUTDIR   # on a host with several GPUs (carry .gpu-deps): dst-pretrain
 #                                            # and test_cuda_layer built, the two-device layer tests, then
 #                                            # bench/multi_gpu.py (correctness against one GPU, scaling
@@ -111,6 +115,17 @@ gemm-gelu)
         -R 'CudaLayer\.MatchesCpuFp64/.*_(fp16|bf16)_|CudaLayer(Determinism|Graphs|Streams|Packed)\.' \
         --output-on-failure -j8 --timeout 180
     ;;
+layernorm-lab)
+    # The lab is one translation unit (it includes the kernels' files): no library build.
+    step build 200 "$out/build.log" bash -c "cmake -S . -B '$DST_GPU_BUILD_DIR' -G Ninja \
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_PRETRAIN=OFF \
+        -DDST_BUILD_KERNEL_LAB=ON -DPython_EXECUTABLE=\$(command -v python3) && \
+        ninja -C '$DST_GPU_BUILD_DIR' -j16 layernorm_lab"
+    step layernorm_lab 90 "$out/layernorm_lab.txt" "$DST_GPU_BUILD_DIR/kernels/dev/layernorm_lab"
+    # memcheck on a row count that ends inside a chunk (every version's indexing)
+    step memcheck 120 "$out/layernorm_lab_memcheck.txt" "$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)" \
+        --tool memcheck --error-exitcode 1 "$DST_GPU_BUILD_DIR/kernels/dev/layernorm_lab" 1031 1024
+    ;;
 pretrain|multi)
     cases=${3:-fp16:128,fp16:512}
     deps=$root/.gpu-deps/usr
@@ -154,7 +169,7 @@ pretrain|multi)
             ${DST_PRETRAIN_ARGS:-}
     fi
     ;;
-*) echo "usage: $0 tests|bench|gemm-gelu|pretrain|multi [OUTDIR] [CASES]" >&2; exit 2 ;;
+*) echo "usage: $0 tests|bench|gemm-gelu|layernorm-lab|pretrain|multi [OUTDIR] [CASES]" >&2; exit 2 ;;
 esac
 {
     echo "== gpu-session $mode: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
