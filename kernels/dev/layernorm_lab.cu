@@ -18,9 +18,12 @@
 //     registers and one round trip per row.
 // v3: v2 with four times the chunks (another summation order) in at most 128 registers, so that two
 //     blocks (16 warps) share an SM.
+// v4: two warps per row (16 per block): v2's rows and column-sum order with half the registers per
+//     thread and twice the warps per SM (hidden 512 and 1024 in the 16-bit types).
 // Prediction for the next device call (8192×1024 fp16, µs): library LN2 ~45 (27.9 + 11.75 + ~5, the
 // layer profile), LN1 ~32; v1 ~44 / ~33; v2 ~25–30 / ~20–24 if one memory wait per row is what v1
-// waits on; no gain if 8 warps per SM cannot keep enough loads in flight either way.
+// waits on; v3 and v4 ~20–24 / ~16–19 if warps in flight are the limit (near the ~4 TB/s of a copy);
+// no gain anywhere if the block's serial flush or the finalisations dominate.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -59,14 +62,15 @@ struct Sums {
 
 // The warps' sums of one quantity into the chunk's partial row, in row-lane order (the order of
 // layernorm_param_partial_kernel and column_partial's lane reduction).
+// Row lane y's lane `lane` holds the vectors vi0 + lane + 32·j of the row.
 template <typename C, int VPL, int V>
-__device__ void flush(const C (&a)[VPL][V], C *red, C *out, int64_t h) {
-    const int lane = threadIdx.x & 31, y = threadIdx.x >> 5;
+__device__ void flush(const C (&a)[VPL][V], C *red, C *out, int64_t h, int y, int64_t vi0 = 0) {
+    const int lane = threadIdx.x & 31;
     const int64_t nv = h / V;
 #pragma unroll
     for (int j = 0; j < VPL; ++j)
 #pragma unroll
-        for (int k = 0; k < V; ++k) red[y * h + k * nv + lane + 32 * j] = a[j][k];
+        for (int k = 0; k < V; ++k) red[y * h + k * nv + vi0 + lane + 32 * j] = a[j][k];
     __syncthreads();
     for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
         C t = red[i];
@@ -74,6 +78,53 @@ __device__ void flush(const C (&a)[VPL][V], C *red, C *out, int64_t h) {
         out[int64_t(blockIdx.x) * h + (i % nv) * V + i / nv] = t;
     }
     __syncthreads();
+}
+
+// The first pass over one vector of a row: g = γ·dy and x̂ (out), their row sums Σg and Σg·x̂, and the
+// column sums dy·x̂ (one fma, the library's partial-sum arithmetic) and dy.
+template <typename T>
+__device__ __forceinline__ void first_pass_vec(const Vec<T> &d, const Vec<T> &xv, const Vec<T> &gm, compute_t<T> mu,
+                                               compute_t<T> rs, compute_t<T> &sg, compute_t<T> &sgx,
+                                               compute_t<T> (&cg)[kVec<T>], compute_t<T> (&cb)[kVec<T>],
+                                               compute_t<T> (&g)[kVec<T>], compute_t<T> (&xh)[kVec<T>]) {
+    using C = compute_t<T>;
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) {
+        const C dk = to_compute(d.v[k]);
+        g[k] = to_compute(gm.v[k]) * dk;
+        xh[k] = (to_compute(xv.v[k]) - mu) * rs;
+        sg += g[k];
+        sgx += g[k] * xh[k];
+        cg[k] = fma(dk, xh[k], cg[k]);
+        cb[k] += dk;
+    }
+}
+
+// Vector vi of a row from its values before rounding: dx, and with kBranch the dropout branch (added,
+// as stored, to bsum: the bias sums).
+template <typename T, bool kBranch>
+__device__ __forceinline__ void store_row_vec(const compute_t<T> (&val)[kVec<T>], const LnBwdBranch<T> &branch,
+                                              int64_t row, int64_t h, int64_t base, int64_t vi, T *dx,
+                                              compute_t<T> (&bsum)[kVec<T>]) {
+    using C = compute_t<T>;
+    constexpr int V = kVec<T>;
+    Vec<T> o, ob;
+#pragma unroll
+    for (int k = 0; k < V; ++k) o.v[k] = to_storage<T>(val[k]);
+    if constexpr (kBranch) {
+        const uint32_t thr = branch.site.threshold;
+        if (thr != 0u) {
+            const RowDropout<T> rd(branch.site, row, h, vi);
+#pragma unroll
+            for (int k = 0; k < V; ++k) ob.v[k] = to_storage<T>(rd.keep(k, thr) ? val[k] * C(branch.site.scale) : C(0));
+        } else {
+            ob = o;
+        }
+        reinterpret_cast<Vec<T> *>(branch.out + base)[vi] = ob;
+#pragma unroll
+        for (int k = 0; k < V; ++k) bsum[k] += to_compute(ob.v[k]);
+    }
+    reinterpret_cast<Vec<T> *>(dx + base)[vi] = o;
 }
 
 // v1 (kPacked false), v2 (kPacked true) and v3 (v2 in 128 registers, two blocks per SM); non-invertible
@@ -106,17 +157,11 @@ __global__ void __launch_bounds__(32 * kRows, kMinBlocks)
 #pragma unroll
         for (int j = 0; j < VPL; ++j) {
             const Vec<T> gm = reinterpret_cast<const Vec<T> *>(gamma)[lane + 32 * j];
+            C g[V], xh[V];
+            first_pass_vec<T>(d[j], xv[j], gm, mu, rs, sg, sgx, s.g[j], s.b[j], g, xh);
+            if constexpr (!kPacked)
 #pragma unroll
-            for (int k = 0; k < V; ++k) {
-                const C dk = to_compute(d[j].v[k]);
-                const C g = to_compute(gm.v[k]) * dk;
-                const C xh = (to_compute(xv[j].v[k]) - mu) * rs;
-                sg += g;
-                sgx += g * xh;
-                s.g[j][k] = fma(dk, xh, s.g[j][k]);
-                s.b[j][k] += dk;
-                if constexpr (!kPacked) ga[j][k] = g, xa[j][k] = xh;
-            }
+                for (int k = 0; k < V; ++k) ga[j][k] = g[k], xa[j][k] = xh[k];
         }
         const C mg = warp_sum(sg) / C(h);
         const C mgx = warp_sum(sgx) / C(h);
@@ -126,7 +171,6 @@ __global__ void __launch_bounds__(32 * kRows, kMinBlocks)
             if (!kPacked && dresid) rv[j] = reinterpret_cast<const Vec<T> *>(dresid + base)[vi];
             Vec<T> gm{};
             if constexpr (kPacked) gm = reinterpret_cast<const Vec<T> *>(gamma)[vi];
-            Vec<T> o, ob;
             C val[V];
 #pragma unroll
             for (int k = 0; k < V; ++k) {
@@ -139,28 +183,78 @@ __global__ void __launch_bounds__(32 * kRows, kMinBlocks)
                 }
                 val[k] = rs * (g - mg - xh * mgx);
                 if (dresid) val[k] += to_compute(rv[j].v[k]);
-                o.v[k] = to_storage<T>(val[k]);
             }
-            if constexpr (kBranch) {
-                const uint32_t thr = branch.site.threshold;
-                if (thr != 0u) {
-                    const RowDropout<T> rd(branch.site, row, h, vi);
-#pragma unroll
-                    for (int k = 0; k < V; ++k)
-                        ob.v[k] = to_storage<T>(rd.keep(k, thr) ? val[k] * C(branch.site.scale) : C(0));
-                } else {
-                    ob = o;
-                }
-                reinterpret_cast<Vec<T> *>(branch.out + base)[vi] = ob;
-#pragma unroll
-                for (int k = 0; k < V; ++k) s.br[j][k] += to_compute(ob.v[k]);
-            }
-            reinterpret_cast<Vec<T> *>(dx + base)[vi] = o;
+            store_row_vec<T, kBranch>(val, branch, row, h, base, vi, dx, s.br[j]);
         }
     }
-    flush(s.g, red, partial, h);
-    flush(s.b, red, partial + chunks * h, h);
-    if (kBranch && bias_partial) flush(s.br, red, bias_partial, h);
+    const int y = threadIdx.x >> 5;
+    flush(s.g, red, partial, h, y);
+    flush(s.b, red, partial + chunks * h, h, y);
+    if (kBranch && bias_partial) flush(s.br, red, bias_partial, h, y);
+}
+
+// v4: two warps per row (warp 2y + q of the block takes vector half q of row lane y's rows), 16 warps
+// per block: half v2's registers per thread and twice its warps per SM. The pair's row sums meet in
+// shared memory behind a named barrier per row lane (two slots, alternating rows). The column sums
+// keep v2's order (the library's bits); the row sums are added in another order (dx may differ).
+template <typename T, int VPL, bool kBranch>
+__global__ void __launch_bounds__(64 * kRows, 1)
+    ln_bwd_pair(const T *dy, const T *__restrict__ x, const T *__restrict__ gamma, const compute_t<T> *mean,
+                const compute_t<T> *rstd, const T *dresid, T *dx, int64_t n, int64_t h, int64_t R, int64_t chunks,
+                LnBwdBranch<T> branch, compute_t<T> *partial, compute_t<T> *bias_partial) {
+    DST_GRID_DEPENDENCY();
+    using C = compute_t<T>;
+    constexpr int V = kVec<T>, HV = VPL / 2;
+    static_assert(VPL % 2 == 0 && 32 * VPL * V <= kMaxCols, "two halves of whole vectors per lane");
+    __shared__ C red[kRows * kMaxCols];
+    __shared__ C pair[kRows][2][2][2];  // [row lane][slot][half][Σg, Σg·x̂]
+    const int lane = threadIdx.x & 31, y = threadIdx.x >> 6, q = (threadIdx.x >> 5) & 1;
+    const int64_t vi0 = q * (h / V / 2);
+    const int64_t r0 = int64_t(blockIdx.x) * R, r1 = r0 + R < n ? r0 + R : n;
+    Sums<C, HV, V> s;
+    int slot = 0;
+    for (int64_t row = r0 + y; row < r1; row += kRows, slot ^= 1) {
+        const int64_t base = row * h;
+        Vec<T> d[HV], xv[HV], rv[HV];
+#pragma unroll
+        for (int j = 0; j < HV; ++j) {
+            const int64_t vi = vi0 + lane + 32 * j;
+            d[j] = reinterpret_cast<const Vec<T> *>(dy + base)[vi];
+            xv[j] = reinterpret_cast<const Vec<T> *>(x + base)[vi];
+            if (dresid) rv[j] = reinterpret_cast<const Vec<T> *>(dresid + base)[vi];
+        }
+        const C rs = rstd[row], mu = mean[row];
+        C sg = 0, sgx = 0;
+#pragma unroll
+        for (int j = 0; j < HV; ++j) {
+            const Vec<T> gm = reinterpret_cast<const Vec<T> *>(gamma)[vi0 + lane + 32 * j];
+            C g[V], xh[V];
+            first_pass_vec<T>(d[j], xv[j], gm, mu, rs, sg, sgx, s.g[j], s.b[j], g, xh);
+        }
+        sg = warp_sum(sg);
+        sgx = warp_sum(sgx);
+        if (lane == 0) pair[y][slot][q][0] = sg, pair[y][slot][q][1] = sgx;
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + y), "r"(64) : "memory");
+        const C mg = (pair[y][slot][0][0] + pair[y][slot][1][0]) / C(h);
+        const C mgx = (pair[y][slot][0][1] + pair[y][slot][1][1]) / C(h);
+#pragma unroll
+        for (int j = 0; j < HV; ++j) {
+            const int64_t vi = vi0 + lane + 32 * j;
+            const Vec<T> gm = reinterpret_cast<const Vec<T> *>(gamma)[vi];
+            C val[V];
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const C g = to_compute(gm.v[k]) * to_compute(d[j].v[k]);
+                const C xh = (to_compute(xv[j].v[k]) - mu) * rs;
+                val[k] = rs * (g - mg - xh * mgx);
+                if (dresid) val[k] += to_compute(rv[j].v[k]);
+            }
+            store_row_vec<T, kBranch>(val, branch, row, h, base, vi, dx, s.br[j]);
+        }
+    }
+    flush(s.g, red, partial, h, y, vi0);
+    flush(s.b, red, partial + chunks * h, h, y, vi0);
+    if (kBranch && bias_partial) flush(s.br, red, bias_partial, h, y, vi0);
 }
 
 template <typename T>
@@ -227,6 +321,23 @@ void run_chunk(Bufs<T> &b, bool ln2, const DropoutSite &site) {
         LAB_CUDA(launch_dependent(layernorm_param_finalize_kernel<T>, unsigned((b.h + kTileCols - 1) / kTileCols),
                                   dim3(kTileCols, kRowLanes), 0, nullptr, static_cast<const C *>(bias_partial),
                                   b.bias, static_cast<T *>(nullptr), b.h, chunks, false));
+}
+
+// v4: the pair kernel (VPL ≥ 2), then the finalisations as v1/v2.
+template <typename T, int VPL>
+void run_pair(Bufs<T> &b, bool ln2, const DropoutSite &site) {
+    using C = compute_t<T>;
+    const dst_dtype dt = std::is_same<T, __half>::value ? DST_DTYPE_FP16 : DST_DTYPE_BF16;
+    const int64_t chunks = colsum::chunk_count(b.n), R = colsum::rows_per_chunk(b.n);
+    C *bias_partial = ln2 ? b.ws + 2 * chunks * b.h : nullptr;
+    const LnBwdBranch<T> br{ln2 ? b.branch : nullptr, ln2 ? site : DropoutSite{}};
+    auto k = ln2 ? ln_bwd_pair<T, VPL, true> : ln_bwd_pair<T, VPL, false>;
+    LAB_CUDA(launch_dependent(k, unsigned(chunks), 64 * kRows, 0, nullptr, b.dy, b.x, b.gamma, b.mean, b.rstd, b.dresid,
+                              b.dx, b.n, b.h, R, chunks, br, b.ws, bias_partial));
+    LAB_CUDA(launch_dependent(layernorm_param_finalize_kernel<T>, unsigned((b.h + kTileCols - 1) / kTileCols),
+                              dim3(kTileCols, kRowLanes), 0, nullptr, static_cast<const C *>(b.ws), b.dgamma,
+                              b.dbeta, b.h, chunks, false));
+    if (ln2) LAB_CUDA(column_sum_finalize(nullptr, dt, bias_partial, b.bias, b.n, b.h, false));
 }
 
 template <typename F>
@@ -340,13 +451,21 @@ int run_dtype(const char *name, int64_t n, int64_t h) {
         clear();
         run_chunk<T, VPL, true, 2>(b, ln2, site);
         check("v3", false);
+        if constexpr (VPL >= 2) {
+            clear();
+            run_pair<T, VPL>(b, ln2, site);
+            check("v4", true);
+        }
         const double mb = double(count) * sizeof(T) * (ln2 ? 5 : 4) / 1e6;  // dy, x, dresid in; dx (branch) out
         const float t0 = time_us([&] { run_library(b, ln2, site); });
         const float t1 = time_us([&] { run_chunk<T, VPL, false>(b, ln2, site); });
         const float t2 = time_us([&] { run_chunk<T, VPL, true>(b, ln2, site); });
         const float t3 = time_us([&] { run_chunk<T, VPL, true, 2>(b, ln2, site); });
-        std::printf("  us per call, %-27s library %6.1f  v1 %6.1f  v2 %6.1f  v3 %6.1f  (%.0f MB: %.2f %.2f %.2f %.2f TB/s)\n",
-                    form, t0, t1, t2, t3, mb, mb / t0, mb / t1, mb / t2, mb / t3);  // MB per µs = TB/s
+        float t4 = 0;  // v4 needs two vectors per lane
+        if constexpr (VPL >= 2) t4 = time_us([&] { run_pair<T, VPL>(b, ln2, site); });
+        std::printf("  us per call, %-27s library %6.1f  v1 %6.1f  v2 %6.1f  v3 %6.1f  v4 %6.1f  (%.0f MB: %.2f %.2f "
+                    "%.2f %.2f %.2f TB/s)\n",
+                    form, t0, t1, t2, t3, t4, mb, mb / t0, mb / t1, mb / t2, mb / t3, t4 > 0 ? mb / t4 : 0.0);
     }
     for (T **p : rows_bufs) LAB_CUDA(cudaFree(*p));
     for (T **p : col_bufs) LAB_CUDA(cudaFree(*p));
