@@ -184,6 +184,17 @@ __global__ void dropout_rows_kernel(const T *a, const T *residual, T *y, int64_t
     }
 }
 
+// The keep words of site elements pe … pe + 4·G − 1 (pe a multiple of 4): G Philox groups, drawn only
+// for an active site (threshold ≠ 0; zeros otherwise). Element pe + k is kept iff r[k / 4].v[k % 4] ≥
+// threshold.
+template <int G>
+__device__ __forceinline__ void dropout_words(uint64_t seed, uint64_t offset, uint64_t pe, uint32_t threshold,
+                                              Philox4 (&r)[G]) {
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+        r[g] = threshold != 0u ? philox_dropout_block(seed, offset, (pe >> 2) + uint64_t(g)) : Philox4{{0u, 0u, 0u, 0u}};
+}
+
 // Dropout (+ residual) over 16-byte vectors (fp32, fp16, bf16; every pointer 16-byte aligned): thread
 // i of the grid takes vector i, elements e = i·V … i·V + V − 1 of the buffer, which are elements
 // pe … of the site (pe = e, or with a row map rows[e / L]·L + e mod L, L a multiple of V), i.e. its
@@ -205,9 +216,7 @@ __global__ void dropout_vec_kernel(const T *a, const T *residual, T *y, int64_t 
         Vec<T> vr{}, out;
         if (residual) vr = reinterpret_cast<const Vec<T> *>(residual)[tid];
         Philox4 r[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-            r[g] = threshold != 0u ? philox_dropout_block(seed, offset, (pe >> 2) + uint64_t(g)) : Philox4{{0u, 0u, 0u, 0u}};
+        dropout_words<G>(seed, offset, pe, threshold, r);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             C v = to_compute(va.v[k]);
@@ -244,9 +253,7 @@ __global__ void __launch_bounds__(colsum::kTileThreads *colsum::kRowLanes)
         const uint64_t pe = (rows ? uint64_t(rows[r]) : uint64_t(r)) * uint64_t(m) + uint64_t(c);
         const Vec<T> va = *reinterpret_cast<const Vec<T> *>(dy + i);
         Philox4 q[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-            q[g] = threshold != 0u ? philox_dropout_block(seed, offset, (pe >> 2) + uint64_t(g)) : Philox4{{0u, 0u, 0u, 0u}};
+        dropout_words<G>(seed, offset, pe, threshold, q);
         Vec<T> out;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
