@@ -8,22 +8,22 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define LAB_CUDA(x)                                                                                   \
-    do {                                                                                              \
-        const cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                      \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));  \
-            std::exit(1);                                                                             \
-        }                                                                                             \
+// Where and what failed, then the lab's end.
+[[noreturn]] inline void lab_fail(const char *file, int line, const char *call, const char *what, int code) {
+    std::fprintf(stderr, "%s:%d: %s: %s (%d)\n", file, line, call, what, code);
+    std::exit(1);
+}
+
+#define LAB_CUDA(x)                                                                              \
+    do {                                                                                         \
+        const cudaError_t e_ = (x);                                                              \
+        if (e_ != cudaSuccess) lab_fail(__FILE__, __LINE__, #x, cudaGetErrorString(e_), int(e_)); \
     } while (0)
 // For a file that includes cublasLt.h (or cublas_v2.h) before this header.
-#define LAB_LT(x)                                                                                     \
-    do {                                                                                              \
-        const cublasStatus_t s_ = (x);                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                            \
-            std::fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, int(s_));   \
-            std::exit(1);                                                                             \
-        }                                                                                             \
+#define LAB_LT(x)                                                                                \
+    do {                                                                                         \
+        const cublasStatus_t s_ = (x);                                                           \
+        if (s_ != CUBLAS_STATUS_SUCCESS) lab_fail(__FILE__, __LINE__, #x, "cuBLAS status", int(s_));  \
     } while (0)
 
 #endif  // DST_KERNELS_DEV_LAB_CHECK_CUH
