@@ -40,7 +40,8 @@ bool gemm_gelu_runs(dst_dtype dt, GemmGeluKind kind, int64_t n, int64_t k, int64
                     int nptrs);
 
 // The launchers (kernels/cutlass/gemm_gelu_{fp16,bf16}.cu). `sm_count`: the device's multiprocessors
-// (the persistent tile scheduler's grid).
+// (the persistent tile scheduler's grid). A build without them defines all four (CudaBackend's file):
+// the queries answer false, the launchers return cudaErrorNotSupported.
 cudaError_t gemm_bias_gelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *x, const void *w,
                            const void *b, void *y, void *u, int64_t n, int64_t k, int64_t m, int sm_count);
 cudaError_t gemm_dgelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dy, const void *w,

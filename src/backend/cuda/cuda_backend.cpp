@@ -826,6 +826,24 @@ bool CudaBackend::fused_gemm_built() {
 #endif
 }
 
+#ifndef DST_WITH_CUTLASS
+// A build without kernels/cutlass/ (no CUTLASS headers, or no sm_90 among the architectures): the
+// queries of kernels/gemm_gelu.cuh answer false and the launchers refuse, so that code asking them
+// (the backend above, the op tests) links and takes the cuBLASLt path.
+namespace cuda {
+bool gemm_gelu_shape_ok(dst_dtype, GemmGeluKind, int64_t, int64_t, int64_t) { return false; }
+bool gemm_gelu_runs(dst_dtype, GemmGeluKind, int64_t, int64_t, int64_t, const void *const *, int) { return false; }
+cudaError_t gemm_bias_gelu(cudaStream_t, dst_dtype, dst_gelu, const void *, const void *, const void *, void *, void *,
+                           int64_t, int64_t, int64_t, int) {
+    return cudaErrorNotSupported;
+}
+cudaError_t gemm_dgelu(cudaStream_t, dst_dtype, dst_gelu, const void *, const void *, const void *, void *, int64_t,
+                       int64_t, int64_t, int) {
+    return cudaErrorNotSupported;
+}
+}  // namespace cuda
+#endif
+
 dst_status CudaBackend::dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
                                              int64_t count, const DropoutSite &site) {
     DST_TRY(activate());
