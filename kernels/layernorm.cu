@@ -14,6 +14,8 @@
 // Arithmetic in compute_t<T>; one rounding on store.
 #include "kernels/layernorm.cuh"
 
+#include "kernels/bias.cuh"
+
 #include "kernels/column_partial.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/launch.cuh"
@@ -214,6 +216,36 @@ __global__ void layernorm_bwd_dx_kernel(const T *dy, const T *__restrict__ xy,
     }
 }
 
+// Vector vi of row `row` of dx from its values before rounding, and with kBranch the branch gradient
+// dropout'(dx) from the same values; with kSums the branch as stored is also added to bsum (the bias
+// gradient's column sums). The warp and split forms' one store.
+template <typename T, bool kBranch, bool kSums = false>
+__device__ __forceinline__ void ln_bwd_store_vec(const compute_t<T> (&val)[kVec<T>], const LnBwdBranch<T> &branch,
+                                                 int64_t row, int64_t h, int64_t base, int64_t vi, T *dx,
+                                                 compute_t<T> (&bsum)[kVec<T>]) {
+    using C = compute_t<T>;
+    constexpr int V = kVec<T>;
+    Vec<T> o, ob;
+#pragma unroll
+    for (int k = 0; k < V; ++k) o.v[k] = to_storage<T>(val[k]);
+    if constexpr (kBranch) {
+        const uint32_t thr = branch.site.threshold;
+        const C scale = C(branch.site.scale);
+        if (thr != 0u) {
+            const RowDropout<T> rd(branch.site, row, h, vi);
+#pragma unroll
+            for (int k = 0; k < V; ++k) ob.v[k] = to_storage<T>(rd.keep(k, thr) ? val[k] * scale : C(0));
+        } else {
+            ob = o;
+        }
+        reinterpret_cast<Vec<T> *>(branch.out + base)[vi] = ob;
+        if constexpr (kSums)
+#pragma unroll
+            for (int k = 0; k < V; ++k) bsum[k] += to_compute(ob.v[k]);
+    }
+    reinterpret_cast<Vec<T> *>(dx + base)[vi] = o;
+}
+
 template <typename T, int VPL, bool kBranch>
 __global__ void layernorm_bwd_dx_warp_kernel(const T *dy, const T *__restrict__ xy, bool invertible,
                                              const T *__restrict__ gamma, const T *__restrict__ beta,
@@ -254,28 +286,15 @@ __global__ void layernorm_bwd_dx_warp_kernel(const T *dy, const T *__restrict__ 
 #pragma unroll
     for (int j = 0; j < VPL; ++j) {
         const int64_t vi = lane + 32 * j;
-        Vec<T> r{}, o, ob;
+        Vec<T> r{};
         if (dresid) r = reinterpret_cast<const Vec<T> *>(dresid + base)[vi];
-        C val[V];
+        C val[V], unused[V];
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             val[k] = rs * (g[j][k] - mg - xh[j][k] * mgx);
             if (dresid) val[k] += to_compute(r.v[k]);
-            o.v[k] = to_storage<T>(val[k]);
         }
-        if constexpr (kBranch) {
-            const uint32_t thr = branch.site.threshold;
-            const C scale = C(branch.site.scale);
-            if (thr != 0u) {
-                const RowDropout<T> rd(branch.site, row, h, vi);
-#pragma unroll
-                for (int k = 0; k < V; ++k) ob.v[k] = to_storage<T>(rd.keep(k, thr) ? val[k] * scale : C(0));
-            } else {
-                ob = o;
-            }
-            reinterpret_cast<Vec<T> *>(branch.out + base)[vi] = ob;
-        }
-        reinterpret_cast<Vec<T> *>(dx + base)[vi] = o;
+        ln_bwd_store_vec<T, kBranch>(val, branch, row, h, base, vi, dx, unused);
     }
 }
 
@@ -326,7 +345,9 @@ __global__ void layernorm_param_partial_kernel(const T *__restrict__ dy, const T
             const C mu = invertible ? C(0) : mean[r], rs = rstd[r];
 #pragma unroll
             for (int k = 0; k < V; ++k) {
-                sg[k] += d.v[k] * (invertible ? (x.v[k] - bt[k]) / gm[k] : (x.v[k] - mu) * rs);
+                // one fma, written out: the split form computes the same, so both give the same bits
+                // whatever ptxas would contract (the 16-bit and fp64 kernels' SASS is as before)
+                sg[k] = fma(d.v[k], invertible ? (x.v[k] - bt[k]) / gm[k] : (x.v[k] - mu) * rs, sg[k]);
                 sb[k] += d.v[k];
             }
         }
@@ -378,6 +399,116 @@ __global__ void layernorm_param_finalize_kernel(const compute_t<T> *__restrict__
         if (dgamma) dgamma[c] = to_storage<T>(accumulate ? to_compute(dgamma[c]) + tg : tg);
         if (dbeta) dbeta[c] = to_storage<T>(accumulate ? to_compute(dbeta[c]) + tb : tb);
     }
+}
+
+// The row lanes' column sums of a block into its chunk's partial row, added in row-lane order (the order
+// of layernorm_param_partial_kernel and column_partial's lane reduction): row lane y's lane `lane` holds
+// the sums of the columns of vectors vi0 + lane + 32·j of the row (J vectors of V). `red` holds
+// kRowLanes·h words; element (vector v, column k) of lane y goes to y·h + k·(h/V) + v, so that a
+// warp's stores are consecutive words. Every thread of the block calls it.
+template <typename C, int J, int V>
+__device__ __forceinline__ void flush_lane_sums(const C (&a)[J][V], C *red, C *out, int64_t h, int y, int64_t vi0) {
+    const int lane = threadIdx.x & 31;
+    const int64_t nv = h / V;
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int k = 0; k < V; ++k) red[y * h + k * nv + vi0 + lane + 32 * j] = a[j][k];
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
+        C t = red[i];
+        for (int w = 1; w < kRowLanes; ++w) t += red[w * h + i];
+        out[int64_t(blockIdx.x) * h + (i % nv) * V + i / nv] = t;
+    }
+    __syncthreads();
+}
+
+// The one-pass backward (the split form, kernels/dev/layernorm_lab.cu's v4 and v5): dx, the branch, and
+// the column partial sums of dy·x̂, dy and the stored branch from one read of dy, x and dresid (x̂ from
+// the input and its statistics; normalize_invertible's x̂ = (y − β)/γ takes the separate passes).
+// A block per row chunk of kernels/column_partial.cuh (chunk_count(n) blocks, rows_per_chunk rows
+// each); its kRowLanes row lanes take rows r0 + y, r0 + y + kRowLanes, … in order, as the column sums'
+// lanes do, each row split over kSplit warps (warp kSplit·y + q takes the q-th of its kSplit equal
+// parts: 32·VPL/kSplit vectors, lane l the vectors q·32·HV + l + 32·j). A row's two sums are the parts'
+// warp sums added in part order, met in shared memory behind a named barrier per row lane (two slots,
+// alternating rows). The column sums stay in registers (HV·kVec<T> columns per thread) until the
+// block adds its row lanes in order into the chunk's partial row: the bits of the γ/β partial pass
+// (explicit fma for dy·x̂, as that kernel's contraction) and of column_sum over the stored branch.
+// One block per SM at BERT sizes (the grid is the chunk count), so the block's size is what puts warps
+// in flight: 8·kSplit warps, at 1/kSplit of the warp form's registers per row.
+template <typename T, int VPL, bool kBranch, int kSplit>
+__global__ void __launch_bounds__(32 * kSplit * kRowLanes, 1)
+    layernorm_bwd_split_kernel(const T *dy, const T *__restrict__ x, const T *__restrict__ gamma,
+                               const compute_t<T> *__restrict__ mean,
+                               const compute_t<T> *__restrict__ rstd, const T *dresid, T *dx, int64_t n, int64_t h,
+                               int64_t R, int64_t chunks, LnBwdBranch<T> branch, compute_t<T> *__restrict__ partial,
+                               compute_t<T> *__restrict__ bias_partial) {
+    DST_GRID_DEPENDENCY();
+    using C = compute_t<T>;
+    constexpr int V = kVec<T>, HV = VPL / kSplit, W = 32 * VPL * V;  // W: the row length h
+    static_assert(VPL % kSplit == 0, "kSplit parts of whole vectors per lane");
+    __shared__ C red[kRowLanes * W];
+    __shared__ C part[kRowLanes][2][kSplit][2];  // [row lane][slot][part][Σg, Σg·x̂]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, y = warp / kSplit, q = warp % kSplit;
+    const int64_t vi0 = int64_t(q) * 32 * HV;
+    const int64_t r0 = int64_t(blockIdx.x) * R, r1 = r0 + R < n ? r0 + R : n;
+    C sgam[HV][V], sbet[HV][V], sbr[HV][V];
+#pragma unroll
+    for (int j = 0; j < HV; ++j)
+#pragma unroll
+        for (int k = 0; k < V; ++k) sgam[j][k] = sbet[j][k] = sbr[j][k] = C(0);
+    int slot = 0;
+    for (int64_t row = r0 + y; row < r1; row += kRowLanes, slot ^= 1) {
+        const int64_t base = row * h;
+        Vec<T> d[HV], xv[HV], rv[HV];
+#pragma unroll
+        for (int j = 0; j < HV; ++j) {
+            const int64_t vi = vi0 + lane + 32 * j;
+            d[j] = reinterpret_cast<const Vec<T> *>(dy + base)[vi];
+            xv[j] = reinterpret_cast<const Vec<T> *>(x + base)[vi];
+            if (dresid) rv[j] = reinterpret_cast<const Vec<T> *>(dresid + base)[vi];
+        }
+        const C rs = rstd[row], mu = mean[row];
+        C sg = 0, sgx = 0;
+#pragma unroll
+        for (int j = 0; j < HV; ++j) {
+            const Vec<T> gm = reinterpret_cast<const Vec<T> *>(gamma)[vi0 + lane + 32 * j];
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const C dk = to_compute(d[j].v[k]), g = to_compute(gm.v[k]) * dk;
+                const C xh = (to_compute(xv[j].v[k]) - mu) * rs;
+                sg += g;
+                sgx += g * xh;
+                sgam[j][k] = fma(dk, xh, sgam[j][k]);
+                sbet[j][k] += dk;
+            }
+        }
+        sg = warp_sum(sg);
+        sgx = warp_sum(sgx);
+        if (lane == 0) part[y][slot][q][0] = sg, part[y][slot][q][1] = sgx;
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + y), "r"(32 * kSplit) : "memory");
+        C tg = part[y][slot][0][0], tgx = part[y][slot][0][1];
+#pragma unroll
+        for (int i = 1; i < kSplit; ++i) tg += part[y][slot][i][0], tgx += part[y][slot][i][1];
+        const C mg = tg / C(h), mgx = tgx / C(h);
+#pragma unroll
+        for (int j = 0; j < HV; ++j) {
+            const int64_t vi = vi0 + lane + 32 * j;
+            const Vec<T> gm = reinterpret_cast<const Vec<T> *>(gamma)[vi];  // again, from L1
+            C val[V];
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const C g = to_compute(gm.v[k]) * to_compute(d[j].v[k]);
+                const C xh = (to_compute(xv[j].v[k]) - mu) * rs;
+                val[k] = rs * (g - mg - xh * mgx);
+                if (dresid) val[k] += to_compute(rv[j].v[k]);
+            }
+            ln_bwd_store_vec<T, kBranch, true>(val, branch, row, h, base, vi, dx, sbr[j]);
+        }
+    }
+    flush_lane_sums(sgam, red, partial, h, y, vi0);
+    flush_lane_sums(sbet, red, partial + chunks * h, h, y, vi0);
+    if (kBranch && bias_partial) flush_lane_sums(sbr, red, bias_partial, h, y, vi0);
 }
 
 // Rows of 32·VPL vectors per warp, for the warp forms (0: the block form).
@@ -456,24 +587,69 @@ cudaError_t dropout_residual_layernorm_fwd(cudaStream_t stream, dst_dtype dt, co
     });
 }
 
-size_t layernorm_bwd_workspace(dst_dtype dt, int64_t n, int64_t h) {
-    return static_cast<size_t>(2 * chunk_count(n) * h) * compute_size(dt);
+size_t layernorm_bwd_workspace(dst_dtype dt, int64_t n, int64_t h, bool branch_sums) {
+    return static_cast<size_t>((branch_sums ? 3 : 2) * chunk_count(n) * h) * compute_size(dt);
 }
 
 cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *xy,
                          bool invertible, const void *gamma, const void *beta, const void *mean,
                          const void *rstd, const void *dresid, void *dx, void *dgamma, void *dbeta,
                          int64_t n, int64_t h, bool accumulate, void *workspace, const DropoutSite *branch_site,
-                         void *branch_out) {
+                         void *branch_out, void *branch_db, int one_pass_split, bool *one_pass_ran) {
+    if (one_pass_ran) *one_pass_ran = false;
     if (h <= 0) return cudaSuccess;
     const int64_t chunks = chunk_count(n);
     const int64_t rows_per_chunk = colsum::rows_per_chunk(n);
-    return dispatch_dtype(dt, [&](auto tag) {
+    bool bias_done = false;  // the one-pass form took the branch's column sums
+    const cudaError_t e = dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
         const T *dy_t = static_cast<const T *>(dy), *xy_t = static_cast<const T *>(xy);
         const T *g_t = static_cast<const T *>(gamma), *b_t = static_cast<const T *>(beta);
         const C *mean_c = static_cast<const C *>(mean), *rstd_c = static_cast<const C *>(rstd);
+        const bool branch = branch_out != nullptr;
+        const LnBwdBranch<T> br{static_cast<T *>(branch_out), branch ? *branch_site : DropoutSite{}};
+        const int vpl = aligned16(dy) && aligned16(xy) && aligned16(gamma) && (!invertible || aligned16(beta)) &&
+                                aligned16(dx) && (!dresid || aligned16(dresid)) &&
+                                (!branch || (sizeof(T) <= 4 && aligned16(branch_out) &&
+                                             (!br.site.rows || br.site.row_len == h)))
+                            ? warp_vpl<T>(h)
+                            : 0;
+        // The one-pass form: 16-bit and fp32 rows of 2 or 4 vectors per lane, with the γ/β sums.
+        if constexpr (sizeof(T) <= 4) {
+            const int split = (vpl == 2 || vpl == 4) && one_pass_split > 0 ? (one_pass_split == 4 && vpl == 4 ? 4 : 2)
+                                                                             : 0;
+            if (split && !invertible && n > 0 && dx && (dgamma || dbeta)) {
+                C *partial = static_cast<C *>(workspace);
+                C *bias_partial = branch && branch_db ? partial + 2 * chunks * h : nullptr;
+                auto pick = [&](auto vpl_c, auto branch_c, auto split_c) {
+                    return layernorm_bwd_split_kernel<T, decltype(vpl_c)::value, decltype(branch_c)::value,
+                                                      decltype(split_c)::value>;
+                };
+                using I2 = std::integral_constant<int, 2>;
+                using I4 = std::integral_constant<int, 4>;
+                using Yes = std::true_type;
+                using No = std::false_type;
+                auto k = vpl == 2 ? (branch ? pick(I2{}, Yes{}, I2{}) : pick(I2{}, No{}, I2{}))
+                         : split == 2 ? (branch ? pick(I4{}, Yes{}, I2{}) : pick(I4{}, No{}, I2{}))
+                                      : (branch ? pick(I4{}, Yes{}, I4{}) : pick(I4{}, No{}, I4{}));
+                DST_KERNEL_CHECK(launch_dependent(k, static_cast<unsigned>(chunks), 32 * split * kRowLanes, 0, stream,
+                                                  dy_t, xy_t, g_t, mean_c, rstd_c, static_cast<const T *>(dresid),
+                                                  static_cast<T *>(dx), n, h,
+                                                  rows_per_chunk, chunks, br, partial, bias_partial));
+                DST_KERNEL_CHECK(launch_dependent(layernorm_param_finalize_kernel<T>,
+                                                  static_cast<unsigned>((h + kTileCols - 1) / kTileCols),
+                                                  dim3(kTileCols, kRowLanes), 0, stream,
+                                                  static_cast<const C *>(partial), static_cast<T *>(dgamma),
+                                                  static_cast<T *>(dbeta), h, chunks, accumulate));
+                if (bias_partial) {
+                    DST_KERNEL_CHECK(column_sum_finalize(stream, dt, bias_partial, branch_db, n, h, accumulate));
+                    bias_done = true;
+                }
+                if (one_pass_ran) *one_pass_ran = true;
+                return cudaSuccess;
+            }
+        }
         // γ/β gradients first: dx may alias dy or dresid (stream order makes the reads come first).
         if (dgamma || dbeta) {
             C *partial = static_cast<C *>(workspace);
@@ -493,14 +669,6 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
                                               static_cast<T *>(dgamma), static_cast<T *>(dbeta), h, chunks,
                                               accumulate));
         }
-        const bool branch = branch_out != nullptr;
-        const LnBwdBranch<T> br{static_cast<T *>(branch_out), branch ? *branch_site : DropoutSite{}};
-        const int vpl = aligned16(dy) && aligned16(xy) && aligned16(gamma) && (!invertible || aligned16(beta)) &&
-                                aligned16(dx) && (!dresid || aligned16(dresid)) &&
-                                (!branch || (sizeof(T) <= 4 && aligned16(branch_out) &&
-                                             (!br.site.rows || br.site.row_len == h)))
-                            ? warp_vpl<T>(h)
-                            : 0;
         if (n > 0 && dx && vpl) {
             const unsigned grid = static_cast<unsigned>((n + kWarpRows - 1) / kWarpRows);
             auto pick = [&](auto flag) {
@@ -521,6 +689,10 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
         }
         return cudaSuccess;
     });
+    if (e != cudaSuccess || !branch_out || !branch_db || bias_done) return e;
+    // The separate passes: the branch's column sums after the rest (the workspace's γ/β partials have
+    // been read by then, in stream order).
+    return column_sum(stream, dt, branch_out, branch_db, n, h, accumulate, workspace);
 }
 
 }  // namespace cuda

@@ -28,8 +28,10 @@
 #                                            # separate GEMM and GELU kernels; the default runs fused)
 #   bash tools/gpu-session.sh layernorm-lab OUTDIR
 #                                            # kernels/dev/layernorm_lab (the LayerNorm backward's passes
-#                                            # against one-pass forms: checks and times), then the same
-#                                            # under compute-sanitizer memcheck at 1031 rows
+#                                            # against one-pass forms: checks and times), the same under
+#                                            # compute-sanitizer memcheck at 1031 rows, the LayerNorm op
+#                                            # tests (one-pass cases included), then the CudaLayer tests
+#                                            # with the one-pass form on (DST_LN_ONE_PASS=4, then 2)
 #   bash tools/gpu-session.sh multi OUTDIR   # on a host with several GPUs (carry .gpu-deps): dst-pretrain
 #                                            # and test_cuda_layer built, the two-device layer tests, then
 #                                            # bench/multi_gpu.py (correctness against one GPU, scaling
@@ -116,15 +118,25 @@ gemm-gelu)
         --output-on-failure -j8 --timeout 180
     ;;
 layernorm-lab)
-    # The lab is one translation unit (it includes the kernels' files): no library build.
-    step build 200 "$out/build.log" bash -c "cmake -S . -B '$DST_GPU_BUILD_DIR' -G Ninja \
+    # The lab (one translation unit that includes the kernels' files) first, then the tests.
+    step build-lab 120 "$out/build.log" bash -c "cmake -S . -B '$DST_GPU_BUILD_DIR' -G Ninja \
         -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_PRETRAIN=OFF \
         -DDST_BUILD_KERNEL_LAB=ON -DPython_EXECUTABLE=\$(command -v python3) && \
         ninja -C '$DST_GPU_BUILD_DIR' -j16 layernorm_lab"
-    step layernorm_lab 90 "$out/layernorm_lab.txt" "$DST_GPU_BUILD_DIR/kernels/dev/layernorm_lab"
+    step layernorm_lab 60 "$out/layernorm_lab.txt" "$DST_GPU_BUILD_DIR/kernels/dev/layernorm_lab"
     # memcheck on a row count that ends inside a chunk (every version's indexing)
-    step memcheck 120 "$out/layernorm_lab_memcheck.txt" "$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)" \
+    step memcheck 90 "$out/layernorm_lab_memcheck.txt" "$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)" \
         --tool memcheck --error-exitcode 1 "$DST_GPU_BUILD_DIR/kernels/dev/layernorm_lab" 1031 1024
+    step build-tests 200 "$out/build_tests.log" ninja -C "$DST_GPU_BUILD_DIR" -j16 test_cuda_ops test_cuda_layer
+    step ln-ops 90 "$out/ln_ops.log" "$DST_GPU_BUILD_DIR/tests/cuda/test_cuda_ops" \
+        --gtest_filter='*layernorm*:*OnePass*:*BiasGradients*:*LayerNorm*'
+    for split in 4 2; do
+        limit=$((570 - SECONDS))
+        [ "$limit" -lt 30 ] && break
+        step "layer-split$split" "$limit" "$out/layer_split$split.log" env DST_LN_ONE_PASS=$split OMP_NUM_THREADS=2 \
+            OPENBLAS_NUM_THREADS=2 ctest --test-dir "$DST_GPU_BUILD_DIR" -L cuda -R 'CudaLayer' --output-on-failure \
+            -j8 --timeout 180
+    done
     ;;
 pretrain|multi)
     cases=${3:-fp16:128,fp16:512}

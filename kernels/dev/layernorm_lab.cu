@@ -19,11 +19,18 @@
 // v3: v2 with four times the chunks (another summation order) in at most 128 registers, so that two
 //     blocks (16 warps) share an SM.
 // v4: two warps per row (16 per block): v2's rows and column-sum order with half the registers per
-//     thread and twice the warps per SM (hidden 512 and 1024 in the 16-bit types).
+//     thread and twice the warps per SM (hidden 512 and 1024 in the 16-bit types). Now the library's
+//     one-pass form (layernorm_bwd's one_pass_split 2), which the lab runs.
+// v5: v4 with four warps per row (32 per block, at most 64 registers; one_pass_split 4): the same bytes in flight per
+//     row lane, but each warp's arithmetic between its loads a quarter of v2's, so that more of the
+//     SM's warps wait on memory at once (hidden 1024 in the 16-bit types). The grid is the column
+//     sums' chunk count (128 at 8192 rows), one block per SM, so only the block's size adds warps.
 // Prediction for the next device call (8192×1024 fp16, µs): library LN2 ~45 (27.9 + 11.75 + ~5, the
 // layer profile), LN1 ~32; v1 ~44 / ~33; v2 ~25–30 / ~20–24 if one memory wait per row is what v1
 // waits on; v3 and v4 ~20–24 / ~16–19 if warps in flight are the limit (near the ~4 TB/s of a copy);
-// no gain anywhere if the block's serial flush or the finalisations dominate.
+// no gain anywhere if the block's serial flush or the finalisations dominate. v5 (added later, with
+// ptxas's counts in hand: v4 at 128 registers, no spills; v3 spills 0.5–1.3 KB): ~2–4 µs under v4 if
+// v4's warps spend a third or more of a row's time in arithmetic and sums rather than waiting on loads.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -60,26 +67,6 @@ struct Sums {
     }
 };
 
-// The warps' sums of one quantity into the chunk's partial row, in row-lane order (the order of
-// layernorm_param_partial_kernel and column_partial's lane reduction).
-// Row lane y's lane `lane` holds the vectors vi0 + lane + 32·j of the row.
-template <typename C, int VPL, int V>
-__device__ void flush(const C (&a)[VPL][V], C *red, C *out, int64_t h, int y, int64_t vi0 = 0) {
-    const int lane = threadIdx.x & 31;
-    const int64_t nv = h / V;
-#pragma unroll
-    for (int j = 0; j < VPL; ++j)
-#pragma unroll
-        for (int k = 0; k < V; ++k) red[y * h + k * nv + vi0 + lane + 32 * j] = a[j][k];
-    __syncthreads();
-    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
-        C t = red[i];
-        for (int w = 1; w < kRows; ++w) t += red[w * h + i];
-        out[int64_t(blockIdx.x) * h + (i % nv) * V + i / nv] = t;
-    }
-    __syncthreads();
-}
-
 // The first pass over one vector of a row: g = γ·dy and x̂ (out), their row sums Σg and Σg·x̂, and the
 // column sums dy·x̂ (one fma, the library's partial-sum arithmetic) and dy.
 template <typename T>
@@ -98,33 +85,6 @@ __device__ __forceinline__ void first_pass_vec(const Vec<T> &d, const Vec<T> &xv
         cg[k] = fma(dk, xh[k], cg[k]);
         cb[k] += dk;
     }
-}
-
-// Vector vi of a row from its values before rounding: dx, and with kBranch the dropout branch (added,
-// as stored, to bsum: the bias sums).
-template <typename T, bool kBranch>
-__device__ __forceinline__ void store_row_vec(const compute_t<T> (&val)[kVec<T>], const LnBwdBranch<T> &branch,
-                                              int64_t row, int64_t h, int64_t base, int64_t vi, T *dx,
-                                              compute_t<T> (&bsum)[kVec<T>]) {
-    using C = compute_t<T>;
-    constexpr int V = kVec<T>;
-    Vec<T> o, ob;
-#pragma unroll
-    for (int k = 0; k < V; ++k) o.v[k] = to_storage<T>(val[k]);
-    if constexpr (kBranch) {
-        const uint32_t thr = branch.site.threshold;
-        if (thr != 0u) {
-            const RowDropout<T> rd(branch.site, row, h, vi);
-#pragma unroll
-            for (int k = 0; k < V; ++k) ob.v[k] = to_storage<T>(rd.keep(k, thr) ? val[k] * C(branch.site.scale) : C(0));
-        } else {
-            ob = o;
-        }
-        reinterpret_cast<Vec<T> *>(branch.out + base)[vi] = ob;
-#pragma unroll
-        for (int k = 0; k < V; ++k) bsum[k] += to_compute(ob.v[k]);
-    }
-    reinterpret_cast<Vec<T> *>(dx + base)[vi] = o;
 }
 
 // v1 (kPacked false), v2 (kPacked true) and v3 (v2 in 128 registers, two blocks per SM); non-invertible
@@ -184,77 +144,13 @@ __global__ void __launch_bounds__(32 * kRows, kMinBlocks)
                 val[k] = rs * (g - mg - xh * mgx);
                 if (dresid) val[k] += to_compute(rv[j].v[k]);
             }
-            store_row_vec<T, kBranch>(val, branch, row, h, base, vi, dx, s.br[j]);
+            ln_bwd_store_vec<T, kBranch, true>(val, branch, row, h, base, vi, dx, s.br[j]);
         }
     }
     const int y = threadIdx.x >> 5;
-    flush(s.g, red, partial, h, y);
-    flush(s.b, red, partial + chunks * h, h, y);
-    if (kBranch && bias_partial) flush(s.br, red, bias_partial, h, y);
-}
-
-// v4: two warps per row (warp 2y + q of the block takes vector half q of row lane y's rows), 16 warps
-// per block: half v2's registers per thread and twice its warps per SM. The pair's row sums meet in
-// shared memory behind a named barrier per row lane (two slots, alternating rows). The column sums
-// keep v2's order (the library's bits); the row sums are added in another order (dx may differ).
-template <typename T, int VPL, bool kBranch>
-__global__ void __launch_bounds__(64 * kRows, 1)
-    ln_bwd_pair(const T *dy, const T *__restrict__ x, const T *__restrict__ gamma, const compute_t<T> *mean,
-                const compute_t<T> *rstd, const T *dresid, T *dx, int64_t n, int64_t h, int64_t R, int64_t chunks,
-                LnBwdBranch<T> branch, compute_t<T> *partial, compute_t<T> *bias_partial) {
-    DST_GRID_DEPENDENCY();
-    using C = compute_t<T>;
-    constexpr int V = kVec<T>, HV = VPL / 2;
-    static_assert(VPL % 2 == 0 && 32 * VPL * V <= kMaxCols, "two halves of whole vectors per lane");
-    __shared__ C red[kRows * kMaxCols];
-    __shared__ C pair[kRows][2][2][2];  // [row lane][slot][half][Σg, Σg·x̂]
-    const int lane = threadIdx.x & 31, y = threadIdx.x >> 6, q = (threadIdx.x >> 5) & 1;
-    const int64_t vi0 = q * (h / V / 2);
-    const int64_t r0 = int64_t(blockIdx.x) * R, r1 = r0 + R < n ? r0 + R : n;
-    Sums<C, HV, V> s;
-    int slot = 0;
-    for (int64_t row = r0 + y; row < r1; row += kRows, slot ^= 1) {
-        const int64_t base = row * h;
-        Vec<T> d[HV], xv[HV], rv[HV];
-#pragma unroll
-        for (int j = 0; j < HV; ++j) {
-            const int64_t vi = vi0 + lane + 32 * j;
-            d[j] = reinterpret_cast<const Vec<T> *>(dy + base)[vi];
-            xv[j] = reinterpret_cast<const Vec<T> *>(x + base)[vi];
-            if (dresid) rv[j] = reinterpret_cast<const Vec<T> *>(dresid + base)[vi];
-        }
-        const C rs = rstd[row], mu = mean[row];
-        C sg = 0, sgx = 0;
-#pragma unroll
-        for (int j = 0; j < HV; ++j) {
-            const Vec<T> gm = reinterpret_cast<const Vec<T> *>(gamma)[vi0 + lane + 32 * j];
-            C g[V], xh[V];
-            first_pass_vec<T>(d[j], xv[j], gm, mu, rs, sg, sgx, s.g[j], s.b[j], g, xh);
-        }
-        sg = warp_sum(sg);
-        sgx = warp_sum(sgx);
-        if (lane == 0) pair[y][slot][q][0] = sg, pair[y][slot][q][1] = sgx;
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + y), "r"(64) : "memory");
-        const C mg = (pair[y][slot][0][0] + pair[y][slot][1][0]) / C(h);
-        const C mgx = (pair[y][slot][0][1] + pair[y][slot][1][1]) / C(h);
-#pragma unroll
-        for (int j = 0; j < HV; ++j) {
-            const int64_t vi = vi0 + lane + 32 * j;
-            const Vec<T> gm = reinterpret_cast<const Vec<T> *>(gamma)[vi];
-            C val[V];
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-                const C g = to_compute(gm.v[k]) * to_compute(d[j].v[k]);
-                const C xh = (to_compute(xv[j].v[k]) - mu) * rs;
-                val[k] = rs * (g - mg - xh * mgx);
-                if (dresid) val[k] += to_compute(rv[j].v[k]);
-            }
-            store_row_vec<T, kBranch>(val, branch, row, h, base, vi, dx, s.br[j]);
-        }
-    }
-    flush(s.g, red, partial, h, y, vi0);
-    flush(s.b, red, partial + chunks * h, h, y, vi0);
-    if (kBranch && bias_partial) flush(s.br, red, bias_partial, h, y, vi0);
+    flush_lane_sums(s.g, red, partial, h, y, 0);  // the library's (kernels/layernorm.cu)
+    flush_lane_sums(s.b, red, partial + chunks * h, h, y, 0);
+    if (kBranch && bias_partial) flush_lane_sums(s.br, red, bias_partial, h, y, 0);
 }
 
 template <typename T>
@@ -323,21 +219,16 @@ void run_chunk(Bufs<T> &b, bool ln2, const DropoutSite &site) {
                                   b.bias, static_cast<T *>(nullptr), b.h, chunks, false));
 }
 
-// v4: the pair kernel (VPL ≥ 2), then the finalisations as v1/v2.
-template <typename T, int VPL>
-void run_pair(Bufs<T> &b, bool ln2, const DropoutSite &site) {
-    using C = compute_t<T>;
+// v4 / v5: the library's split form (kernels/layernorm.cu, layernorm_bwd_split_kernel: these versions
+// moved there), 2 or 4 warps per row, with its finalisations.
+template <typename T, int VPL, int kSplit>
+void run_split(Bufs<T> &b, bool ln2, const DropoutSite &site) {
     const dst_dtype dt = std::is_same<T, __half>::value ? DST_DTYPE_FP16 : DST_DTYPE_BF16;
-    const int64_t chunks = colsum::chunk_count(b.n), R = colsum::rows_per_chunk(b.n);
-    C *bias_partial = ln2 ? b.ws + 2 * chunks * b.h : nullptr;
-    const LnBwdBranch<T> br{ln2 ? b.branch : nullptr, ln2 ? site : DropoutSite{}};
-    auto k = ln2 ? ln_bwd_pair<T, VPL, true> : ln_bwd_pair<T, VPL, false>;
-    LAB_CUDA(launch_dependent(k, unsigned(chunks), 64 * kRows, 0, nullptr, b.dy, b.x, b.gamma, b.mean, b.rstd, b.dresid,
-                              b.dx, b.n, b.h, R, chunks, br, b.ws, bias_partial));
-    LAB_CUDA(launch_dependent(layernorm_param_finalize_kernel<T>, unsigned((b.h + kTileCols - 1) / kTileCols),
-                              dim3(kTileCols, kRowLanes), 0, nullptr, static_cast<const C *>(b.ws), b.dgamma,
-                              b.dbeta, b.h, chunks, false));
-    if (ln2) LAB_CUDA(column_sum_finalize(nullptr, dt, bias_partial, b.bias, b.n, b.h, false));
+    bool ran = false;
+    LAB_CUDA(layernorm_bwd(nullptr, dt, b.dy, b.x, false, b.gamma, b.beta, b.mean, b.rstd, b.dresid, b.dx, b.dgamma,
+                           b.dbeta, b.n, b.h, false, b.ws, ln2 ? &site : nullptr, ln2 ? b.branch : nullptr,
+                           ln2 ? b.bias : nullptr, kSplit, &ran));
+    if (!ran) lab_fail(__FILE__, __LINE__, "layernorm_bwd", "the one-pass form did not run", kSplit);
 }
 
 template <typename F>
@@ -453,19 +344,26 @@ int run_dtype(const char *name, int64_t n, int64_t h) {
         check("v3", false);
         if constexpr (VPL >= 2) {
             clear();
-            run_pair<T, VPL>(b, ln2, site);
+            run_split<T, VPL, 2>(b, ln2, site);
             check("v4", true);
+        }
+        if constexpr (VPL >= 4) {
+            clear();
+            run_split<T, VPL, 4>(b, ln2, site);
+            check("v5", true);
         }
         const double mb = double(count) * sizeof(T) * (ln2 ? 5 : 4) / 1e6;  // dy, x, dresid in; dx (branch) out
         const float t0 = time_us([&] { run_library(b, ln2, site); });
         const float t1 = time_us([&] { run_chunk<T, VPL, false>(b, ln2, site); });
         const float t2 = time_us([&] { run_chunk<T, VPL, true>(b, ln2, site); });
         const float t3 = time_us([&] { run_chunk<T, VPL, true, 2>(b, ln2, site); });
-        float t4 = 0;  // v4 needs two vectors per lane
-        if constexpr (VPL >= 2) t4 = time_us([&] { run_pair<T, VPL>(b, ln2, site); });
-        std::printf("  us per call, %-27s library %6.1f  v1 %6.1f  v2 %6.1f  v3 %6.1f  v4 %6.1f  (%.0f MB: %.2f %.2f "
-                    "%.2f %.2f %.2f TB/s)\n",
-                    form, t0, t1, t2, t3, t4, mb, mb / t0, mb / t1, mb / t2, mb / t3, t4 > 0 ? mb / t4 : 0.0);
+        float t4 = 0, t5 = 0;  // v4 needs two vectors per lane, v5 four
+        if constexpr (VPL >= 2) t4 = time_us([&] { run_split<T, VPL, 2>(b, ln2, site); });
+        if constexpr (VPL >= 4) t5 = time_us([&] { run_split<T, VPL, 4>(b, ln2, site); });
+        auto tbs = [&](float t) { return t > 0 ? mb / t : 0.0; };
+        std::printf("  us per call, %-27s library %6.1f  v1 %6.1f  v2 %6.1f  v3 %6.1f  v4 %6.1f  v5 %6.1f  (%.0f MB: "
+                    "%.2f %.2f %.2f %.2f %.2f %.2f TB/s)\n",
+                    form, t0, t1, t2, t3, t4, t5, mb, tbs(t0), tbs(t1), tbs(t2), tbs(t3), tbs(t4), tbs(t5));
     }
     for (T **p : rows_bufs) LAB_CUDA(cudaFree(*p));
     for (T **p : col_bufs) LAB_CUDA(cudaFree(*p));

@@ -155,6 +155,30 @@ dst_status with_fused_gemm(Backend &be, bool on, dst_dtype dt, dst::cuda::GemmGe
     return st;
 }
 
+// Runs `call` with the CUDA backend's one-pass LayerNorm backward at `split` warps per row
+// (CudaBackend::set_layernorm_one_pass), then restores the backend's setting; the call must have taken
+// the one-pass form (a case that fell back to the separate passes would test nothing new). On the CPU
+// backend, `call` alone.
+dst_status with_ln_one_pass(Backend &be, int split, const std::function<dst_status()> &call) {
+    auto *cb = dynamic_cast<dst::CudaBackend *>(&be);
+    if (!cb) return call();
+    const int was = cb->layernorm_one_pass();
+    const int64_t before = cb->layernorm_one_pass_calls();
+    cb->set_layernorm_one_pass(split);
+    const dst_status st = call();
+    cb->set_layernorm_one_pass(was);
+    if (st == DST_OK && cb->layernorm_one_pass_calls() != before + 1)
+        return dst::set_error(DST_ERR_STATE, "the one-pass LayerNorm backward (%d warps per row) did not run", split);
+    return st;
+}
+
+// Whether layernorm_bwd's one-pass form takes rows of h in dt (kernels/layernorm.cuh) at `split`.
+bool ln_one_pass_applies(dst_dtype dt, int64_t h, int split) {
+    if (dt == DST_DTYPE_FP64) return false;
+    const int64_t per = 32 * (16 / int64_t(dst_dtype_size(dt))), vpl = h % per == 0 ? h / per : 0;
+    return split == 2 ? vpl == 2 || vpl == 4 : vpl == 4;
+}
+
 // ---- GEMMs ----
 void add_linear_cases(std::vector<OpCase> &out) {
     struct Shape { int64_t n, k, m; bool bias; int gelu; bool pre_act; int64_t off; };
@@ -325,8 +349,135 @@ void add_linear_cases(std::vector<OpCase> &out) {
 }
 
 // ---- LayerNorm ----
+struct LnShape { int64_t n, h; double eps; };
+
+// layernorm_bwd. variant 0: from the input, no residual gradient, write; 1: from the input, + dresid,
+// accumulate; 2: invertible (from the output), + dresid, write; 3: as 2 with dx written over dy
+// (backend.h allows that alias); 4: as 1, writing, with dx over dy. split > 0: the CUDA backend's
+// one-pass form with that many warps per row (with_ln_one_pass).
+OpCase ln_bwd_case(dst_dtype dt, const LnShape &s, int variant, int split) {
+    const dst_dtype st = stat_dtype(dt);
+    std::ostringstream nm;
+    nm << "n" << s.n << "_h" << s.h;
+    const bool invertible = variant == 2 || variant == 3, dresid = variant >= 1, accumulate = variant == 1;
+    const bool alias = variant >= 3;
+    OpCase b;
+    b.name = tag("layernorm_bwd", dt,
+                 nm.str() + (invertible ? "_invertible" : "") + (dresid ? "_dresid" : "") +
+                     (accumulate ? "_acc" : "") + (alias ? "_dx_over_dy" : "") +
+                     (split ? "_one_pass" + std::to_string(split) : ""));
+    b.dt = dt;
+    const Role pr = accumulate ? Role::InOut : Role::Out;
+    // 0 dy, 1 x, 2 y, 3 gamma, 4 beta, 5 mean, 6 rstd, 7 dresid, 8 dx, 9 dgamma, 10 dbeta
+    b.args = {{"dy", dt, s.n * s.h, Role::In},       {"x", dt, s.n * s.h, Role::In, -2.0, 3.0},
+              {"y", dt, s.n * s.h, Role::In},        {"gamma", dt, s.h, Role::In, 0.5, 1.5},
+              {"beta", dt, s.h, Role::In},           {"mean", st, s.n, Role::In},
+              {"rstd", st, s.n, Role::In},           {"dresid", dt, s.n * s.h, Role::In},
+              {"dx", dt, s.n * s.h, Role::Out},      {"dgamma", dt, s.h, pr},
+              {"dbeta", dt, s.h, pr}};
+    if (alias) {
+        b.args[0].role = Role::InOut;
+        b.args[8].role = Role::In;
+    }
+    b.prepare = [s, dt](Backend &cpu, const Ptrs &p) {
+        return cpu.layernorm_fwd(dt, p[1], p[3], p[4], p[2], p[5], p[6], s.n, s.h, s.eps);
+    };
+    b.call = [=](Backend &be, const Ptrs &p) {
+        auto run = [&] {
+            return be.layernorm_bwd(dt, p[0], invertible ? p[2] : p[1], invertible, p[3], p[4], p[5],
+                                    p[6], dresid ? p[7] : nullptr, alias ? p[0] : p[8], p[9], p[10], s.n,
+                                    s.h, accumulate);
+        };
+        return split ? with_ln_one_pass(be, split, run) : run();
+    };
+    return b;
+}
+
+// The fused forms of the layer: dropout + residual + LayerNorm, and LayerNorm backward with the branch
+// gradient of the dropout before it. variant 0: p 0; 1: p 0.1, + dresid, accumulating; 2: p 0.1 with a
+// row map (packed calls: rows r + r/3, row length h). The dropped set of the branch output is compared
+// with the CPU's (a dropped element is exactly 0; a kept one almost never is). Variants 1 and 2 also take
+// the branch's bias gradient (layernorm_dropout_bwd_bias_grad). split > 0: the backward alone, on the
+// CUDA backend's one-pass form with that many warps per row (with_ln_one_pass).
+void add_ln_fused_cases(std::vector<OpCase> &out, dst_dtype dt, const LnShape &s, int variant, int split) {
+    const dst_dtype st = stat_dtype(dt);
+    std::ostringstream nm;
+    nm << "n" << s.n << "_h" << s.h;
+    const double prob = variant == 0 ? 0.0 : 0.1;
+    const bool mapped = variant == 2, dresid = variant == 1, bias = variant >= 1, acc = variant == 1;
+    const DropoutSite site = make_site(prob, 0xfeed0000ull + s.h, 13 + s.n);
+    const std::string vn = nm.str() + (prob > 0 ? "_p0.1" : "_p0") + (mapped ? "_mapped" : "") +
+                           (dresid ? "_dresid" : "");
+    Arg places{"rows", DST_DTYPE_INT32, s.n, Role::In};
+    places.fill = [](HostBuf &h) {
+        for (int64_t r = 0; r < h.count; ++r) h.set(r, double(r + r / 3));
+    };
+    OpCase ff;
+    ff.name = tag("dropout_residual_layernorm_fwd", dt, vn);
+    ff.dt = dt;
+    // 0 a, 1 residual, 2 z, 3 gamma, 4 beta, 5 y, 6 mean, 7 rstd, 8 rows
+    ff.args = {{"a", dt, s.n * s.h, Role::In, -2.0, 2.0}, {"residual", dt, s.n * s.h, Role::In},
+               {"z", dt, s.n * s.h, Role::Out},           {"gamma", dt, s.h, Role::In, 0.5, 1.5},
+               {"beta", dt, s.h, Role::In},               {"y", dt, s.n * s.h, Role::Out},
+               {"mean", st, s.n, Role::Out},              {"rstd", st, s.n, Role::Out},
+               places};
+    ff.call = [=](Backend &be, const Ptrs &p) {
+        DropoutSite m = site;
+        if (mapped) m.rows = static_cast<const int32_t *>(p[8]), m.row_len = s.h;
+        return be.dropout_residual_layernorm_fwd(dt, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], s.n,
+                                                 s.h, s.eps, m);
+    };
+    ff.drop_p = prob;
+    ff.dropped = [s](const std::vector<HostBuf> &b) {  // dropped: z == residual exactly
+        std::vector<bool> m(static_cast<size_t>(s.n * s.h));
+        for (int64_t i = 0; i < s.n * s.h; ++i) m[i] = b[2].get(i) == b[1].get(i);
+        return m;
+    };
+    if (split == 0) out.push_back(ff);
+
+    OpCase fb;
+    fb.name = tag(bias ? "layernorm_dropout_bwd_bias_grad" : "layernorm_dropout_bwd", dt,
+                  vn + (acc ? "_acc" : "") + (split ? "_one_pass" + std::to_string(split) : ""));
+    fb.dt = dt;
+    const Role pr = acc ? Role::InOut : Role::Out;
+    // 0 dy, 1 x, 2 gamma, 3 beta, 4 mean, 5 rstd, 6 dresid, 7 dx, 8 dgamma, 9 dbeta, 10 branch, 11 rows
+    // (, 12 dbias)
+    fb.args = {{"dy", dt, s.n * s.h, Role::In},    {"x", dt, s.n * s.h, Role::In, -2.0, 3.0},
+               {"gamma", dt, s.h, Role::In, 0.5, 1.5}, {"beta", dt, s.h, Role::In},
+               {"mean", st, s.n, Role::In},        {"rstd", st, s.n, Role::In},
+               {"dresid", dt, s.n * s.h, Role::In}, {"dx", dt, s.n * s.h, Role::Out},
+               {"dgamma", dt, s.h, pr},            {"dbeta", dt, s.h, pr},
+               {"branch", dt, s.n * s.h, Role::Out}, places};
+    if (bias) fb.args.push_back({"dbias", dt, s.h, pr});
+    fb.prepare = [s, dt](Backend &cpu, const Ptrs &p) {
+        std::vector<unsigned char> y(static_cast<size_t>(s.n * s.h) * dst_dtype_size(dt));
+        return cpu.layernorm_fwd(dt, p[1], p[2], p[3], y.data(), p[4], p[5], s.n, s.h, s.eps);
+    };
+    fb.call = [=](Backend &be, const Ptrs &p) {
+        DropoutSite m = site;
+        if (mapped) m.rows = static_cast<const int32_t *>(p[11]), m.row_len = s.h;
+        auto run = [&] {
+            if (bias)
+                return be.layernorm_dropout_bwd_bias_grad(dt, p[0], p[1], false, p[2], p[3], p[4], p[5],
+                                                          dresid ? p[6] : nullptr, p[7], p[8], p[9], s.n,
+                                                          s.h, acc, m, p[10], p[12]);
+            return be.layernorm_dropout_bwd(dt, p[0], p[1], false, p[2], p[3], p[4], p[5],
+                                            dresid ? p[6] : nullptr, p[7], p[8], p[9], s.n, s.h, false, m,
+                                            p[10]);
+        };
+        return split ? with_ln_one_pass(be, split, run) : run();
+    };
+    fb.drop_p = prob;
+    fb.dropped = [s](const std::vector<HostBuf> &b) {
+        std::vector<bool> m(static_cast<size_t>(s.n * s.h));
+        for (int64_t i = 0; i < s.n * s.h; ++i) m[i] = b[10].get(i) == 0.0;
+        return m;
+    };
+    out.push_back(fb);
+}
+
 void add_layernorm_cases(std::vector<OpCase> &out) {
-    struct Shape { int64_t n, h; double eps; };
+    using Shape = LnShape;
     // 256, 512, 1024 and 2048 take the one-warp-per-row kernels (16-byte vectors) in some dtypes: 256
     // and 512 in all four, 1024 in fp16/bf16/fp32, 2048 in fp16/bf16; n not a multiple of the 4 rows per
     // block.
@@ -348,118 +499,22 @@ void add_layernorm_cases(std::vector<OpCase> &out) {
             };
             out.push_back(f);
 
-            for (int variant = 0; variant < 4; ++variant) {
-                // 0: from the input, no residual gradient, write; 1: from the input, + dresid,
-                // accumulate; 2: invertible (from the output), + dresid, write; 3: as 2 with dx
-                // written over dy (backend.h allows that alias).
-                const bool invertible = variant >= 2, dresid = variant >= 1, accumulate = variant == 1;
-                const bool alias = variant == 3;
-                OpCase b;
-                b.name = tag("layernorm_bwd", dt,
-                             nm.str() + (invertible ? "_invertible" : "") + (dresid ? "_dresid" : "") +
-                                 (accumulate ? "_acc" : "") + (alias ? "_dx_over_dy" : ""));
-                b.dt = dt;
-                const Role pr = accumulate ? Role::InOut : Role::Out;
-                // 0 dy, 1 x, 2 y, 3 gamma, 4 beta, 5 mean, 6 rstd, 7 dresid, 8 dx, 9 dgamma, 10 dbeta
-                b.args = {{"dy", dt, s.n * s.h, Role::In},       {"x", dt, s.n * s.h, Role::In, -2.0, 3.0},
-                          {"y", dt, s.n * s.h, Role::In},        {"gamma", dt, s.h, Role::In, 0.5, 1.5},
-                          {"beta", dt, s.h, Role::In},           {"mean", st, s.n, Role::In},
-                          {"rstd", st, s.n, Role::In},           {"dresid", dt, s.n * s.h, Role::In},
-                          {"dx", dt, s.n * s.h, Role::Out},      {"dgamma", dt, s.h, pr},
-                          {"dbeta", dt, s.h, pr}};
-                if (alias) {
-                    b.args[0].role = Role::InOut;
-                    b.args[8].role = Role::In;
-                }
-                b.prepare = [s, dt](Backend &cpu, const Ptrs &p) {
-                    return cpu.layernorm_fwd(dt, p[1], p[3], p[4], p[2], p[5], p[6], s.n, s.h, s.eps);
-                };
-                b.call = [=](Backend &be, const Ptrs &p) {
-                    return be.layernorm_bwd(dt, p[0], invertible ? p[2] : p[1], invertible, p[3], p[4], p[5],
-                                            p[6], dresid ? p[7] : nullptr, alias ? p[0] : p[8], p[9], p[10], s.n, s.h,
-                                            accumulate);
-                };
-                out.push_back(b);
-            }
-
-            // The fused forms of the layer: dropout + residual + LayerNorm, and LayerNorm backward with
-            // the branch gradient of the dropout before it. p 0 and 0.1; with a row map (packed calls:
-            // rows r + r/3, row length h) in the second. The dropped set of the branch output is
-            // compared with the CPU's (a dropped element is exactly 0; a kept one almost never is). The
-            // backward with dresid also accumulates, and it and the mapped one also take the branch's bias
-            // gradient (layernorm_dropout_bwd_bias_grad).
-            for (int variant = 0; variant < 3; ++variant) {
-                const double prob = variant == 0 ? 0.0 : 0.1;
-                const bool mapped = variant == 2, dresid = variant == 1, bias = variant >= 1, acc = variant == 1;
-                const DropoutSite site = make_site(prob, 0xfeed0000ull + s.h, 13 + s.n);
-                const std::string vn = nm.str() + (prob > 0 ? "_p0.1" : "_p0") + (mapped ? "_mapped" : "") +
-                                       (dresid ? "_dresid" : "");
-                Arg places{"rows", DST_DTYPE_INT32, s.n, Role::In};
-                places.fill = [](HostBuf &h) {
-                    for (int64_t r = 0; r < h.count; ++r) h.set(r, double(r + r / 3));
-                };
-                OpCase ff;
-                ff.name = tag("dropout_residual_layernorm_fwd", dt, vn);
-                ff.dt = dt;
-                // 0 a, 1 residual, 2 z, 3 gamma, 4 beta, 5 y, 6 mean, 7 rstd, 8 rows
-                ff.args = {{"a", dt, s.n * s.h, Role::In, -2.0, 2.0}, {"residual", dt, s.n * s.h, Role::In},
-                           {"z", dt, s.n * s.h, Role::Out},           {"gamma", dt, s.h, Role::In, 0.5, 1.5},
-                           {"beta", dt, s.h, Role::In},               {"y", dt, s.n * s.h, Role::Out},
-                           {"mean", st, s.n, Role::Out},              {"rstd", st, s.n, Role::Out},
-                           places};
-                ff.call = [=](Backend &be, const Ptrs &p) {
-                    DropoutSite m = site;
-                    if (mapped) m.rows = static_cast<const int32_t *>(p[8]), m.row_len = s.h;
-                    return be.dropout_residual_layernorm_fwd(dt, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], s.n,
-                                                             s.h, s.eps, m);
-                };
-                ff.drop_p = prob;
-                ff.dropped = [s](const std::vector<HostBuf> &b) {  // dropped: z == residual exactly
-                    std::vector<bool> m(static_cast<size_t>(s.n * s.h));
-                    for (int64_t i = 0; i < s.n * s.h; ++i) m[i] = b[2].get(i) == b[1].get(i);
-                    return m;
-                };
-                out.push_back(ff);
-
-                OpCase fb;
-                fb.name = tag(bias ? "layernorm_dropout_bwd_bias_grad" : "layernorm_dropout_bwd", dt,
-                              vn + (acc ? "_acc" : ""));
-                fb.dt = dt;
-                const Role pr = acc ? Role::InOut : Role::Out;
-                // 0 dy, 1 x, 2 gamma, 3 beta, 4 mean, 5 rstd, 6 dresid, 7 dx, 8 dgamma, 9 dbeta, 10 branch, 11 rows
-                // (, 12 dbias)
-                fb.args = {{"dy", dt, s.n * s.h, Role::In},    {"x", dt, s.n * s.h, Role::In, -2.0, 3.0},
-                           {"gamma", dt, s.h, Role::In, 0.5, 1.5}, {"beta", dt, s.h, Role::In},
-                           {"mean", st, s.n, Role::In},        {"rstd", st, s.n, Role::In},
-                           {"dresid", dt, s.n * s.h, Role::In}, {"dx", dt, s.n * s.h, Role::Out},
-                           {"dgamma", dt, s.h, pr},            {"dbeta", dt, s.h, pr},
-                           {"branch", dt, s.n * s.h, Role::Out}, places};
-                if (bias) fb.args.push_back({"dbias", dt, s.h, pr});
-                fb.prepare = [s, dt](Backend &cpu, const Ptrs &p) {
-                    std::vector<unsigned char> y(static_cast<size_t>(s.n * s.h) * dst_dtype_size(dt));
-                    return cpu.layernorm_fwd(dt, p[1], p[2], p[3], y.data(), p[4], p[5], s.n, s.h, s.eps);
-                };
-                fb.call = [=](Backend &be, const Ptrs &p) {
-                    DropoutSite m = site;
-                    if (mapped) m.rows = static_cast<const int32_t *>(p[11]), m.row_len = s.h;
-                    if (bias)
-                        return be.layernorm_dropout_bwd_bias_grad(dt, p[0], p[1], false, p[2], p[3], p[4], p[5],
-                                                                  dresid ? p[6] : nullptr, p[7], p[8], p[9], s.n, s.h,
-                                                                  acc, m, p[10], p[12]);
-                    return be.layernorm_dropout_bwd(dt, p[0], p[1], false, p[2], p[3], p[4], p[5],
-                                                    dresid ? p[6] : nullptr, p[7], p[8], p[9], s.n, s.h, false, m,
-                                                    p[10]);
-                };
-                fb.drop_p = prob;
-                fb.dropped = [s](const std::vector<HostBuf> &b) {
-                    std::vector<bool> m(static_cast<size_t>(s.n * s.h));
-                    for (int64_t i = 0; i < s.n * s.h; ++i) m[i] = b[10].get(i) == 0.0;
-                    return m;
-                };
-                out.push_back(fb);
-            }
+            for (int variant = 0; variant < 4; ++variant) out.push_back(ln_bwd_case(dt, s, variant, 0));
+            for (int variant = 0; variant < 3; ++variant) add_ln_fused_cases(out, dt, s, variant, 0);
         }
+    // The one-pass backward (CudaBackend::set_layernorm_one_pass) with 2 and 4 warps per row where it
+    // applies: the non-invertible layernorm_bwd variants (and dx over dy), and every fused one; rows that
+    // end inside a column-sum chunk (1031) and chunks of a few rows (21, 37).
+    const Shape one_pass_shapes[] = {{21, 512, 1e-5}, {37, 256, 1e-5}, {1031, 1024, 1e-12}, {1031, 512, 1e-5}};
+    for (dst_dtype dt : kDtypes)
+        for (const Shape &s : one_pass_shapes)
+            for (int split : {2, 4}) {
+                if (!ln_one_pass_applies(dt, s.h, split)) continue;
+                for (int variant : {0, 1, 4}) out.push_back(ln_bwd_case(dt, s, variant, split));
+                for (int variant = 0; variant < 3; ++variant) add_ln_fused_cases(out, dt, s, variant, split);
+            }
 }
+
 
 // ---- elementwise ----
 void add_elementwise_cases(std::vector<OpCase> &out) {
@@ -1388,6 +1443,51 @@ TEST(CudaBackend, BiasGradientPathsSameBits) {
     }
 }
 
+// The inputs of a LayerNorm backward on the GPU for the tests below: dy and dresid uniform in (−1, 1),
+// x in (−2, 2), γ in (0.5, 1.5), β in (−1, 1) (drawn interleaved from one stream), the forward's
+// statistics, and v0 (old values for the accumulated gradients, on the host). dev() allocates a device
+// buffer (copied from host bytes when given); the rig frees them all.
+struct LnBwdRig {
+    Backend &gpu;
+    const dst_dtype dt;
+    const int64_t n, h, count;
+    const size_t bytes, vb;
+    HostBuf v0;
+    bool ok = true;
+    std::vector<void *> bufs;
+    void *dy = nullptr, *x = nullptr, *dresid = nullptr, *gamma = nullptr, *beta = nullptr, *y = nullptr;
+    void *mean = nullptr, *rstd = nullptr;
+
+    LnBwdRig(Backend &g, dst_dtype d, int64_t rows, int64_t width, uint64_t seed)
+        : gpu(g), dt(d), n(rows), h(width), count(rows * width), bytes(size_t(count) * dst_dtype_size(d)),
+          vb(size_t(width) * dst_dtype_size(d)), v0(d, width) {
+        HostBuf hdy(dt, count), hx(dt, count), hdr(dt, count), hg(dt, h), hb(dt, h);
+        std::mt19937_64 rng(seed);
+        std::uniform_real_distribution<double> u(-1.0, 1.0);
+        for (int64_t i = 0; i < count; ++i) hdy.set(i, u(rng)), hx.set(i, 2 * u(rng)), hdr.set(i, u(rng));
+        for (int64_t i = 0; i < h; ++i) hg.set(i, 1.0 + 0.5 * u(rng)), hb.set(i, u(rng)), v0.set(i, u(rng));
+        dy = dev(bytes, hdy.data()), x = dev(bytes, hx.data()), dresid = dev(bytes, hdr.data());
+        gamma = dev(vb, hg.data()), beta = dev(vb, hb.data()), y = dev(bytes);
+        mean = dev(size_t(n) * 4), rstd = dev(size_t(n) * 4);
+        ok = ok && gpu.layernorm_fwd(dt, x, gamma, beta, y, mean, rstd, n, h, 1e-12) == DST_OK;
+    }
+    ~LnBwdRig() {
+        for (void *q : bufs) gpu.free(q);
+    }
+    void *dev(size_t nb, const void *from = nullptr) {
+        void *q = nullptr;
+        ok = ok && gpu.alloc(nb, &q) == DST_OK;
+        if (q && from) ok = ok && gpu.copy(q, from, nb, CopyKind::HostToDevice) == DST_OK;
+        bufs.push_back(q);
+        return q;
+    }
+    std::vector<unsigned char> host(const void *d, size_t nb) {
+        std::vector<unsigned char> v(nb);
+        EXPECT_EQ(gpu.copy(v.data(), d, nb, CopyKind::DeviceToHost), DST_OK);
+        return v;
+    }
+};
+
 // The backward passes that also take a bias gradient give the bits of their separate passes:
 // dropout_bwd_bias_grad (one pass where rows are 16-byte vectors) is dropout_bwd then the column sums of
 // dx, and layernorm_dropout_bwd_bias_grad is layernorm_dropout_bwd with the column sums of the branch it
@@ -1400,36 +1500,17 @@ TEST(CudaBackend, BackwardBiasGradientsAreColumnSums) {
         for (bool acc : {false, true}) {
             const int64_t h = dt == DST_DTYPE_FP32 ? 512 : 1024, count = n * h;
             SCOPED_TRACE(std::string(dst_dtype_string(dt)) + (acc ? " accumulating" : " writing"));
-            const size_t es = dst_dtype_size(dt), bytes = size_t(count) * es, vb = size_t(h) * es;
-            HostBuf dy(dt, count), x(dt, count), dr(dt, count), g(dt, h), b(dt, h), v0(dt, h);
-            std::mt19937_64 rng(5 + h);
-            std::uniform_real_distribution<double> u(-1.0, 1.0);
-            for (int64_t i = 0; i < count; ++i) dy.set(i, u(rng)), x.set(i, 2 * u(rng)), dr.set(i, u(rng));
-            for (int64_t i = 0; i < h; ++i) g.set(i, 1.0 + 0.5 * u(rng)), b.set(i, u(rng)), v0.set(i, u(rng));
-            std::vector<void *> bufs;
-            auto dev = [&](size_t nb, const void *from = nullptr) {
-                void *q = nullptr;
-                EXPECT_EQ(gpu.alloc(nb, &q), DST_OK);
-                if (from) {
-                    EXPECT_EQ(gpu.copy(q, from, nb, CopyKind::HostToDevice), DST_OK);
-                }
-                bufs.push_back(q);
-                return q;
-            };
-            auto host = [&](const void *d, size_t nb) {
-                std::vector<unsigned char> v(nb);
-                EXPECT_EQ(gpu.copy(v.data(), d, nb, CopyKind::DeviceToHost), DST_OK);
-                return v;
-            };
-            const std::vector<unsigned char> start(static_cast<unsigned char *>(v0.data()),
-                                                   static_cast<unsigned char *>(v0.data()) + vb);
-            void *ddy = dev(bytes, dy.data()), *xin = dev(bytes, x.data()), *ddr = dev(bytes, dr.data());
-            void *dg = dev(vb, g.data()), *db = dev(vb, b.data()), *y = dev(bytes);
-            void *mean = dev(size_t(n) * 4), *rstd = dev(size_t(n) * 4);
-            ASSERT_EQ(gpu.layernorm_fwd(dt, xin, dg, db, y, mean, rstd, n, h, 1e-12), DST_OK);
+            LnBwdRig r(gpu, dt, n, h, 5 + h);
+            ASSERT_TRUE(r.ok);
+            const size_t bytes = r.bytes, vb = r.vb;
+            const void *v0 = r.v0.bytes.data();
+            auto dev = [&](size_t nb, const void *from = nullptr) { return r.dev(nb, from); };
+            auto host = [&](const void *d, size_t nb) { return r.host(d, nb); };
+            const std::vector<unsigned char> start = r.v0.bytes;
+            void *ddy = r.dy, *xin = r.x, *ddr = r.dresid, *dg = r.gamma, *db = r.beta, *mean = r.mean, *rstd = r.rstd;
             const DropoutSite site = make_site(0.1, 0xc0ffeeull + h, 99);
 
-            void *t1 = dev(bytes), *t2 = dev(bytes), *b1 = dev(vb, v0.data()), *b2 = dev(vb, v0.data());
+            void *t1 = dev(bytes), *t2 = dev(bytes), *b1 = dev(vb, v0), *b2 = dev(vb, v0);
             ASSERT_EQ(gpu.dropout_bwd_bias_grad(dt, ddy, t1, n, h, site, b1, acc), DST_OK);
             ASSERT_EQ(gpu.dropout_bwd(dt, ddy, t2, count, site), DST_OK);
             ASSERT_EQ(gpu.linear_bwd_weight(dt, t2, nullptr, nullptr, b2, n, 0, h, acc), DST_OK);
@@ -1437,15 +1518,15 @@ TEST(CudaBackend, BackwardBiasGradientsAreColumnSums) {
             EXPECT_EQ(host(b1, vb), host(b2, vb)) << "dropout_bwd_bias_grad's bias gradient";
             EXPECT_NE(host(b1, vb), start) << "the bias gradient was not written";
 
-            void *ox = dev(bytes), *br = dev(bytes), *dgam = dev(vb, v0.data()), *dbet = dev(vb, v0.data());
-            void *bias = dev(vb, v0.data()), *bias_ref = dev(vb, v0.data());
+            void *ox = dev(bytes), *br = dev(bytes), *dgam = dev(vb, v0), *dbet = dev(vb, v0);
+            void *bias = dev(vb, v0), *bias_ref = dev(vb, v0);
             ASSERT_EQ(gpu.layernorm_dropout_bwd_bias_grad(dt, ddy, xin, false, dg, db, mean, rstd, ddr, ox, dgam, dbet,
                                                           n, h, acc, site, br, bias),
                       DST_OK);
             ASSERT_EQ(gpu.linear_bwd_weight(dt, br, nullptr, nullptr, bias_ref, n, 0, h, acc), DST_OK);
             EXPECT_EQ(host(bias, vb), host(bias_ref, vb)) << "the branch's bias gradient";
             EXPECT_NE(host(bias, vb), start) << "the branch's bias gradient was not written";
-            void *ox2 = dev(bytes), *br2 = dev(bytes), *dgam2 = dev(vb, v0.data()), *dbet2 = dev(vb, v0.data());
+            void *ox2 = dev(bytes), *br2 = dev(bytes), *dgam2 = dev(vb, v0), *dbet2 = dev(vb, v0);
             ASSERT_EQ(gpu.layernorm_dropout_bwd(dt, ddy, xin, false, dg, db, mean, rstd, ddr, ox2, dgam2, dbet2, n, h,
                                                 acc, site, br2),
                       DST_OK);
@@ -1453,8 +1534,79 @@ TEST(CudaBackend, BackwardBiasGradientsAreColumnSums) {
             EXPECT_EQ(host(br, bytes), host(br2, bytes)) << "branch";
             EXPECT_EQ(host(dgam, vb), host(dgam2, vb)) << "dgamma";
             EXPECT_EQ(host(dbet, vb), host(dbet2, vb)) << "dbeta";
-            for (void *q : bufs) gpu.free(q);
         }
+}
+
+// The one-pass LayerNorm backward (CudaBackend::set_layernorm_one_pass, 2 and 4 warps per row) against
+// the separate passes on the same inputs: the γ, β and bias-gradient column sums are added in the same
+// order (the chunks and row lanes of kernels/column_partial.cuh, dy·x̂ by one fma), so the same bits;
+// dx and the branch differ only by the order of the two row sums inside a row (within 2 units in the
+// last place of the storage type, a tiny absolute floor), and the branch drops the same elements. The
+// layer's LN2 form (dresid, dropout branch, bias gradient) and LN1 form (dresid only), writing and
+// accumulating; n = 1031 ends inside a row chunk.
+TEST(CudaBackend, LayerNormOnePassGivesThePassesSums) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    auto *gpu = dynamic_cast<dst::CudaBackend *>(backends().gpu.get());
+    ASSERT_NE(gpu, nullptr);
+    const int64_t n = 1031;
+    for (dst_dtype dt : {DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16})
+        for (int split : {2, 4})
+            for (bool ln2 : {true, false})
+                for (bool acc : {false, true}) {
+                    const int64_t h = dt == DST_DTYPE_FP32 ? 512 : 1024, count = n * h;
+                    SCOPED_TRACE(std::string(dst_dtype_string(dt)) + " split " + std::to_string(split) +
+                                 (ln2 ? " LN2" : " LN1") + (acc ? " accumulating" : " writing"));
+                    LnBwdRig r(*gpu, dt, n, h, 11 + h + split);
+                    ASSERT_TRUE(r.ok);
+                    const size_t bytes = r.bytes, vb = r.vb;
+                    auto dev = [&](size_t nb, const void *from = nullptr) { return r.dev(nb, from); };
+                    auto host = [&](const void *d, int64_t cnt) {
+                        HostBuf hb(dt, cnt);
+                        hb.bytes = r.host(d, hb.bytes.size());
+                        return hb;
+                    };
+                    void *ddy = r.dy, *xin = r.x, *ddr = r.dresid, *dg = r.gamma, *db = r.beta, *mean = r.mean,
+                         *rstd = r.rstd;
+                    const void *v0 = r.v0.bytes.data();
+                    const DropoutSite site = make_site(0.1, 0xbeefull + h, 7);
+                    // [0]: the separate passes, [1]: the one-pass form.
+                    void *dx[2], *br[2], *dgam[2], *dbet[2], *bias[2];
+                    for (int f = 0; f < 2; ++f) {
+                        dx[f] = dev(bytes), br[f] = dev(bytes);
+                        dgam[f] = dev(vb, v0), dbet[f] = dev(vb, v0), bias[f] = dev(vb, v0);
+                        const int was = gpu->layernorm_one_pass();
+                        const int64_t calls = gpu->layernorm_one_pass_calls();
+                        gpu->set_layernorm_one_pass(f ? split : 0);
+                        const dst_status st =
+                            ln2 ? gpu->layernorm_dropout_bwd_bias_grad(dt, ddy, xin, false, dg, db, mean, rstd, ddr,
+                                                                       dx[f], dgam[f], dbet[f], n, h, acc, site, br[f],
+                                                                       bias[f])
+                                : gpu->layernorm_bwd(dt, ddy, xin, false, dg, db, mean, rstd, ddr, dx[f], dgam[f],
+                                                     dbet[f], n, h, acc);
+                        gpu->set_layernorm_one_pass(was);
+                        ASSERT_EQ(st, DST_OK) << dst_last_error();
+                        EXPECT_EQ(gpu->layernorm_one_pass_calls(), calls + f) << "which form ran";
+                    }
+                    EXPECT_EQ(host(dgam[1], h).bytes, host(dgam[0], h).bytes) << "dgamma";
+                    EXPECT_EQ(host(dbet[1], h).bytes, host(dbet[0], h).bytes) << "dbeta";
+                    if (ln2) {
+                        EXPECT_EQ(host(bias[1], h).bytes, host(bias[0], h).bytes) << "the branch's bias gradient";
+                    }
+                    const double ulp = dt == DST_DTYPE_FP32 ? 0x1p-23 : dt == DST_DTYPE_FP16 ? 0x1p-10 : 0x1p-7;
+                    for (int which = 0; which < (ln2 ? 2 : 1); ++which) {
+                        const HostBuf a = host(which ? br[1] : dx[1], count), r = host(which ? br[0] : dx[0], count);
+                        int64_t off = 0, drops = 0;
+                        for (int64_t i = 0; i < count; ++i) {
+                            const double av = a.get(i), rv = r.get(i);
+                            off += !(std::fabs(av - rv) <= 2 * ulp * std::fabs(rv) + 1e-6);
+                            drops += (av == 0.0) != (rv == 0.0);
+                        }
+                        EXPECT_EQ(off, 0) << (which ? "branch" : "dx") << ": elements beyond 2 ulps";
+                        if (which) {
+                            EXPECT_EQ(drops, 0) << "branch: elements dropped in one form only";
+                        }
+                    }
+                }
 }
 
 // Which problems the fused GELU GEMMs take (host code: runs without a GPU too): every shape the

@@ -92,6 +92,8 @@ dst_status CudaBackend::create(int device, CudaBackend **out) {
         be->gemm_tuning_ = !(tune && std::strcmp(tune, "0") == 0);
         const char *fused = std::getenv("DST_FUSED_GEMM");
         be->fused_gemm_ = !(fused && std::strcmp(fused, "0") == 0);
+        const char *ln = std::getenv("DST_LN_ONE_PASS");
+        if (ln) be->set_layernorm_one_pass(std::atoi(ln));
     }
     DST_CUDA_CHECK(cudaDeviceGetAttribute(&be->sm_count_, cudaDevAttrMultiProcessorCount, device));
     DST_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&be->flag_), sizeof(int)));
@@ -355,7 +357,7 @@ size_t cuda_scratch_bytes(const ScratchNeeds &n) {
     auto need = [&s](size_t v) { s = v > s ? v : s; };
     if (n.gemm) need(kGemmWorkspace);
     if (n.colsum_width > 0 && n.rows > 0) need(cuda::column_sum_workspace(n.dt, n.rows, n.colsum_width));
-    if (n.ln_width > 0 && n.rows > 0) need(cuda::layernorm_bwd_workspace(n.dt, n.rows, n.ln_width));
+    if (n.ln_width > 0 && n.rows > 0) need(cuda::layernorm_bwd_workspace(n.dt, n.rows, n.ln_width, true));
     if (n.attention) need(CudaBackend::attention_scratch(n.dt, n.attn, n.stochastic));
     if (n.index_check) need(cuda::check_indices_workspace(n.index_range, n.index_range > 0));
     if (n.emb_tokens > 0) need(cuda::embedding_bwd_workspace(n.dt, n.emb_tokens, n.emb_vocab, n.emb_types, n.emb_width));
@@ -745,11 +747,30 @@ dst_status CudaBackend::layernorm_dropout_bwd(dst_dtype dt, const void *dy, cons
                                               const void *rstd, const void *dresid, void *dx, void *dgamma,
                                               void *dbeta, int64_t n, int64_t h, bool accumulate,
                                               const DropoutSite &site, void *branch) {
+    return layernorm_dropout_bwd_bias_grad(dt, dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx, dgamma, dbeta,
+                                           n, h, accumulate, site, branch, nullptr);
+}
+
+// The branch's bias gradient from the one-pass kernel's column sums where it runs, else column_sum over
+// the stored branch after the LayerNorm's passes (the workspace holds the γ/β partials, then those).
+dst_status CudaBackend::layernorm_dropout_bwd_bias_grad(dst_dtype dt, const void *dy, const void *xy, bool invertible,
+                                                        const void *gamma, const void *beta, const void *mean,
+                                                        const void *rstd, const void *dresid, void *dx, void *dgamma,
+                                                        void *dbeta, int64_t n, int64_t h, bool accumulate,
+                                                        const DropoutSite &site, void *branch, void *branch_db) {
+    if (branch_db && !branch)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "layernorm_dropout_bwd_bias_grad: branch_db without a branch");
     DST_TRY(activate());
     void *ws = nullptr;
-    if (dgamma || dbeta) DST_TRY(workspace(cuda::layernorm_bwd_workspace(dt, n, h), &ws));
+    const size_t need = dgamma || dbeta ? cuda::layernorm_bwd_workspace(dt, n, h, branch_db != nullptr)
+                        : branch_db     ? cuda::column_sum_workspace(dt, n, h)
+                                        : 0;
+    if (need) DST_TRY(workspace(need, &ws));
+    bool one_pass = false;
     DST_CUDA_CHECK(cuda::layernorm_bwd(stream_, dt, dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx, dgamma,
-                                       dbeta, n, h, accumulate, ws, branch ? &site : nullptr, branch));
+                                       dbeta, n, h, accumulate, ws, branch ? &site : nullptr, branch, branch_db,
+                                       ln_split_, &one_pass));
+    ln_one_pass_calls_ += one_pass ? 1 : 0;
     return DST_OK;
 }
 

@@ -75,6 +75,11 @@ public:
                                      const void *gamma, const void *beta, const void *mean, const void *rstd,
                                      const void *dresid, void *dx, void *dgamma, void *dbeta, int64_t n,
                                      int64_t h, bool accumulate, const DropoutSite &site, void *branch) override;
+    dst_status layernorm_dropout_bwd_bias_grad(dst_dtype dt, const void *dy, const void *xy, bool invertible,
+                                               const void *gamma, const void *beta, const void *mean,
+                                               const void *rstd, const void *dresid, void *dx, void *dgamma,
+                                               void *dbeta, int64_t n, int64_t h, bool accumulate,
+                                               const DropoutSite &site, void *branch, void *branch_db) override;
     dst_status dropout_residual_layernorm_fwd(dst_dtype dt, const void *a, const void *residual, void *z,
                                               const void *gamma, const void *beta, void *y, void *mean, void *rstd,
                                               int64_t n, int64_t h, double eps, const DropoutSite &site) override;
@@ -155,6 +160,14 @@ public:
     // fused_gemm_built(): whether this build has them at all.
     // fused_gemm_calls(): how many calls they ran (for tests and benchmarks).
     void set_fused_gemm(bool on) { fused_gemm_ = on; }
+    // The LayerNorm backward in one pass (kernels/layernorm.cuh, layernorm_bwd's one_pass_split): 0 (the
+    // default: the separate dx, γ/β and bias passes), 2 or 4 warps per row where the one-pass form
+    // applies. DST_LN_ONE_PASS=2 or 4 in the environment sets it for a backend created after it is set.
+    // Not yet measured in the layer (kernels/dev/layernorm_lab.cu times it against the passes).
+    // layernorm_one_pass_calls(): how many calls took it (for tests and benchmarks).
+    void set_layernorm_one_pass(int split) { ln_split_ = split == 2 || split == 4 ? split : 0; }
+    int layernorm_one_pass() const { return ln_split_; }
+    int64_t layernorm_one_pass_calls() const { return ln_one_pass_calls_; }
     bool fused_gemm() const { return fused_gemm_; }
     static bool fused_gemm_built();
     int64_t fused_gemm_calls() const { return fused_gemm_calls_; }
@@ -208,6 +221,8 @@ private:
     int threads_ = 0;
     bool allow_tf32_ = false;
     bool fused_gemm_ = false;
+    int ln_split_ = 0;  // set_layernorm_one_pass
+    int64_t ln_one_pass_calls_ = 0;
     int64_t fused_gemm_calls_ = 0;
     cudaStream_t own_stream_ = nullptr;
     cudaStream_t stream_ = nullptr;
