@@ -23,6 +23,8 @@
 //        (w4–w6 and b7, which drew the dropout keep bits while the products ran, measured no faster
 //        and were removed: commit 09487bb; w7, a second warpgroup drawing them, measured slower and
 //        was removed: commit a8ce23e; bench/RESULTS.md)
+//        w11, w12: w1 at 4 and 5 blocks per SM (128 and 96 registers: ptxas spills 16 and 52 bytes;
+//        w1's bits), for short sequences, where w1's 3 blocks of 4 warps leave the loads exposed
 //        w8 (kernels/attention_flash_ws.cuh; warp-specialised: a producer warpgroup loads K and V
 //        by TMA in perm16 order, two consumer warpgroups of 64 rows issue the next tile's scores
 //        before the softmax; w1's bits), w9 (three consumer warpgroups), w10 (two, key tiles of
@@ -723,6 +725,8 @@ std::vector<FwdVersion> fwd_versions() {
     v.push_back(fwd_wgmma_version<T, 64, 3>("w1"));
     v.push_back(fwd_wgmma_version<T, 128, 2>("w2"));
     v.push_back(fwd_wgmma_version<T, 128, 1>("w3"));
+    v.push_back(fwd_wgmma_version<T, 64, 4>("w11"));
+    v.push_back(fwd_wgmma_version<T, 64, 5>("w12"));
     v.push_back(fwd_ws_version<T, 2, 64>("w8"));
     v.push_back(fwd_ws_version<T, 3, 64>("w9"));
     v.push_back(fwd_ws_version<T, 2, 128>("w10"));
@@ -802,7 +806,7 @@ void check_versions(bool bf16) {
         const double tol = bf16 ? 1e-2 : 1e-3;
         if (det) {  // S = 300 and S = 128 (the second: 16-row aligned, where w8 runs its own kernel)
             // w8 runs w1's arithmetic on the same tiles: the same bits as w1.
-            std::vector<uint16_t> w1_bits, w2_bits;  // w8 and w9 run w1's tiles, w10 w2's
+            std::vector<uint16_t> w1_bits, w2_bits;  // w8, w9, w11, w12 run w1's tiles, w10 w2's
             for (const FwdVersion &v : fwd_versions<T>()) {
                 LAB_CUDA(cudaMemset(dv.ctx, 0xff, N * H * 2));
                 LAB_CUDA(v.run(p));
@@ -814,7 +818,9 @@ void check_versions(bool bf16) {
                 if (!std::strcmp(v.name, "w2")) w2_bits = bits;
                 long long differ = -1;
                 const char *same_as = nullptr;
-                if ((!std::strcmp(v.name, "w8") || !std::strcmp(v.name, "w9")) && !w1_bits.empty()) {
+                if ((!std::strcmp(v.name, "w8") || !std::strcmp(v.name, "w9") || !std::strcmp(v.name, "w11") ||
+                     !std::strcmp(v.name, "w12")) &&
+                    !w1_bits.empty()) {
                     differ = (long long)count_differing(bits, w1_bits);
                     same_as = "w1";
                 }
