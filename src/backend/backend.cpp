@@ -64,6 +64,12 @@ dst_status Backend::gelu_bwd_bias_grad(dst_dtype dt, dst_gelu form, const void *
     return linear_bwd_weight(dt, du, nullptr, nullptr, db, n, 0, m, accumulate);
 }
 
+dst_status Backend::linear_fwd_add(dst_dtype dt, const void *x, const void *w, const void *b, const void *add,
+                                   void *y, int64_t n, int64_t k, int64_t m) {
+    DST_TRY(linear_fwd(dt, x, w, b, y, n, k, m, nullptr, nullptr));
+    return dropout_residual_fwd(dt, y, add, y, n * m, DropoutSite{});
+}
+
 dst_status Backend::dropout_bwd_bias_grad(dst_dtype dt, const void *dy, void *dx, int64_t n, int64_t m,
                                           const DropoutSite &site, void *db, bool accumulate) {
     DST_TRY(dropout_bwd(dt, dy, dx, n * m, site));

@@ -170,6 +170,12 @@ public:
     virtual dst_status linear_fwd(dst_dtype dt, const void *x, const void *w, const void *b, void *y,
                                   int64_t n, int64_t k, int64_t m, const dst_gelu *gelu,
                                   void *pre_act) = 0;
+    // y[n,m] = x[n,k]·W[m,k]ᵀ + b[m] + add[n,m] (add may not overlap y): the Pre-LN FFN output and its
+    // residual when no dropout lies between them (inference, or a dropout ratio of 0). Backends round
+    // once (the CPU backend, and CUDA's cuBLASLt epilogue with add as the C operand where the bias is
+    // 16-byte aligned); this default runs linear_fwd into y, then adds add (two roundings).
+    virtual dst_status linear_fwd_add(dst_dtype dt, const void *x, const void *w, const void *b, const void *add,
+                                      void *y, int64_t n, int64_t k, int64_t m);
     // dx[n,k] = dy[n,m]·W[m,k] + add[n,k], one rounding (add nullptr: nothing added; add == dx
     // accumulates; otherwise add may not overlap dx). The residual branches of the layer's backward
     // pass their other gradient as `add` instead of copying it into dx first.

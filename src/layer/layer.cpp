@@ -379,6 +379,9 @@ dst_status Layer::forward_pre_ln(const Plan &p, char *sv, char *ws, const void *
     // Inference keeps no pre-activation (a backend may then skip storing it).
     DST_TRY(be.linear_fwd(dt, h2, param(DST_PARAM_INTER_W), param(DST_PARAM_INTER_B), g, N, H, I, &act,
                           training_ ? u : nullptr));
+    // No dropout on this branch (inference, or a ratio of 0): the residual is the GEMM's added term.
+    if (!d2.active())
+        return be.linear_fwd_add(dt, g, param(DST_PARAM_OUTPUT_W), param(DST_PARAM_OUTPUT_B), r, y, N, I, H);
     DST_TRY(be.linear_fwd(dt, g, param(DST_PARAM_OUTPUT_W), param(DST_PARAM_OUTPUT_B), t, N, I, H, nullptr,
                           nullptr));
     return be.dropout_residual_fwd(dt, t, r, y, N * H, d2);

@@ -494,6 +494,39 @@ TEST_F(CpuOps, AccumulateAddsIntoGradients) {
     }
 }
 
+// linear_fwd_add: y = x·Wᵀ + b + add summed in the compute type and rounded once. In FP16/BF16 that is
+// the FP32 call's result on the same (rounded) operands, rounded to the dtype — the same sgemm, then
+// one rounding — which differs from linear_fwd followed by the addition (two roundings) somewhere on
+// these inputs. Against FP64 within the dtype's tolerance; `add` left as it was; without a bias too.
+TEST_F(CpuOps, LinearFwdAddRoundsOnce) {
+    const int64_t n = 64, k = 48, m = 40;
+    const Vec x0 = rand_vec(n * k, 71), w0 = rand_vec(m * k, 72, -0.3, 0.3), b0 = rand_vec(m, 73),
+              a0 = rand_vec(n * m, 74, -4.0, 4.0);
+    for (dst_dtype dt : {DST_DTYPE_FP64, DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16})
+        for (bool bias : {true, false}) {
+            SCOPED_TRACE(std::string(dst_dtype_string(dt)) + (bias ? " bias" : " no bias"));
+            const Vec x = round_to(dt, x0), w = round_to(dt, w0), b = round_to(dt, b0), a = round_to(dt, a0);
+            Buf bx = make(dt, x), bw = make(dt, w), bb = make(dt, b), ba = make(dt, a), y = poisoned(dt, n * m);
+            OK(be_->linear_fwd_add(dt, bx.p(), bw.p(), bias ? bb.p() : nullptr, ba.p(), y.p(), n, k, m));
+            EXPECT_EQ(vals(ba), a) << "add unchanged";
+            Buf rx = make(DST_DTYPE_FP64, x), rw = make(DST_DTYPE_FP64, w), rb = make(DST_DTYPE_FP64, b),
+                ra = make(DST_DTYPE_FP64, a), ry = poisoned(DST_DTYPE_FP64, n * m);
+            OK(be_->linear_fwd_add(DST_DTYPE_FP64, rx.p(), rw.p(), bias ? rb.p() : nullptr, ra.p(), ry.p(), n, k, m));
+            const double tol = dt == DST_DTYPE_FP64 ? 1e-14 : dsttest::design_tolerance(dt);
+            EXPECT_LE(rel_l2(vals(y), vals(ry)), tol) << "against FP64";
+            if (dt != DST_DTYPE_FP16 && dt != DST_DTYPE_BF16) continue;
+            Buf fx = make(DST_DTYPE_FP32, x), fw = make(DST_DTYPE_FP32, w), fb = make(DST_DTYPE_FP32, b),
+                fa = make(DST_DTYPE_FP32, a), fy = poisoned(DST_DTYPE_FP32, n * m);
+            OK(be_->linear_fwd_add(DST_DTYPE_FP32, fx.p(), fw.p(), bias ? fb.p() : nullptr, fa.p(), fy.p(), n, k, m));
+            EXPECT_EQ(vals(y), round_to(dt, vals(fy))) << "one rounding of the FP32 sum";
+            // The two-pass form (linear_fwd, then the addition) rounds twice: some element differs.
+            Buf t = poisoned(dt, n * m), y2 = poisoned(dt, n * m);
+            OK(be_->linear_fwd(dt, bx.p(), bw.p(), bias ? bb.p() : nullptr, t.p(), n, k, m, nullptr, nullptr));
+            OK(be_->dropout_residual_fwd(dt, t.p(), ba.p(), y2.p(), n * m, dst::DropoutSite{}));
+            EXPECT_NE(vals(y), vals(y2)) << "the inputs do not tell one rounding from two";
+        }
+}
+
 // ---- dropout ------------------------------------------------------------------------------------------
 
 TEST_F(CpuOps, DropoutKeepsOneMinusP) {

@@ -185,7 +185,8 @@ void add_linear_cases(std::vector<OpCase> &out) {
     // gelu: -1 none, else dst_gelu. off: misaligned x and bias pointers (elements).
     const Shape shapes[] = {{7, 5, 3, true, -1, false, 0},          {100, 64, 129, false, -1, false, 0},
                             {129, 96, 257, true, DST_GELU_ERF, true, 0}, {513, 80, 240, true, DST_GELU_TANH, false, 0},
-                            {33, 17, 11, true, -1, false, 1},        {1024, 1024, 4096, true, DST_GELU_ERF, true, 0}};
+                            {33, 17, 11, true, -1, false, 1},        {1024, 1024, 4096, true, DST_GELU_ERF, true, 0},
+                            {1024, 4096, 1024, true, -1, false, 0}};
     for (dst_dtype dt : kDtypes)
         for (const Shape &s : shapes) {
             std::ostringstream nm;
@@ -211,6 +212,18 @@ void add_linear_cases(std::vector<OpCase> &out) {
             };
             if (!s.pre_act) c.args[4].role = Role::In;  // untouched: not compared
             out.push_back(c);
+            if (s.gelu >= 0) continue;
+            // The linear layer with a residual term added (the Pre-LN FFN output without dropout): one
+            // GEMM with add as its C operand where the bias is aligned, else the two-pass default.
+            OpCase a;
+            a.name = tag("linear_fwd_add", dt, nm.str());
+            a.dt = dt;
+            a.args = {x, {"w", dt, s.m * s.k, Role::In, -0.2, 0.2}, b, {"add", dt, s.n * s.m, Role::In},
+                      {"y", dt, s.n * s.m, Role::Out}};
+            a.call = [s, dt](Backend &be, const Ptrs &p) {
+                return be.linear_fwd_add(dt, p[0], p[1], s.bias ? p[2] : nullptr, p[3], p[4], s.n, s.k, s.m);
+            };
+            out.push_back(a);
         }
 
     // db_off: db that many elements past an aligned pointer (the column sums write it element by element

@@ -24,6 +24,8 @@ public:
     void set_num_threads(int threads) override { threads_ = threads > 0 ? threads : 0; }
     int num_threads() const override;
 
+    dst_status linear_fwd_add(dst_dtype dt, const void *x, const void *w, const void *b, const void *add, void *y,
+                              int64_t n, int64_t k, int64_t m) override;
     dst_status linear_fwd(dst_dtype dt, const void *x, const void *w, const void *b, void *y, int64_t n,
                           int64_t k, int64_t m, const dst_gelu *gelu, void *pre_act) override;
     dst_status linear_bwd_data(dst_dtype dt, const void *dy, const void *w, void *dx, int64_t n,

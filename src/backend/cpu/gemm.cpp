@@ -1,5 +1,6 @@
 // Linear layers in the nn.Linear convention (W is [m, k], row-major):
-//   forward      y[n,m]  = x[n,k]·Wᵀ + b[m], optionally u = that value saved and y = GELU(u);
+//   forward      y[n,m]  = x[n,k]·Wᵀ + b[m], optionally u = that value saved and y = GELU(u), or
+//                y = x·Wᵀ + b + add[n,m] (linear_fwd_add; the sum in the compute type, one rounding);
 //   backward dx  dx[n,k] = dy[n,m]·W;
 //   backward dW  dW[m,k] = dyᵀ·x, db[m] = Σ_n dy[n,m] (fixed row order, parallel over columns).
 // fp64/fp32 call cblas_dgemm/cblas_sgemm on the buffers themselves; fp16/bf16 convert operands to
@@ -69,7 +70,7 @@ void gemm_into(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int
 
 template <typename T>
 dst_status linear_fwd_t(const void *x, const void *w, const void *b, void *y, int64_t n, int64_t k,
-                        int64_t m, const dst_gelu *gelu, void *pre_act, int nt) {
+                        int64_t m, const dst_gelu *gelu, void *pre_act, int nt, const void *add = nullptr) {
     using C = compute_t<T>;
     if (n == 0 || m == 0) return DST_OK;
     std::vector<C> tx, tw, ty;
@@ -90,7 +91,7 @@ dst_status linear_fwd_t(const void *x, const void *w, const void *b, void *y, in
     for (int64_t r = 0; r < n; ++r) {
         for (int64_t j = 0; j < m; ++j) {
             const int64_t i = r * m + j;
-            const T u = T(out[i] + (b ? cpu::load<T>(b, j) : C(0)));
+            const T u = T(out[i] + (b ? cpu::load<T>(b, j) : C(0)) + (add ? cpu::load<T>(add, i) : C(0)));
             if (gelu) {
                 if (pre_act) static_cast<T *>(pre_act)[i] = u;
                 cpu::store<T>(y, i, cpu::gelu_value<C>(*gelu, static_cast<C>(u)));
@@ -136,6 +137,14 @@ dst_status CpuBackend::linear_fwd(dst_dtype dt, const void *x, const void *w, co
     const int nt = num_threads();
     return cpu::dispatch(dt, "linear_fwd", [&](auto tag) {
         return linear_fwd_t<decltype(tag)>(x, w, b, y, n, k, m, gelu, pre_act, nt);
+    });
+}
+
+dst_status CpuBackend::linear_fwd_add(dst_dtype dt, const void *x, const void *w, const void *b, const void *add,
+                                      void *y, int64_t n, int64_t k, int64_t m) {
+    const int nt = num_threads();
+    return cpu::dispatch(dt, "linear_fwd_add", [&](auto tag) {
+        return linear_fwd_t<decltype(tag)>(x, w, b, y, n, k, m, nullptr, nullptr, nt, add);
     });
 }
 

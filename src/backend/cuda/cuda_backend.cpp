@@ -684,6 +684,22 @@ dst_status CudaBackend::linear_fwd(dst_dtype dt, const void *x, const void *w, c
     return DST_OK;
 }
 
+// One cuBLASLt GEMM: D = acc + C (add, beta 1) + bias (the BIAS epilogue), summed in fp32 and rounded
+// once; where the bias epilogue does not apply (FP64, a bias not 16-byte aligned) the two-pass default.
+dst_status CudaBackend::linear_fwd_add(dst_dtype dt, const void *x, const void *w, const void *b, const void *add,
+                                       void *y, int64_t n, int64_t k, int64_t m) {
+    DST_TRY(activate());
+    if (n <= 0 || m <= 0) return DST_OK;
+    const bool epilogue_bias = b && dt != DST_DTYPE_FP64 && pointer_alignment(b) >= 16;
+    if ((b && !epilogue_bias) || k <= 0) return Backend::linear_fwd_add(dt, x, w, b, add, y, n, k, m);
+    // D[m,n] = (W as k×m)ᵀ · (x as k×n) + add
+    Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, w, k, 0, x, k, 0, y, m, 0};
+    g.accumulate = true;
+    g.C = add;
+    g.bias = b;
+    return gemm(dt, g);
+}
+
 dst_status CudaBackend::linear_bwd_data(dst_dtype dt, const void *dy, const void *w, void *dx, int64_t n,
                                         int64_t k, int64_t m, const void *add) {
     DST_TRY(activate());

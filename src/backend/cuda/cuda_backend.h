@@ -60,6 +60,8 @@ public:
 
     dst_status linear_fwd(dst_dtype dt, const void *x, const void *w, const void *b, void *y, int64_t n,
                           int64_t k, int64_t m, const dst_gelu *gelu, void *pre_act) override;
+    dst_status linear_fwd_add(dst_dtype dt, const void *x, const void *w, const void *b, const void *add, void *y,
+                              int64_t n, int64_t k, int64_t m) override;
     dst_status linear_bwd_data(dst_dtype dt, const void *dy, const void *w, void *dx, int64_t n,
                                int64_t k, int64_t m, const void *add) override;
     dst_status linear_bwd_weight(dst_dtype dt, const void *dy, const void *x, void *dw, void *db,
