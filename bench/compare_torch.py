@@ -29,6 +29,9 @@ case, in the order of the table:
   ours, key lengths, unfused GEMMs  with --unfused-gemm-row: the key-length row on a context created
                                   with DST_FUSED_GEMM=0 (FC1 and GELU, FC2's dX and GELU', as separate
                                   kernels; the other rows take the library's default, one CUTLASS kernel each)
+  ours, key lengths, LN one pass  with --ln-one-pass-row [2|4]: the key-length row on a context created
+                                  with DST_LN_ONE_PASS=4 (or 2): the LayerNorm backward in one pass over
+                                  the rows, 4 (2) warps per row (kernels/layernorm.cuh; off by default)
 torch.compile runs first in each case, so that every row printed as it is measured has its ratio.
 Torch and the library share one CUDA stream, created for the run: torch's default stream is the
 legacy NULL stream, which dst_context_set_stream would take as "the context's own stream", a
@@ -87,7 +90,7 @@ seconds; per case the compile seconds and speedups; the run's wall seconds.
 usage: DST_LIB=path/libdstransformer.so python3 bench/compare_torch.py [--dtypes fp16,bf16[,fp32]]
            [--shapes 64x128,16x512,8x2048,2x8192,1x16384] [--skip-compile] [--skip-eager]
            [--no-compile-inference] [--padded-shapes 64x128,16x512|none] [--no-graphs] [--no-sweep]
-           [--unfused-gemm-row] [--budget SECONDS] [--out DIR]
+           [--unfused-gemm-row] [--ln-one-pass-row [2|4]] [--budget SECONDS] [--out DIR]
 """
 import argparse
 import collections
@@ -132,8 +135,18 @@ OURS = [  # row name, key-length mask (else additive), configuration switches
 # With --unfused-gemm-row: the key-length row on a context created with DST_FUSED_GEMM=0 (the FC1 forward
 # and the FC2 data gradient as the cuBLASLt GEMM and a separate GELU kernel, instead of the default's
 # CUTLASS kernels with GELU / GELU' in their epilogues, kernels/gemm_gelu.cuh).
-FUSED_GEMM = ("ours, key lengths, unfused GEMMs", True, {"_fused_gemm": 0})
-SPEEDUP_ROWS = ("ours, key lengths", "ours, additive", "ours, key lengths, stochastic", FUSED_GEMM[0])
+# ("_env": environment variables set while the row's context is created, which the backend reads then.)
+FUSED_GEMM = ("ours, key lengths, unfused GEMMs", True, {"_env": {"DST_FUSED_GEMM": "0"}})
+# With --ln-one-pass-row: the key-length row with the one-pass LayerNorm backward (DST_LN_ONE_PASS).
+LN_ONE_PASS_NAME = "ours, key lengths, LN one pass"
+
+
+def ln_one_pass_row(split):
+    return (LN_ONE_PASS_NAME, True, {"_env": {"DST_LN_ONE_PASS": str(split)}})
+
+
+OPTIONAL_ROWS = (FUSED_GEMM[0], LN_ONE_PASS_NAME)  # in the speedup line only when run
+SPEEDUP_ROWS = ("ours, key lengths", "ours, additive", "ours, key lengths, stochastic") + OPTIONAL_ROWS
 SKIPPED = "(skipped: time budget)"
 # The padding-distribution case: lengths uniform in [S/4, S] from this seed, at --padded-shapes.
 PADDING_SEED = 1234
@@ -325,19 +338,18 @@ class Ours:
         self.lib, self.L, self.B, self.S, self.padding = lib, lib.lib, B, S, padding
         self.handles = []
         switches = dict(switches)
-        # The backend reads DST_FUSED_GEMM when the context is created (FUSED_GEMM's row).
-        fused = switches.pop("_fused_gemm", None)
-        before = os.environ.get("DST_FUSED_GEMM")
-        if fused is not None:
-            os.environ["DST_FUSED_GEMM"] = str(fused)
+        # The backend reads its DST_* variables when the context is created (the optional rows' "_env").
+        env = switches.pop("_env", {})
+        before = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             self.ctx = lib.context(dc.BACKEND_CUDA)
         finally:
-            if fused is not None:
-                if before is None:
-                    del os.environ["DST_FUSED_GEMM"]
+            for k, v in before.items():
+                if v is None:
+                    del os.environ[k]
                 else:
-                    os.environ["DST_FUSED_GEMM"] = before
+                    os.environ[k] = v
         try:
             self.setup(dname, use_key_lengths, switches)
         except BaseException:
@@ -513,6 +525,8 @@ def row_specs(lib, kind, dname, B, S, args):
         specs.append((PLAIN, functools.partial(TorchStack, dname, B, S, "plain", False) if S <= PLAIN_MAX_S else None,
                       f"not run: S > {PLAIN_MAX_S}"))
     ours = OURS + ([FUSED_GEMM] if getattr(args, "unfused_gemm_row", False) else [])
+    split = getattr(args, "ln_one_pass_row", None)
+    ours += [ln_one_pass_row(split)] if split else []
     specs += [(name, functools.partial(Ours, lib, dname, B, S, use_key_lengths, switches), None)
               for name, use_key_lengths, switches in ours]
     return specs
@@ -680,7 +694,7 @@ def speedups(rows):
     by_name = {r.impl: r.train_ms for r in rows}
     ref = by_name.get(COMPILE)
     return {name: ref / by_name[name] if ref is not None and by_name.get(name) is not None else None
-            for name in SPEEDUP_ROWS if name != FUSED_GEMM[0] or name in by_name}
+            for name in SPEEDUP_ROWS if name not in OPTIONAL_ROWS or name in by_name}
 
 
 def speedup_line(rows):
@@ -1001,6 +1015,8 @@ def parse_args():
                          "%(default)s; none: no such case)")
     ap.add_argument("--unfused-gemm-row", action="store_true",
                     help="add the row 'ours, key lengths, unfused GEMMs' (a context with DST_FUSED_GEMM=0)")
+    ap.add_argument("--ln-one-pass-row", nargs="?", const="4", choices=("2", "4"), default=None,
+                    help="add the row 'ours, key lengths, LN one pass' (a context with DST_LN_ONE_PASS=4, or 2)")
     ap.add_argument("--no-graphs", action="store_true", help="no CUDA-graph case (the stack at 8x128)")
     ap.add_argument("--no-sweep", action="store_true", help="no batch-token sweep (1K-64K tokens at S=128 and 512)")
     ap.add_argument("--budget", type=float, default=400.0,
