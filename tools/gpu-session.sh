@@ -30,7 +30,8 @@
 #                                            # kernels/dev/layernorm_lab (the LayerNorm backward's passes
 #                                            # against one-pass forms: checks and times), the same under
 #                                            # compute-sanitizer memcheck at 1031 rows, the LayerNorm op
-#                                            # tests (one-pass cases included), then the CudaLayer tests
+#                                            # tests (one-pass cases included) and the linear_fwd_add
+#                                            # ones, then the CudaLayer tests
 #                                            # with the one-pass form on (DST_LN_ONE_PASS=4, then 2)
 #   bash tools/gpu-session.sh multi OUTDIR   # on a host with several GPUs (carry .gpu-deps): dst-pretrain
 #                                            # and test_cuda_layer built, the two-device layer tests, then
@@ -128,8 +129,9 @@ layernorm-lab)
     step memcheck 90 "$out/layernorm_lab_memcheck.txt" "$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)" \
         --tool memcheck --error-exitcode 1 "$DST_GPU_BUILD_DIR/kernels/dev/layernorm_lab" 1031 1024
     step build-tests 200 "$out/build_tests.log" ninja -C "$DST_GPU_BUILD_DIR" -j16 test_cuda_ops test_cuda_layer
+    # (with the linear_fwd_add cases, written in the same session as the one-pass form)
     step ln-ops 90 "$out/ln_ops.log" "$DST_GPU_BUILD_DIR/tests/cuda/test_cuda_ops" \
-        --gtest_filter='*layernorm*:*OnePass*:*BiasGradients*:*LayerNorm*'
+        --gtest_filter='*layernorm*:*OnePass*:*BiasGradients*:*LayerNorm*:*linear_fwd_add*'
     for split in 4 2; do
         limit=$((570 - SECONDS))
         [ "$limit" -lt 30 ] && break
