@@ -217,12 +217,12 @@ __global__ void layernorm_bwd_dx_kernel(const T *dy, const T *__restrict__ xy,
 }
 
 // Vector vi of row `row` of dx from its values before rounding, and with kBranch the branch gradient
-// dropout'(dx) from the same values; with kSums the branch as stored is also added to bsum (the bias
-// gradient's column sums). The warp and split forms' one store.
+// dropout'(dx) from the same values; with kSums the branch as stored is also added to bsum[0 … V − 1]
+// (the bias gradient's column sums). The warp and split forms' one store.
 template <typename T, bool kBranch, bool kSums = false>
 __device__ __forceinline__ void ln_bwd_store_vec(const compute_t<T> (&val)[kVec<T>], const LnBwdBranch<T> &branch,
                                                  int64_t row, int64_t h, int64_t base, int64_t vi, T *dx,
-                                                 compute_t<T> (&bsum)[kVec<T>]) {
+                                                 compute_t<T> *bsum = nullptr) {
     using C = compute_t<T>;
     constexpr int V = kVec<T>;
     Vec<T> o, ob;
@@ -288,13 +288,13 @@ __global__ void layernorm_bwd_dx_warp_kernel(const T *dy, const T *__restrict__ 
         const int64_t vi = lane + 32 * j;
         Vec<T> r{};
         if (dresid) r = reinterpret_cast<const Vec<T> *>(dresid + base)[vi];
-        C val[V], unused[V];
+        C val[V];
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             val[k] = rs * (g[j][k] - mg - xh[j][k] * mgx);
             if (dresid) val[k] += to_compute(r.v[k]);
         }
-        ln_bwd_store_vec<T, kBranch>(val, branch, row, h, base, vi, dx, unused);
+        ln_bwd_store_vec<T, kBranch>(val, branch, row, h, base, vi, dx);
     }
 }
 
@@ -600,7 +600,7 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
     if (h <= 0) return cudaSuccess;
     const int64_t chunks = chunk_count(n);
     const int64_t rows_per_chunk = colsum::rows_per_chunk(n);
-    bool bias_done = false;  // the one-pass form took the branch's column sums
+    bool ran = false;  // the one-pass form ran (and took the branch's column sums, when asked)
     const cudaError_t e = dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
@@ -622,17 +622,13 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
             if (split && !invertible && n > 0 && dx && (dgamma || dbeta)) {
                 C *partial = static_cast<C *>(workspace);
                 C *bias_partial = branch && branch_db ? partial + 2 * chunks * h : nullptr;
-                auto pick = [&](auto vpl_c, auto branch_c, auto split_c) {
-                    return layernorm_bwd_split_kernel<T, decltype(vpl_c)::value, decltype(branch_c)::value,
-                                                      decltype(split_c)::value>;
+                auto pick = [&](auto vpl_c, auto split_c) {
+                    constexpr int P = decltype(vpl_c)::value, S = decltype(split_c)::value;
+                    return branch ? layernorm_bwd_split_kernel<T, P, true, S> : layernorm_bwd_split_kernel<T, P, false, S>;
                 };
                 using I2 = std::integral_constant<int, 2>;
                 using I4 = std::integral_constant<int, 4>;
-                using Yes = std::true_type;
-                using No = std::false_type;
-                auto k = vpl == 2 ? (branch ? pick(I2{}, Yes{}, I2{}) : pick(I2{}, No{}, I2{}))
-                         : split == 2 ? (branch ? pick(I4{}, Yes{}, I2{}) : pick(I4{}, No{}, I2{}))
-                                      : (branch ? pick(I4{}, Yes{}, I4{}) : pick(I4{}, No{}, I4{}));
+                auto k = vpl == 2 ? pick(I2{}, I2{}) : split == 2 ? pick(I4{}, I2{}) : pick(I4{}, I4{});
                 DST_KERNEL_CHECK(launch_dependent(k, static_cast<unsigned>(chunks), 32 * split * kRowLanes, 0, stream,
                                                   dy_t, xy_t, g_t, mean_c, rstd_c, static_cast<const T *>(dresid),
                                                   static_cast<T *>(dx), n, h,
@@ -642,11 +638,9 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
                                                   dim3(kTileCols, kRowLanes), 0, stream,
                                                   static_cast<const C *>(partial), static_cast<T *>(dgamma),
                                                   static_cast<T *>(dbeta), h, chunks, accumulate));
-                if (bias_partial) {
+                if (bias_partial)
                     DST_KERNEL_CHECK(column_sum_finalize(stream, dt, bias_partial, branch_db, n, h, accumulate));
-                    bias_done = true;
-                }
-                if (one_pass_ran) *one_pass_ran = true;
+                ran = true;
                 return cudaSuccess;
             }
         }
@@ -689,7 +683,8 @@ cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, con
         }
         return cudaSuccess;
     });
-    if (e != cudaSuccess || !branch_out || !branch_db || bias_done) return e;
+    if (one_pass_ran) *one_pass_ran = ran;
+    if (e != cudaSuccess || !branch_out || !branch_db || ran) return e;
     // The separate passes: the branch's column sums after the rest (the workspace's γ/β partials have
     // been read by then, in stream order).
     return column_sum(stream, dt, branch_out, branch_db, n, h, accumulate, workspace);

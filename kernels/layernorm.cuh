@@ -44,9 +44,10 @@ size_t layernorm_bwd_workspace(dst_dtype dt, int64_t n, int64_t h, bool branch_s
 // one_pass_split (0: off): 2 or 4 computes dx, the branch and all the column sums in one pass over the
 // rows (layernorm_bwd_split_kernel: FP16/BF16/FP32, not invertible, dγ or dβ wanted, rows where the
 // warp form has 2 or 4 vectors per lane — h = 512 or 1024 in 16-bit types, 256 or 512 in fp32), 2 or 4
-// warps per row; elsewhere the separate passes. The same γ/β and bias bits as the separate passes up to the
-// contraction of dy·x̂ (explicit fma here); dx's row sums are added in another order. *one_pass_ran
-// (when given) says whether it did.
+// warps per row; elsewhere the separate passes. The same γ/β bits as the separate passes (both sum dy·x̂
+// by an explicit fma), and branch_db has column_sum's bits over the branch it stored; dx's two row sums
+// are added in another order (so dx and the branch may differ from the separate passes' by an ulp).
+// *one_pass_ran (when given) says whether it ran.
 cudaError_t layernorm_bwd(cudaStream_t stream, dst_dtype dt, const void *dy, const void *xy,
                          bool invertible, const void *gamma, const void *beta, const void *mean,
                          const void *rstd, const void *dresid, void *dx, void *dgamma, void *dbeta,

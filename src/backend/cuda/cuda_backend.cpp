@@ -778,10 +778,8 @@ dst_status CudaBackend::layernorm_dropout_bwd_bias_grad(dst_dtype dt, const void
         return set_error(DST_ERR_INVALID_ARGUMENT, "layernorm_dropout_bwd_bias_grad: branch_db without a branch");
     DST_TRY(activate());
     void *ws = nullptr;
-    const size_t need = dgamma || dbeta ? cuda::layernorm_bwd_workspace(dt, n, h, branch_db != nullptr)
-                        : branch_db     ? cuda::column_sum_workspace(dt, n, h)
-                                        : 0;
-    if (need) DST_TRY(workspace(need, &ws));
+    if (dgamma || dbeta || branch_db)  // (γ/β partials, then the bias's: column_sum's fit in the same bytes)
+        DST_TRY(workspace(cuda::layernorm_bwd_workspace(dt, n, h, branch_db != nullptr), &ws));
     bool one_pass = false;
     DST_CUDA_CHECK(cuda::layernorm_bwd(stream_, dt, dy, xy, invertible, gamma, beta, mean, rstd, dresid, dx, dgamma,
                                        dbeta, n, h, accumulate, ws, branch ? &site : nullptr, branch, branch_db,
