@@ -64,9 +64,9 @@ More cases, after each dtype's dense shapes (each a part of the same table, with
                     additive mask), "padded: ours, key lengths" (summary: its time / ours dense, the
                     "ours, key lengths" row at the same shape) and "padded: ours packed" (the same
                     lengths as packed input: tokens [N, H] and cu_seqlens, dst_layer_forward_packed)
-  graph             (--no-graphs: off) the stack at 8x128 with dropout 0, since a training forward or
-                    backward with dropout is refused on a capturing stream: "graph: ours eager, dropout
-                    0", then "graph: ours replay, dropout 0": the training call (forward + backward)
+  graph             (--no-graphs: off) the stack at 8x128 with the table's dropout (replays draw new
+                    masks from the context's device counter, docs/rng.md): "graph: ours eager", then
+                    "graph: ours replay": the training call (forward + backward)
                     and the inference forward captured with torch.cuda.CUDAGraph on torch's current
                     stream, which is the library's, after eager calls sized the workspace, and replayed
                     (summary: replay / eager)
@@ -154,11 +154,9 @@ PADDED_SHAPES = "64x128,16x512"
 PADDED_SDPA, PADDED_OURS, PADDED_PACKED = ("padded: torch eager SDPA", "padded: ours, key lengths",
                                            "padded: ours packed")
 DENSE_REF = "ours, key lengths"  # the dense row a padded one is compared with
-# The CUDA-graph case: the 4-layer stack at 8×128 with dropout 0 (a layer with dropout is refused on a
-# capturing stream), eager and replayed.
+# The CUDA-graph case: the 4-layer stack at 8×128 with the table's dropout, eager and replayed.
 GRAPH_SHAPE = (8, 128)
-NO_DROPOUT = {"attn_dropout_ratio": 0.0, "hidden_dropout_ratio": 0.0}
-GRAPH_EAGER, GRAPH_REPLAY = "graph: ours eager, dropout 0", "graph: ours replay, dropout 0"
+GRAPH_EAGER, GRAPH_REPLAY = "graph: ours eager", "graph: ours replay"
 # The batch-token sweep: tokens per call 1K … 64K at these S, fwd+bwd per token, ours and torch.compile.
 SWEEP_TOKENS = [1024 << k for k in range(7)]
 SWEEP_S = (128, 512)
@@ -462,13 +460,13 @@ class OursPacked(Ours):
 
 
 class OursGraph(Ours):
-    """Ours (key lengths, dropout 0) captured into CUDA graphs with torch.cuda.CUDAGraph on torch's current
+    """Ours (key lengths, the table's dropout) captured into CUDA graphs with torch.cuda.CUDAGraph on torch's current
     stream, which is the library's (Ours.setup), and replayed: train() replays forward + backward,
     inference() a captured inference forward. Eager calls of the same shapes size the workspace and the
     saved activations before each capture, as the header's dst_layer_forward doc asks."""
 
     def __init__(self, lib, dname, B, S):
-        super().__init__(lib, dname, B, S, True, NO_DROPOUT)
+        super().__init__(lib, dname, B, S, True, {})
         try:
             for _ in range(2):
                 Ours.train(self)
@@ -514,7 +512,7 @@ def row_specs(lib, kind, dname, B, S, args):
         specs.append((PADDED_PACKED, functools.partial(OursPacked, lib, dname, B, S, True, {}, "uniform"), None))
         return specs
     if kind == "graph":
-        return [(GRAPH_EAGER, functools.partial(Ours, lib, dname, B, S, True, NO_DROPOUT), None),
+        return [(GRAPH_EAGER, functools.partial(Ours, lib, dname, B, S, True, {}), None),
                 (GRAPH_REPLAY, functools.partial(OursGraph, lib, dname, B, S), None)]
     specs = [(GEMMS, functools.partial(Gemms, dname, B, S), None)]
     if not args.skip_eager:
@@ -671,8 +669,8 @@ LEGEND = [
     "compile s: the first training call of torch.compile (compilation of forward and backward), one per case.",
     "padded: lengths uniform in [S/4, S] (seed fixed); ours with key lengths, torch SDPA with the same lengths as",
     "  an additive mask; ours packed: the same lengths as tokens [N, H] + cu_seqlens (dst_layer_forward_packed).",
-    "graph: dropout 0 (training with dropout is refused on a capturing stream); eager calls, then the same",
-    "  calls captured with torch.cuda.CUDAGraph on the library's stream (torch's current one) and replayed.",
+    "graph: eager calls, then the same calls captured with torch.cuda.CUDAGraph on the library's stream",
+    "  (torch's current one) and replayed; dropout as in the table, new masks at every replay (docs/rng.md).",
     "sweep: fwd+bwd µs per token per layer, key-length mask (ours) / additive mask (torch.compile, batch",
     "  dimension dynamic: one compilation per S); plotted in batch_token_sweep.svg with --out.",
 ]

@@ -140,13 +140,12 @@ dst_status resolve_saved(const char *fn, dst_layer *layer, dst_saved *saved, dst
     return DST_OK;
 }
 
-// The start of every layer forward/backward: a deferred device-side failure of an earlier call, the
-// capture rule, and the saved-activations object to use.
-dst_status begin_layer_call(const char *fn, dst_layer *layer, dst_saved *saved, bool backward, dst::Saved **sv) {
+// The start of every layer forward/backward: a deferred device-side failure of an earlier call, and
+// the saved-activations object to use.
+dst_status begin_layer_call(const char *fn, dst_layer *layer, dst_saved *saved, dst::Saved **sv) {
     DST_REQUIRE(fn, layer);
     dst::Layer &L = *layer->impl;
     DST_TRY(L.backend().take_deferred_error(fn));
-    DST_TRY(L.check_capture(fn, backward));
     if (saved && !saved->impl->layer) return set_error(DST_ERR_STATE, "%s: saved outlived its layer", fn);
     return resolve_saved(fn, layer, saved, sv);
 }
@@ -274,9 +273,7 @@ dst_status dst_context_get_backend(const dst_context *ctx, dst_backend *backend)
 dst_status dst_context_set_rng_state(dst_context *ctx, uint64_t seed, uint64_t offset) {
     static const char fn[] = "dst_context_set_rng_state";
     DST_REQUIRE(fn, ctx);
-    ctx->impl->rng_seed = seed;
-    ctx->impl->rng_offset = offset;
-    return DST_OK;
+    return ctx->impl->set_rng_state(seed, offset, fn);
 }
 
 dst_status dst_context_get_rng_state(const dst_context *ctx, uint64_t *seed, uint64_t *offset) {
@@ -753,7 +750,7 @@ dst_status dst_layer_forward(dst_layer *layer, dst_saved *saved, const dst_tenso
     static const char fn[] = "dst_layer_forward";
     return guarded(fn, [&]() -> dst_status {
         dst::Saved *sv = nullptr;
-        DST_TRY(begin_layer_call(fn, layer, saved, false, &sv));
+        DST_TRY(begin_layer_call(fn, layer, saved, &sv));
         dst::Layer &L = *layer->impl;
         DST_TRY(check_activation(fn, "input", input, L, 0, 0));
         const int64_t B = input->shape[0], S = input->shape[1];
@@ -771,7 +768,7 @@ dst_status dst_layer_backward(dst_layer *layer, dst_saved *saved, const dst_tens
     static const char fn[] = "dst_layer_backward";
     return guarded(fn, [&]() -> dst_status {
         dst::Saved *sv = nullptr;
-        DST_TRY(begin_layer_call(fn, layer, saved, true, &sv));
+        DST_TRY(begin_layer_call(fn, layer, saved, &sv));
         dst::Layer &L = *layer->impl;
         if (!sv->valid)
             return set_error(DST_ERR_STATE, "%s: saved holds no training forward (call dst_layer_forward in "
@@ -792,7 +789,7 @@ dst_status dst_layer_forward_packed(dst_layer *layer, dst_saved *saved, const ds
     static const char fn[] = "dst_layer_forward_packed";
     return guarded(fn, [&]() -> dst_status {
         dst::Saved *sv = nullptr;
-        DST_TRY(begin_layer_call(fn, layer, saved, false, &sv));
+        DST_TRY(begin_layer_call(fn, layer, saved, &sv));
         dst::Layer &L = *layer->impl;
         DST_TRY(check_packed(fn, "input", input, L, 0));
         const int64_t N = input->shape[0];
@@ -832,7 +829,7 @@ dst_status dst_layer_backward_packed(dst_layer *layer, dst_saved *saved, const d
     static const char fn[] = "dst_layer_backward_packed";
     return guarded(fn, [&]() -> dst_status {
         dst::Saved *sv = nullptr;
-        DST_TRY(begin_layer_call(fn, layer, saved, true, &sv));
+        DST_TRY(begin_layer_call(fn, layer, saved, &sv));
         dst::Layer &L = *layer->impl;
         if (!sv->valid || !sv->packed)
             return set_error(DST_ERR_STATE, "%s: saved holds no packed training forward (call "

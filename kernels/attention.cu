@@ -72,6 +72,7 @@ struct KArgs {
     const C *key_bias;       // [B, S] or nullptr
     const int32_t *key_len;  // [B] or nullptr
     uint64_t seed, offset;
+    const uint32_t *offset_hi;  // AttentionArgs::offset_hi
     uint32_t threshold;      // 0: no dropout
     C dscale;                // 1/(1−p)
 };
@@ -184,9 +185,9 @@ __device__ __forceinline__ C masked_score(const KArgs<C> &a, C dot, int64_t b, i
 }
 
 template <typename C>
-__device__ __forceinline__ bool dropout_keep(const KArgs<C> &a, int64_t bh, int64_t i, int64_t j) {
+__device__ __forceinline__ bool dropout_keep(const KArgs<C> &a, uint64_t offset, int64_t bh, int64_t i, int64_t j) {
     const uint64_t e = (static_cast<uint64_t>(bh) * a.seq + i) * a.seq + j;
-    return philox_dropout_keep(a.seed, a.offset, e, a.threshold);
+    return philox_dropout_keep(a.seed, offset, e, a.threshold);
 }
 
 template <typename T, int DMAX>
@@ -202,6 +203,7 @@ __global__ void __launch_bounds__(256)
     C *Ps = KVs + BL * LD;
 
     const int r = threadIdx.x / 16, c = threadIdx.x % 16;
+    const uint64_t drop_off = a.threshold ? dropout_offset(a.offset, a.offset_hi) : 0;  // as this run draws
     const int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int64_t S = a.seq, H = a.hidden, d = a.head_dim, ld3 = 3 * H;
     const int64_t i0 = int64_t(blockIdx.y) * BL;
@@ -257,7 +259,7 @@ __global__ void __launch_bounds__(256)
                 const int64_t j = j0 + c + 16 * jj;
                 C p = dexp(s[ii][jj] - ref);
                 sum += p;
-                if (a.threshold != 0u && p != C(0)) p = dropout_keep(a, bh, i, j) ? p * a.dscale : C(0);
+                if (a.threshold != 0u && p != C(0)) p = dropout_keep(a, drop_off, bh, i, j) ? p * a.dscale : C(0);
                 Ps[(r + 16 * ii) * LDP + c + 16 * jj] = p;
             }
             l[ii] = l[ii] * alpha + half_warp_sum(sum);
@@ -317,7 +319,7 @@ __global__ void attention_rowdot_kernel(const KArgs<compute_t<T>> a, const T *__
 // Softmax gradient of one score tile (rows i0 + r + 16ii, keys j0 + c + 16jj): writes P̃ to Ps
 // (when non-null) and dS = P ∘ (dropout'(dP̃) − D) to dSs.
 template <typename T, int R, int LDP>
-__device__ __forceinline__ void grad_tile(const KArgs<compute_t<T>> &a, int64_t bh,
+__device__ __forceinline__ void grad_tile(const KArgs<compute_t<T>> &a, uint64_t drop_off, int64_t bh,
                                           int64_t b, int64_t i0, int64_t j0, int r, int c,
                                           int64_t kv_limit, const compute_t<T> (&s)[R][R],
                                           const compute_t<T> (&dp)[R][R], const compute_t<T> (&lse_r)[R],
@@ -341,7 +343,7 @@ __device__ __forceinline__ void grad_tile(const KArgs<compute_t<T>> &a, int64_t 
                 C dpd = dp[ii][jj];
                 pd = p;
                 if (a.threshold != 0u) {
-                    const bool keep = dropout_keep(a, bh, i, j);
+                    const bool keep = dropout_keep(a, drop_off, bh, i, j);
                     pd = keep ? p * a.dscale : C(0);
                     dpd = keep ? dpd * a.dscale : C(0);
                 }
@@ -381,6 +383,7 @@ __global__ void __launch_bounds__(256)
     C *dSs = Ps + BL * LDP;
 
     const int r = threadIdx.x / 16, c = threadIdx.x % 16;
+    const uint64_t drop_off = a.threshold ? dropout_offset(a.offset, a.offset_hi) : 0;  // as this run draws
     const int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int64_t S = a.seq, H = a.hidden, d = a.head_dim, ld3 = 3 * H;
     const int64_t j0 = int64_t(blockIdx.y) * BL;
@@ -425,7 +428,7 @@ __global__ void __launch_bounds__(256)
                 dot_tile<C, R, LD>(dOs, Vs, static_cast<int>(d), r, c, dp);
             }
             load_row_stats(a, lse, dvec, bh, i0, r, lse_r, d_r);
-            grad_tile<T, R, LDP>(a, bh, b, i0, j0, r, c, kv_limit, s, dp, lse_r, d_r, Ps, dSs);
+            grad_tile<T, R, LDP>(a, drop_off, bh, b, i0, j0, r, c, kv_limit, s, dp, lse_r, d_r, Ps, dSs);
             __syncthreads();
             const int in = static_cast<int>(S - i0 < BL ? S - i0 : BL);
             for (int il = 0; il < in; ++il) {
@@ -480,6 +483,7 @@ __global__ void __launch_bounds__(256)
     C *dSs = Vs + BL * LD;
 
     const int r = threadIdx.x / 16, c = threadIdx.x % 16;
+    const uint64_t drop_off = a.threshold ? dropout_offset(a.offset, a.offset_hi) : 0;  // as this run draws
     const int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int64_t S = a.seq, H = a.hidden, d = a.head_dim, ld3 = 3 * H;
     const int64_t i0 = int64_t(blockIdx.y) * BL;
@@ -524,7 +528,7 @@ __global__ void __launch_bounds__(256)
             dot_tile<C, R, LD>(Qs, Ks, static_cast<int>(d), r, c, s);
             dot_tile<C, R, LD>(dOs, Vs, static_cast<int>(d), r, c, dp);
         }
-        grad_tile<T, R, LDP>(a, bh, b, i0, j0, r, c, kv_limit, s, dp, lse_r, d_r, nullptr, dSs);
+        grad_tile<T, R, LDP>(a, drop_off, bh, b, i0, j0, r, c, kv_limit, s, dp, lse_r, d_r, nullptr, dSs);
         __syncthreads();
         const int jn = static_cast<int>(kv_end - j0 < BL ? kv_end - j0 : BL);
         for (int jl = 0; jl < jn; ++jl) {
@@ -576,6 +580,7 @@ KArgs<compute_t<T>> make_args(const AttentionArgs &l) {
     a.key_len = l.key_len;
     a.seed = l.seed;
     a.offset = l.offset;
+    a.offset_hi = l.offset_hi;
     a.threshold = l.threshold;
     a.dscale = static_cast<C>(l.drop_scale);
     return a;

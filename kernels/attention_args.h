@@ -33,6 +33,9 @@ struct AttentionArgs {
     const int32_t *seq_start = nullptr;
     // ---- dropout of the probabilities (threshold 0: none) ----
     uint64_t seed = 0, offset = 0;
+    // nullptr, or device memory holding the offset's high word, read as the kernels run (offset < 2^32
+    // then; kernels/philox.h, dropout_offset): a call captured into a CUDA graph draws new masks per replay
+    const uint32_t *offset_hi = nullptr;
     uint32_t threshold = 0;
     double drop_scale = 1.0;        // 1/(1−p)
     // ---- backward ----

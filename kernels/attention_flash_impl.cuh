@@ -86,6 +86,7 @@ struct Params {
     bool deterministic;   // backward: dQ added in a fixed order
     bool dq_order;        // backward: that order follows each block's steps (false: ascending key blocks)
     uint64_t seed, offset;
+    const uint32_t *offset_hi;  // AttentionArgs::offset_hi: the offset's high word, read as the kernel runs
     uint32_t threshold;
     float drop_scale;
     // Philox (kernels/philox.h) with the offset words of the counter folded in: round r uses the
@@ -149,6 +150,7 @@ inline Params make_params(const AttentionArgs &a) {
     p.deterministic = a.deterministic;
     p.seed = a.seed;
     p.offset = a.offset;
+    p.offset_hi = a.offset_hi;
     p.threshold = a.threshold;
     p.drop_scale = p.dropout ? static_cast<float>(a.drop_scale) : 1.0f;
     p.vec16 = a.head_dim % 8 == 0 && a.hidden % 8 == 0;  // and 16-byte aligned tensors: the caller checks
@@ -412,21 +414,25 @@ DST_FHD uint4 philox_rounds(const Params &p, uint32_t c0, uint32_t c1, uint32_t 
     }
     return make_uint4(c0, c1, c2, c3);
 }
-// The four words of dropout group (lo, hi) = element >> 2 (kernels/philox.h, philox_dropout_block).
-DST_FHD uint4 philox_group(const Params &p, uint32_t lo, uint32_t hi) {
+// Round 0's word r0c as the kernel runs: the Params' own, or with offset_hi the offset's high word read
+// from memory (the only round-0 word the high word enters). Read once per tile by the callers below.
+DST_FHD uint32_t philox_r0c(const Params &p) { return p.offset_hi ? *p.offset_hi ^ p.key1[0] : p.r0c; }
+// The four words of dropout group (lo, hi) = element >> 2 (kernels/philox.h, philox_dropout_block);
+// r0c = philox_r0c(p).
+DST_FHD uint4 philox_group(const Params &p, uint32_t r0c, uint32_t lo, uint32_t hi) {
     const uint64_t m0 = uint64_t(kPhiloxM0) * lo;
-    const uint32_t c0 = hi ^ p.r0a, c1 = p.r0b, c2 = uint32_t(m0 >> 32) ^ p.r0c, c3 = uint32_t(m0);
+    const uint32_t c0 = hi ^ p.r0a, c1 = p.r0b, c2 = uint32_t(m0 >> 32) ^ r0c, c3 = uint32_t(m0);
     return philox_rounds<1>(p, c0, c1, c2, c3);
 }
-DST_FHD uint4 philox_group(const Params &p, uint64_t group) {
-    return philox_group(p, uint32_t(group), uint32_t(group >> 32));
+DST_FHD uint4 philox_group(const Params &p, uint32_t r0c, uint64_t group) {
+    return philox_group(p, r0c, uint32_t(group), uint32_t(group >> 32));
 }
 // The same words when p.grp32 (the group's high word 0), from m0 = M0·group (the 64-bit product,
 // which callers walking groups at a fixed stride form by additions): round 0 needs no multiply and
 // round 1 one, 17 wide multiplies per group instead of 19.
-DST_FHD uint4 philox_group_m0(const Params &p, uint64_t m0) {
+DST_FHD uint4 philox_group_m0(const Params &p, uint32_t r0c, uint64_t m0) {
     const uint32_t c3r0 = uint32_t(m0);
-    const uint64_t b1 = uint64_t(kPhiloxM1) * (uint32_t(m0 >> 32) ^ p.r0c);
+    const uint64_t b1 = uint64_t(kPhiloxM1) * (uint32_t(m0 >> 32) ^ r0c);
     const uint32_t c0 = uint32_t(b1 >> 32) ^ p.r1b, c1 = uint32_t(b1), c2 = c3r0 ^ p.r1h, c3 = p.r1l;
     return philox_rounds<2>(p, c0, c1, c2, c3);
 }
@@ -443,8 +449,8 @@ DST_FDEV uint4 lab_drop_slot(const uint4 &w, int k) {
 }
 #endif
 // The word of one element (any alignment).
-DST_FDEV uint32_t philox_word(const Params &p, uint64_t e) {
-    const uint4 r = philox_group(p, e >> 2);
+DST_FDEV uint32_t philox_word(const Params &p, uint32_t r0c, uint64_t e) {
+    const uint4 r = philox_group(p, r0c, e >> 2);
     const uint32_t k = uint32_t(e & 3);
     return k == 0 ? r.x : k == 1 ? r.y : k == 2 ? r.z : r.w;
 }
@@ -615,6 +621,7 @@ DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], f
         if (wd.z < p.threshold) s[2 * G + 1][2 * r] = 0.0f;
         if (wd.w < p.threshold) s[2 * G + 1][2 * r + 1] = 0.0f;
     };
+    const uint32_t r0c = p.dropout ? philox_r0c(p) : 0u;
     if (p.dropout && p.aligned4 && p.grp32) {  // M0·group by additions: the tile's, the row's, G's
         const uint64_t mt = uint64_t(kPhiloxM0) * uint32_t(w.grp0 + uint64_t(k0 / 4));
         const uint64_t mr = uint64_t(kPhiloxM0) * uint32_t(2 * S);
@@ -625,7 +632,7 @@ DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], f
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int slot = (2 * G + r) % kLabDropSlots;
-                if (slot == 0) wd = philox_group_m0(p, mt + (r ? mr : 0) + uint64_t(kPhiloxM0) * uint64_t(4 * G));
+                if (slot == 0) wd = philox_group_m0(p, r0c, mt + (r ? mr : 0) + uint64_t(kPhiloxM0) * uint64_t(4 * G));
                 drop(G, r, lab_drop_slot(wd, slot));
             }
 #else
@@ -633,22 +640,22 @@ DST_FDEV void fwd_tile(const Params &p, FwdRows &w, int k0, float (&s)[NT][4], f
         for (int G = 0; G < NG; ++G)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
-                drop(G, r, philox_group_m0(p, mt + (r ? mr : 0) + uint64_t(kPhiloxM0) * uint64_t(4 * G)));
+                drop(G, r, philox_group_m0(p, r0c, mt + (r ? mr : 0) + uint64_t(kPhiloxM0) * uint64_t(4 * G)));
 #endif
     } else if (p.dropout && p.aligned4) {
 #pragma unroll
         for (int G = 0; G < NG; ++G)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
-                drop(G, r, philox_group(p, w.grp0 + (r ? 2 * uint64_t(S) : 0) + uint64_t(k0 / 4 + 4 * G)));
+                drop(G, r, philox_group(p, r0c, w.grp0 + (r ? 2 * uint64_t(S) : 0) + uint64_t(k0 / 4 + 4 * G)));
     } else if (p.dropout) {
 #pragma unroll
         for (int G = 0; G < NG; ++G)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const uint64_t e0 = (w.row_base + uint64_t(w.i0 + 8 * r)) * uint64_t(S) + uint64_t(k0 + 16 * G + 4 * t);
-                drop(G, r, make_uint4(philox_word(p, e0), philox_word(p, e0 + 1), philox_word(p, e0 + 2),
-                                      philox_word(p, e0 + 3)));
+                drop(G, r, make_uint4(philox_word(p, r0c, e0), philox_word(p, r0c, e0 + 1),
+                                      philox_word(p, r0c, e0 + 2), philox_word(p, r0c, e0 + 3)));
             }
     }
 }
@@ -912,6 +919,7 @@ DST_FDEV void bwd_tile(const Params &p, const BwdKeys &k, int k0, int wrow, int 
             s[nt][e] = kept ? pr : 0.0f;                                                          // P̃ᵀ/σ
         }
     };
+    const uint32_t r0c = p.dropout ? philox_r0c(p) : 0u;
     if (p.dropout && p.aligned4) {
         // This lane draws the block of query 2t + hh (its keys are words 2hh, 2hh + 1) and
         // trades the other two words with lane ^ 4, which holds the block's other keys. With grp32
@@ -937,27 +945,27 @@ DST_FDEV void bwd_tile(const Params &p, const BwdKeys &k, int k0, int wrow, int 
             uint4 wd = make_uint4(0u, 0u, 0u, 0u);
             each([&](int nt) {
                 if (nt % kLabDropSlots == 0) {
-                    wd = philox_group_m0(p, m0);
+                    wd = philox_group_m0(p, r0c, m0);
                     m0 += mstep;
                 }
                 return lab_drop_slot(wd, nt % kLabDropSlots);
             });
 #else
             each([&](int) {
-                const uint4 r = philox_group_m0(p, m0);
+                const uint4 r = philox_group_m0(p, r0c, m0);
                 m0 += mstep;
                 return r;
             });
 #endif
         } else {
-            each([&](int nt) { return philox_group(p, g0 + uint64_t(nt) * uint64_t(2 * S)); });
+            each([&](int nt) { return philox_group(p, r0c, g0 + uint64_t(nt) * uint64_t(2 * S)); });
         }
     } else if (p.dropout) {
 #pragma unroll
         for (int nt = 0; nt < NTQ; ++nt) {
             const uint64_t e00 = (k.row_base + uint64_t(i0 + nt * 8 + 2 * t)) * uint64_t(S) + uint64_t(k.kj0);
-            const uint32_t w[4] = {philox_word(p, e00), philox_word(p, e00 + uint64_t(S)), philox_word(p, e00 + 1),
-                                   philox_word(p, e00 + uint64_t(S) + 1)};
+            const uint32_t w[4] = {philox_word(p, r0c, e00), philox_word(p, r0c, e00 + uint64_t(S)),
+                                   philox_word(p, r0c, e00 + 1), philox_word(p, r0c, e00 + uint64_t(S) + 1)};
             grad(nt, w);
         }
     } else {

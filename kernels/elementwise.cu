@@ -132,9 +132,10 @@ __device__ __forceinline__ void dropout_quad(const T *a, const T *residual, T *y
 
 template <typename T>
 __global__ void dropout_kernel(const T *a, const T *residual, T *y,
-                               int64_t count, uint64_t seed, uint64_t offset, uint32_t threshold,
-                               compute_t<T> scale, bool quad) {
+                               int64_t count, uint64_t seed, uint64_t offset0, const uint32_t *offset_hi,
+                               uint32_t threshold, compute_t<T> scale, bool quad) {
     DST_GRID_DEPENDENCY();
+    const uint64_t offset = dropout_offset(offset0, offset_hi);
     using C = compute_t<T>;
     const int64_t groups = (count + 3) / 4;
     for (int64_t grp = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; grp < groups;
@@ -162,9 +163,10 @@ __global__ void dropout_kernel(const T *a, const T *residual, T *y,
 // `quad`: one Philox group and one access per tensor each) or its elements (each its own group).
 template <typename T>
 __global__ void dropout_rows_kernel(const T *a, const T *residual, T *y, int64_t nrows, const int32_t *rows,
-                                    int64_t L, uint64_t seed, uint64_t offset, uint32_t threshold,
-                                    compute_t<T> scale, bool quad) {
+                                    int64_t L, uint64_t seed, uint64_t offset0, const uint32_t *offset_hi,
+                                    uint32_t threshold, compute_t<T> scale, bool quad) {
     DST_GRID_DEPENDENCY();
+    const uint64_t offset = dropout_offset(offset0, offset_hi);
     using C = compute_t<T>;
     for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
         const int64_t base = r * L;
@@ -202,9 +204,10 @@ __device__ __forceinline__ void dropout_words(uint64_t seed, uint64_t offset, ui
 // The keep decisions and the arithmetic are those of dropout_kernel: the same results.
 template <typename T>
 __global__ void dropout_vec_kernel(const T *a, const T *residual, T *y, int64_t count, const int32_t *rows,
-                                   int64_t L, uint64_t seed, uint64_t offset, uint32_t threshold,
-                                   compute_t<T> scale) {
+                                   int64_t L, uint64_t seed, uint64_t offset0, const uint32_t *offset_hi,
+                                   uint32_t threshold, compute_t<T> scale) {
     DST_GRID_DEPENDENCY();
+    const uint64_t offset = dropout_offset(offset0, offset_hi);
     using C = compute_t<T>;
     constexpr int V = kVec<T>, G = V / 4;
     static_assert(V % 4 == 0, "whole Philox groups per vector");
@@ -241,9 +244,10 @@ __global__ void dropout_vec_kernel(const T *a, const T *residual, T *y, int64_t 
 template <typename T>
 __global__ void __launch_bounds__(colsum::kTileThreads *colsum::kRowLanes)
     dropout_bwd_partial_kernel(const T *dy, T *dx, int64_t n, int64_t m, int64_t R, const int32_t *rows,
-                               uint64_t seed, uint64_t offset, uint32_t threshold, compute_t<T> scale,
-                               compute_t<T> *__restrict__ partial) {
+                               uint64_t seed, uint64_t offset0, const uint32_t *offset_hi, uint32_t threshold,
+                               compute_t<T> scale, compute_t<T> *__restrict__ partial) {
     DST_GRID_DEPENDENCY();
+    const uint64_t offset = dropout_offset(offset0, offset_hi);
     using C = compute_t<T>;
     constexpr int V = kVec<T>, G = V / 4;
     static_assert(V % 4 == 0, "whole Philox groups per vector");
@@ -358,7 +362,7 @@ cudaError_t launch_dropout(cudaStream_t stream, dst_dtype dt, const void *a, con
                     dropout_vec_kernel<T>, static_cast<unsigned>((work + kThreads - 1) / kThreads), kThreads, 0,
                     stream, static_cast<const T *>(a), static_cast<const T *>(residual), static_cast<T *>(y), count,
                     rows ? site.rows : nullptr, rows ? site.row_len : int64_t(1), site.seed, site.offset,
-                    site.threshold, static_cast<C>(site.scale)));
+                    site.offset_hi, site.threshold, static_cast<C>(site.scale)));
                 return cudaSuccess;
             }
         }
@@ -367,13 +371,13 @@ cudaError_t launch_dropout(cudaStream_t stream, dst_dtype dt, const void *a, con
             DST_KERNEL_CHECK(launch_dependent(
                 dropout_rows_kernel<T>, static_cast<unsigned>(nrows < 65536 ? nrows : 65536), kThreads, 0, stream,
                 static_cast<const T *>(a), static_cast<const T *>(residual), static_cast<T *>(y), nrows, site.rows,
-                site.row_len, site.seed, site.offset, site.threshold, static_cast<C>(site.scale),
+                site.row_len, site.seed, site.offset, site.offset_hi, site.threshold, static_cast<C>(site.scale),
                 quad && site.row_len % 4 == 0));
         } else {
             DST_KERNEL_CHECK(launch_dependent(dropout_kernel<T>, grid_blocks(groups, kThreads), kThreads, 0, stream,
                                               static_cast<const T *>(a), static_cast<const T *>(residual),
-                                              static_cast<T *>(y), count, site.seed, site.offset, site.threshold,
-                                              static_cast<C>(site.scale), quad));
+                                              static_cast<T *>(y), count, site.seed, site.offset, site.offset_hi,
+                                              site.threshold, static_cast<C>(site.scale), quad));
         }
         return cudaSuccess;
     });
@@ -403,8 +407,8 @@ cudaError_t dropout_bwd_bias_grad(cudaStream_t stream, dst_dtype dt, const void 
                     DST_KERNEL_CHECK(launch_dependent(
                         dropout_bwd_partial_kernel<T>, colsum::partial_grid<T>(n, m, true), colsum::partial_block(), 0,
                         stream, static_cast<const T *>(dy), static_cast<T *>(dx), n, m, colsum::rows_per_chunk(n),
-                        rows ? site.rows : nullptr, site.seed, site.offset, site.threshold, static_cast<C>(site.scale),
-                        static_cast<C *>(workspace)));
+                        rows ? site.rows : nullptr, site.seed, site.offset, site.offset_hi, site.threshold,
+                        static_cast<C>(site.scale), static_cast<C *>(workspace)));
                 return column_sum_finalize(stream, dt, workspace, db, n, m, accumulate);
             }
         }

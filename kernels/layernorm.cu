@@ -75,8 +75,9 @@ struct RowDropout {
     Philox4 r[G > 0 ? G : 1];
     __device__ __forceinline__ RowDropout(const DropoutSite &site, int64_t row, int64_t h, int64_t vi) {
         const uint64_t pe = (site.rows ? uint64_t(site.rows[row]) : uint64_t(row)) * uint64_t(h) + uint64_t(vi) * kVec<T>;
+        const uint64_t offset = site.offset_now();
 #pragma unroll
-        for (int g = 0; g < G; ++g) r[g] = philox_dropout_block(site.seed, site.offset, (pe >> 2) + uint64_t(g));
+        for (int g = 0; g < G; ++g) r[g] = philox_dropout_block(site.seed, offset, (pe >> 2) + uint64_t(g));
     }
     __device__ __forceinline__ bool keep(int k, uint32_t threshold) const { return r[k / 4].v[k % 4] >= threshold; }
 };
@@ -209,7 +210,7 @@ __global__ void layernorm_bwd_dx_kernel(const T *dy, const T *__restrict__ xy,
         if (branch.out) {
             const DropoutSite &st = branch.site;
             const uint64_t pe = (st.rows ? uint64_t(st.rows[row]) : uint64_t(row)) * uint64_t(h) + uint64_t(c);
-            const bool keep = st.threshold == 0u || philox_dropout_keep(st.seed, st.offset, pe, st.threshold);
+            const bool keep = st.threshold == 0u || philox_dropout_keep(st.seed, st.offset_now(), pe, st.threshold);
             branch.out[base + c] = to_storage<T>(st.threshold == 0u ? v : keep ? v * C(st.scale) : C(0));
         }
         dx[base + c] = to_storage<T>(v);

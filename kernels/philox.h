@@ -5,6 +5,10 @@
 //   dropout:  key = seed, counter = {e >> 2 (64-bit, low word first), offset (64-bit, low word first)},
 //             element e takes output word (e & 3); it is kept when word >= threshold(p).
 //   init:     key = seed, counter = {e (64-bit), param_id, 0x494E4954}; words 0 and 1 feed Box-Muller.
+//   graph dropout: a layer's training forward made while its stream captures a CUDA graph draws
+//             its sites from key graph_dropout_seed(seed) with offset {k, n} (low word k, the site's
+//             number 0, 1 or 2; high word n, taken from the context's device counter when the forward
+//             runs), so every replay draws new masks (DropoutSite::offset_hi).
 #ifndef DST_KERNELS_PHILOX_H
 #define DST_KERNELS_PHILOX_H
 
@@ -67,6 +71,17 @@ DST_HD bool philox_dropout_keep(uint64_t seed, uint64_t offset, uint64_t e, uint
     return w >= threshold;
 }
 
+// The offset a site draws with: `offset`, or with offset_hi (backend memory, read when the op runs)
+// the offset whose low word is offset's and whose high word is *offset_hi.
+DST_HD uint64_t dropout_offset(uint64_t offset, const uint32_t *offset_hi) {
+    return offset_hi ? (offset & 0xFFFFFFFFull) | (static_cast<uint64_t>(*offset_hi) << 32) : offset;
+}
+
+// The key of the graph dropout stream: the context's seed with its bits changed by a fixed word, so
+// that captured calls never draw a counter the context's host offsets draw.
+constexpr uint64_t kGraphDropoutSeedXor = 0x6772617068445354ull;  // "graphDST"
+inline uint64_t graph_dropout_seed(uint64_t seed) { return seed ^ kGraphDropoutSeedXor; }
+
 // One dropout site: keep element e iff philox_dropout_keep(seed, offset, e, threshold);
 // kept elements are scaled by `scale` = 1/(1-p). threshold == 0 means no dropout (identity).
 // With a row map (rows != nullptr, the elementwise ops of packed layer calls): the buffer holds
@@ -79,7 +94,12 @@ struct DropoutSite {
     double scale = 1.0;
     const int32_t *rows = nullptr;  // backend memory; nullptr: element e is the buffer's element e
     int64_t row_len = 0;
+    // Backend memory, or nullptr: the high word of the offset, read when the op runs (a training
+    // forward captured into a CUDA graph, whose replays each take a new one); offset < 2^32 then.
+    const uint32_t *offset_hi = nullptr;
     bool active() const { return threshold != 0; }
+    // The offset the site draws with (reads *offset_hi: only where that memory is readable).
+    DST_HD uint64_t offset_now() const { return dropout_offset(offset, offset_hi); }
 };
 
 // Integer threshold for drop probability p in [0, 1): a word u is kept iff u / 2^32 >= p,

@@ -498,13 +498,14 @@ double gemm_peak_tflops(bool bf16) {
 template <bool M0>
 __global__ void philox_rate_kernel(const flash::Params p, int iters, uint32_t *out) {
     uint32_t kept = 0, sum = 0;
+    const uint32_t r0c = flash::philox_r0c(p);
     const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     for (int it = 0; it < iters; ++it) {
         const uint64_t g0 = (uint64_t(it) * gridDim.x * blockDim.x + tid) * 8;
         uint64_t m0 = uint64_t(flash::kPhiloxM0) * uint32_t(g0);
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-            const uint4 r = M0 ? flash::philox_group_m0(p, m0) : flash::philox_group(p, g0 + uint64_t(c));
+            const uint4 r = M0 ? flash::philox_group_m0(p, r0c, m0) : flash::philox_group(p, r0c, g0 + uint64_t(c));
             m0 += flash::kPhiloxM0;
             kept += (r.x >= p.threshold) + (r.y >= p.threshold) + (r.z >= p.threshold) + (r.w >= p.threshold);
             sum += r.x ^ r.y ^ r.z ^ r.w;

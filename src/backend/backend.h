@@ -245,6 +245,10 @@ public:
     virtual dst_status linear_bwd_data_gelu(dst_dtype dt, dst_gelu form, const void *dy, const void *w,
                                             const void *u, void *dg, void *du, int64_t n, int64_t k, int64_t m,
                                             void *db, bool accumulate);
+    // The graph dropout counter (uint32, backend memory): *slot = *counter, then *counter = *slot + 1
+    // (wrapping), queued like the other ops, so that a call captured into a CUDA graph takes a new
+    // word at every replay (kernels/philox.h).
+    virtual dst_status rng_take(uint32_t *counter, uint32_t *slot) = 0;
     // y = residual + dropout(a) over count elements (element index = position in the buffer).
     virtual dst_status dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
                                             int64_t count, const DropoutSite &site) = 0;

@@ -460,10 +460,7 @@ dst_status checkpoint_load_model(const char *fn, Context &ctx, Layer *const *lay
                                       CopyKind::HostToDevice));
         if (found) found[n] = named[n] ? 1 : 0;
     }
-    if (have_rng) {
-        ctx.rng_seed = seed;
-        ctx.rng_offset = offset;
-    }
+    if (have_rng) DST_TRY(ctx.set_rng_state(seed, offset, fn));
     copy_text(client, client_state, client_state_size, client_state_len);
     return DST_OK;
 }

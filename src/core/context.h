@@ -24,6 +24,14 @@ struct Context {
     int next_layer_id = 0;
     // The model ops' index checks: queued on the device without waiting (dst_context_set_index_checks).
     bool deferred_index_checks = false;
+    // The graph dropout counter (kernels/philox.h): backend memory holding the offset word the next
+    // training forward captured into a CUDA graph takes (Backend::rng_take, as the call runs). Made,
+    // zeroed, by the first training forward with dropout (ensure_graph_rng); zeroed again by
+    // dst_context_set_rng_state.
+    uint32_t *graph_rng = nullptr;
+    // Tests only: every training forward with dropout draws as a captured one does, so that backends
+    // without graphs (the CPU's) run that path too.
+    bool graph_rng_eager = false;
 
     void *workspace = nullptr;
     size_t workspace_capacity = 0;
@@ -33,7 +41,44 @@ struct Context {
     Context(const Context &) = delete;
     Context &operator=(const Context &) = delete;
     ~Context() {
-        if (workspace_owned && backend) backend->free(workspace);
+        if (!backend) return;
+        if (workspace_owned) backend->free(workspace);
+        backend->free(graph_rng);
+    }
+
+    // Makes the graph dropout counter, zeroed, unless it exists. Not while capturing (an allocation
+    // would end the caller's capture): DST_ERR_STATE then, naming `fn`.
+    dst_status ensure_graph_rng(const char *fn) {
+        if (graph_rng) return DST_OK;
+        if (backend->capturing())
+            return set_error(DST_ERR_STATE,
+                             "%s: the stream is capturing a CUDA graph and the context has no dropout counter yet, "
+                             "which needs an allocation: make one training call of a layer with dropout on this "
+                             "context before capturing", fn);
+        void *p = nullptr;
+        DST_TRY(backend->alloc(sizeof(uint32_t), &p));
+        const dst_status st = backend->zero(p, sizeof(uint32_t));
+        if (st != DST_OK) {
+            backend->free(p);
+            return st;
+        }
+        graph_rng = static_cast<uint32_t *>(p);
+        return DST_OK;
+    }
+
+    // The dropout RNG state: seed and host offset, and the graph dropout counter back to 0 (queued on
+    // the stream; refused while it captures a graph, whose every replay would reset it again).
+    dst_status set_rng_state(uint64_t seed, uint64_t offset, const char *fn) {
+        if (graph_rng) {
+            if (backend->capturing())
+                return set_error(DST_ERR_UNSUPPORTED,
+                                 "%s: the stream is capturing a CUDA graph; resetting the context's dropout counter "
+                                 "there would reset it at every replay: set the RNG state before capturing", fn);
+            DST_TRY(backend->zero(graph_rng, sizeof(uint32_t)));
+        }
+        rng_seed = seed;
+        rng_offset = offset;
+        return DST_OK;
     }
 
     // Reserves `count` consecutive RNG offsets and returns the first.

@@ -57,6 +57,9 @@ Plan make_plan(const dst_layer_config &cfg, int64_t B, int64_t S, bool training,
         set(kSlotRows, 0, false, false);
         set(kSlotPackWs, 0, false, false);
     }
+    // Written only by a forward captured into a CUDA graph (Layer::run_forward), but kept by every
+    // training forward with dropout, so that the saved size does not depend on how the call is made.
+    set(kSlotRng, 4, training && (cfg.attn_dropout_ratio > 0.0f || cfg.hidden_dropout_ratio > 0.0f), true);
     set(kSlotTmpH, N * H * es, true, false);
 
     size_t saved = 0, ws = 0;
@@ -109,7 +112,7 @@ const char *slot_name(Slot s) {
     static const char *const names[kSlotCount] = {
         "x", "ln1_out", "ln1_mean", "ln1_rstd", "qkv", "ctx", "lse", "resid", "ln2_out",
         "ln2_mean", "ln2_rstd", "pre_gelu", "gelu", "sum", "out", "ln3_mean", "ln3_rstd", "mask", "rows",
-        "pack_ws", "tmp_h"};
+        "pack_ws", "rng", "tmp_h"};
     return (s >= 0 && s < kSlotCount) ? names[s] : "?";
 }
 

@@ -44,6 +44,8 @@ enum Slot : int {
     kSlotRows,     // (N) int32 packed training: each row's place b·S + i in the padded layout
     kSlotPackWs,   // packed, workspace: key lengths and row places as the call computes them,
                    //          before the saved object is touched (int32 [B], then [N])
+    kSlotRng,      // uint32   training with dropout: the high word of the dropout offsets of a forward
+                   //          captured into a CUDA graph, taken from the context's counter as it runs
     kSlotTmpH,     // (N, H)   workspace: projection outputs before dropout + residual
     kSlotCount
 };

@@ -164,6 +164,7 @@ void Saved::release() {
     valid = false;
     packed = false;
     packed_n = 0;
+    rng_offset_hi = nullptr;
 }
 
 dst_status Layer::new_saved(Saved **out) {
@@ -181,10 +182,11 @@ void Layer::delete_saved(Saved *s) {
 
 // ---- helpers ------------------------------------------------------------------------------------
 
-DropoutSite Layer::site(uint64_t seed, uint64_t offset, float ratio) const {
+DropoutSite Layer::site(uint64_t seed, uint64_t offset, const uint32_t *offset_hi, float ratio) const {
     DropoutSite d;
     d.seed = seed;
     d.offset = offset;
+    d.offset_hi = offset_hi;
     d.threshold = dropout_threshold(static_cast<double>(ratio));
     d.scale = d.threshold ? 1.0 / (1.0 - static_cast<double>(ratio)) : 1.0;
     return d;
@@ -242,18 +244,24 @@ dst_status Layer::forward_packed(Saved *saved, const void *x, int64_t N, const i
 dst_status Layer::run_forward(Saved *saved, const void *x, int64_t B, int64_t S, const MaskArg &mask,
                               const int32_t *cu, int64_t packed_n, void *y) {
     const bool train = training_, packed = cu != nullptr;
-    // A training forward takes kRngOffsetsPerForward consecutive offsets and leaves the next one; a
-    // counter that cannot hold them is exhausted rather than wrapped (which would repeat earlier masks).
-    if (train && ctx_->rng_offset > UINT64_MAX - kRngOffsetsPerForward)
+    const char *fn = packed ? "dst_layer_forward_packed" : "dst_layer_forward";
+    Backend &be = backend();
+    // Dropout offsets: taken on the host (kRngOffsetsPerForward consecutive ones), or, while the stream
+    // captures a CUDA graph, from the graph dropout stream, whose offset word each run of the call takes
+    // from the context's counter on the device (kernels/philox.h), so that replays draw new masks.
+    const bool dropout = train && (cfg_.attn_dropout_ratio > 0.0f || cfg_.hidden_dropout_ratio > 0.0f);
+    const bool graph_rng = dropout && (be.capturing() || ctx_->graph_rng_eager);
+    // A host counter that cannot hold the offsets is exhausted rather than wrapped (which would repeat
+    // earlier masks).
+    if (train && !graph_rng && ctx_->rng_offset > UINT64_MAX - kRngOffsetsPerForward)
         return set_error(DST_ERR_STATE,
                          "%s: the context's RNG offset %llu leaves fewer than the %llu offsets a "
                          "training forward takes before 2^64 - 1; the dropout stream of this seed is exhausted: "
                          "start a new one with dst_context_set_rng_state",
-                         packed ? "dst_layer_forward_packed" : "dst_layer_forward",
-                         (unsigned long long)ctx_->rng_offset, (unsigned long long)kRngOffsetsPerForward);
+                         fn, (unsigned long long)ctx_->rng_offset, (unsigned long long)kRngOffsetsPerForward);
+    if (dropout) DST_TRY(ctx_->ensure_graph_rng(fn));
     const int64_t tokens = packed ? packed_n : B * S;
     const Plan p = make_plan(cfg_, B, S, train, packed ? packed_n : 0);
-    Backend &be = backend();
     be.set_stochastic(cfg_.stochastic_mode != 0);
     be.set_allow_tf32(cfg_.allow_tf32 != 0);
     const size_t N = static_cast<size_t>(tokens);
@@ -289,12 +297,19 @@ dst_status Layer::run_forward(Saved *saved, const void *x, int64_t B, int64_t S,
     ap.mask_dtype = mask.dtype;
     DropoutSite d0, d1, d2;
     uint64_t seed = 0, first = 0;
+    uint32_t *offset_hi = nullptr;
     if (train) {
-        seed = ctx_->rng_seed;
-        first = ctx_->take_offsets(kRngOffsetsPerForward);
-        d0 = site(seed, first + 0, cfg_.attn_dropout_ratio);
-        d1 = site(seed, first + 1, cfg_.hidden_dropout_ratio);
-        d2 = site(seed, first + 2, cfg_.hidden_dropout_ratio);
+        if (graph_rng) {  // offsets {k, word}: k = 0, 1, 2 and the word this run takes
+            offset_hi = static_cast<uint32_t *>(at(p, sv, ws, kSlotRng));
+            DST_TRY(be.rng_take(ctx_->graph_rng, offset_hi));
+            seed = graph_dropout_seed(ctx_->rng_seed);
+        } else {
+            seed = ctx_->rng_seed;
+            first = ctx_->take_offsets(kRngOffsetsPerForward);
+        }
+        d0 = site(seed, first + 0, offset_hi, cfg_.attn_dropout_ratio);
+        d1 = site(seed, first + 1, offset_hi, cfg_.hidden_dropout_ratio);
+        d2 = site(seed, first + 2, offset_hi, cfg_.hidden_dropout_ratio);
         if (mask.kind != DST_MASK_NONE && !packed) {
             const size_t mbytes = (mask.kind == DST_MASK_KEY_LENGTHS ? static_cast<size_t>(B)
                                                                      : N) * dtype_size(mask.dtype);
@@ -332,6 +347,7 @@ dst_status Layer::run_forward(Saved *saved, const void *x, int64_t B, int64_t S,
         saved->S = S;
         saved->rng_seed = seed;
         saved->rng_offset = first;
+        saved->rng_offset_hi = offset_hi;
         saved->mask_kind = mask.kind;
         saved->mask_dtype = mask.dtype;
         saved->bytes = p.saved_bytes;
@@ -423,18 +439,6 @@ dst_status Layer::forward_post_ln(const Plan &p, char *sv, char *ws, const void 
     return DST_OK;
 }
 
-dst_status Layer::check_capture(const char *fn, bool backward) const {
-    const bool dropout = cfg_.attn_dropout_ratio > 0.0f || cfg_.hidden_dropout_ratio > 0.0f;
-    if (!dropout || (!backward && !training_) || !ctx_->backend->capturing()) return DST_OK;
-    return set_error(DST_ERR_UNSUPPORTED,
-                     "%s: the context's stream is capturing a CUDA graph and this %s uses dropout (attention "
-                     "%g, hidden %g), whose RNG offsets are fixed when the call is made: every replay would "
-                     "repeat the same masks. Capture inference (dst_layer_set_training 0) or layers without "
-                     "dropout, or run training calls eagerly",
-                     fn, backward ? "backward" : "training forward", (double)cfg_.attn_dropout_ratio,
-                     (double)cfg_.hidden_dropout_ratio);
-}
-
 dst_status Layer::backward_packed(Saved *saved, const void *dy, void *dx, bool accumulate) {
     return backward(saved, dy, dx, accumulate);
 }
@@ -466,9 +470,10 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
     ap.mask_kind = saved->mask_kind;
     ap.mask = saved->mask_kind != DST_MASK_NONE ? at(p, sv, ws, kSlotMask) : nullptr;
     ap.mask_dtype = saved->mask_dtype;
-    ap.dropout = site(saved->rng_seed, saved->rng_offset + 0, cfg_.attn_dropout_ratio);
-    DropoutSite d1 = site(saved->rng_seed, saved->rng_offset + 1, cfg_.hidden_dropout_ratio);
-    DropoutSite d2 = site(saved->rng_seed, saved->rng_offset + 2, cfg_.hidden_dropout_ratio);
+    const uint32_t *hi = saved->rng_offset_hi;
+    ap.dropout = site(saved->rng_seed, saved->rng_offset + 0, hi, cfg_.attn_dropout_ratio);
+    DropoutSite d1 = site(saved->rng_seed, saved->rng_offset + 1, hi, cfg_.hidden_dropout_ratio);
+    DropoutSite d2 = site(saved->rng_seed, saved->rng_offset + 2, hi, cfg_.hidden_dropout_ratio);
     if (saved->packed) pack(ap, d1, d2, at(p, sv, ws, kSlotMask), at(p, sv, ws, kSlotRows), packed_n);
     if (cfg_.pre_layer_norm) return backward_pre_ln(p, sv, ws, ap, d1, d2, dy, dx, accumulate);
     return backward_post_ln(p, sv, ws, ap, d1, d2, dy, dx, accumulate);

@@ -25,6 +25,9 @@ struct Saved {
     bool valid = false;           // holds a training forward
     int64_t B = 0, S = 0;
     uint64_t rng_seed = 0, rng_offset = 0;
+    // The offsets' high word in backend memory (the kSlotRng slot), or nullptr: a forward captured
+    // into a CUDA graph, whose replays each take a new word (kernels/philox.h, graph dropout).
+    const uint32_t *rng_offset_hi = nullptr;
     dst_mask_kind mask_kind = DST_MASK_NONE;
     dst_dtype mask_dtype = DST_DTYPE_FP32;
     size_t bytes = 0;             // bytes of the recorded forward
@@ -78,9 +81,9 @@ public:
     void delete_saved(Saved *s);
 
     // The dataflow. Arguments were validated by the C API: x, y are [B, S, H] in the layer dtype.
-    // DST_ERR_UNSUPPORTED when the backend's stream is capturing a CUDA graph and the call would use
-    // dropout: its RNG offsets are taken on the host per call, so a replay would repeat the masks.
-    dst_status check_capture(const char *fn, bool backward) const;
+    // A training forward with dropout made while the backend's stream captures a CUDA graph draws
+    // from the graph dropout stream (kernels/philox.h): each replay takes a new offset word from the
+    // context's counter on the device.
     dst_status forward(Saved *saved, const void *x, int64_t B, int64_t S, const MaskArg &mask, void *y);
     dst_status backward(Saved *saved, const void *dy, void *dx, bool accumulate);
     // Packed sequences: x, y are [N, H]; cu (int32 [B+1], context memory) gives sequence b's rows
@@ -99,7 +102,7 @@ private:
     void pack(AttentionParams &ap, DropoutSite &d1, DropoutSite &d2, void *lens, void *rows, int64_t packed_n) const;
     void *param(int p) const { return static_cast<char *>(params_) + offset_[p]; }
     void *grad(int p) const { return static_cast<char *>(grads_) + offset_[p]; }
-    DropoutSite site(uint64_t seed, uint64_t offset, float ratio) const;
+    DropoutSite site(uint64_t seed, uint64_t offset, const uint32_t *offset_hi, float ratio) const;
     AttentionParams attention_params(int64_t B, int64_t S) const;
     dst_status workspace(const Plan &p, int64_t B, int64_t S, dst_mask_kind mask, dst_dtype mask_dtype,
                          int64_t packed_tokens, char **ws);

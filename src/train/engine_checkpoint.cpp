@@ -268,10 +268,7 @@ dst_status Engine::load_checkpoint(const char *fn, const char *load_dir, const c
         rewarm_done_ = true;
     }
     DST_TRY(opt_->write_state(s));
-    if (o.restore_rng) {
-        ctx_->rng_seed = saved.rng_seed;
-        ctx_->rng_offset = saved.rng_offset;
-    }
+    if (o.restore_rng) DST_TRY(ctx_->set_rng_state(saved.rng_seed, saved.rng_offset, fn));
     *client_state = client;
     return DST_OK;
 }

@@ -172,6 +172,8 @@ size_t contract_saved_bytes(const dst_layer_config &cfg, int64_t B, int64_t S) {
     keep(!pre && !inv, N * s);            // final LN mean
     keep(!pre, N * s);                    // final LN 1/σ
     keep(true, N * std::max<size_t>(4, e));  // the attention mask copy
+    // the high word of a CUDA-graph-captured forward's dropout offsets, with dropout only
+    keep(cfg.attn_dropout_ratio > 0.0f || cfg.hidden_dropout_ratio > 0.0f, 4);
     return total;
 }
 

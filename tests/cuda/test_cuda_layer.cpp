@@ -23,6 +23,7 @@
 
 #include "../common/bounds.h"
 #include "../cpu/test_util.h"
+#include "../../kernels/philox.h"  // graph_dropout_seed: the documented key of the graph dropout stream
 
 using namespace dsttest;
 
@@ -50,6 +51,29 @@ private:
     dst_context *ctx_;
     dst_tensor view_;
 };
+
+// The bytes of a run's results, for comparing runs bit for bit: the device tensors `outs` (each the
+// size and dtype of `like`), then the gradient arenas of `layers`.
+std::vector<unsigned char> run_bytes(dst_context *ctx, const HostTensor &like, const std::vector<DevTensor *> &outs,
+                                     const std::vector<dst_layer *> &layers) {
+    std::vector<unsigned char> all;
+    HostTensor t(like.dtype(), like.shape());
+    for (DevTensor *d : outs) {
+        d->download(t);
+        const auto b = t.bytes();
+        all.insert(all.end(), b.begin(), b.end());
+    }
+    for (dst_layer *l : layers) {
+        size_t n = 0;
+        void *p = nullptr;
+        EXPECT_EQ(dst_layer_arena_bytes(l, &n), DST_OK);
+        EXPECT_EQ(dst_layer_grad_arena(l, &p), DST_OK);
+        std::vector<unsigned char> b(n);
+        EXPECT_EQ(dst_memcpy(ctx, b.data(), p, n, DST_COPY_CONTEXT_TO_HOST), DST_OK);
+        all.insert(all.end(), b.begin(), b.end());
+    }
+    return all;
+}
 
 struct Shape {
     int B, S, H, heads, I;
@@ -471,25 +495,8 @@ TEST(CudaLayerGraphs, CaptureAndReplayMatchEagerCalls) {
         return s;
     };
     auto outputs = [&](bool train) {
-        std::vector<unsigned char> all;
-        HostTensor t(DST_DTYPE_FP16, {B, S, H});
-        for (DevTensor *d : {&dy, &dgx}) {
-            if (d == &dgx && !train) break;
-            d->download(t);
-            const auto b = t.bytes();
-            all.insert(all.end(), b.begin(), b.end());
-        }
-        if (train)
-            for (dst_layer *l : {l0.get(), l1.get()}) {
-                size_t n = 0;
-                void *p = nullptr;
-                EXPECT_EQ(dst_layer_arena_bytes(l, &n), DST_OK);
-                EXPECT_EQ(dst_layer_grad_arena(l, &p), DST_OK);
-                std::vector<unsigned char> b(n);
-                EXPECT_EQ(dst_memcpy(ctx.get(), b.data(), p, n, DST_COPY_CONTEXT_TO_HOST), DST_OK);
-                all.insert(all.end(), b.begin(), b.end());
-            }
-        return all;
+        if (!train) return run_bytes(ctx.get(), zero, {&dy}, {});
+        return run_bytes(ctx.get(), zero, {&dy, &dgx}, {l0.get(), l1.get()});
     };
     cudaStream_t st;
     ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
@@ -523,62 +530,109 @@ TEST(CudaLayerGraphs, CaptureAndReplayMatchEagerCalls) {
     ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 
-// Training calls with dropout take their RNG offsets on the host, so a captured replay would repeat the
-// masks: on a capturing stream they fail with DST_ERR_UNSUPPORTED before anything is queued or written
-// (the capture stays valid and empty); inference of the same layer captures; eager calls work after.
-TEST(CudaLayerGraphs, DropoutTrainingOnACapturingStreamIsRefused) {
+// Training calls with dropout captured into a CUDA graph draw from the graph dropout stream
+// (kernels/philox.h): each forward takes the next word of the context's device counter as it runs, so
+// replays draw new masks, and replay r of a 2-layer stack draws exactly what eager calls draw with the
+// host RNG state (graph_dropout_seed(seed), word << 32) for words 2r (layer 0) and 2r + 1 (layer 1),
+// forward and backward, bit for bit. A context that never ran a training forward with dropout has no
+// counter yet and refuses to make one while capturing; resetting the RNG state is refused while
+// capturing; neither ends the capture.
+TEST(CudaLayerGraphs, DropoutTrainingReplaysDrawNewMasks) {
     SKIP_WITHOUT_GPU();
-    const Case c{false, 0, true, DST_MASK_KEY_LENGTHS, DST_DTYPE_FP32, {2, 16, 64, 4, 128}};
-    Ctx ctx = make_cuda_ctx();
-    Layer layer = make_layer(ctx.get(), config_of(c, DST_DTYPE_FP32));
-    ASSERT_TRUE(layer);
-    randomize_params(layer.get(), 5);
-    HostTensor x = HostTensor::from_doubles(DST_DTYPE_FP32, {2, 16, 64}, Rng(6).normals(2 * 16 * 64));
-    HostTensor y(DST_DTYPE_FP32, {2, 16, 64}), lens(DST_DTYPE_INT32, {2});
-    y.poison();
-    lens.set(0, 16);
-    lens.set(1, 9);
-    DevTensor dx(ctx.get(), x), dy(ctx.get(), y), dlen(ctx.get(), lens);
-    dst_mask m = mask_none();
-    m.kind = DST_MASK_KEY_LENGTHS;
-    m.tensor = *dlen.view();
-    auto forward = [&] { return dst_layer_forward(layer.get(), nullptr, dx.view(), &m, dy.view()); };
-    DST_ASSERT_OK(forward());  // a saved forward for the backward below
-    DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
-    dy.upload(y);
+    const int64_t B = 3, S = 40, H = 64;
+    const uint64_t seed = 0xC0FFEEull;
+    const Case c{true, 0, true, DST_MASK_KEY_LENGTHS, DST_DTYPE_FP16, {int(B), int(S), int(H), 4, 128}};
+    HostTensor x = HostTensor::from_doubles(DST_DTYPE_FP16, {B, S, H}, Rng(13).normals(B * S * H));
+    HostTensor g = HostTensor::from_doubles(DST_DTYPE_FP16, {B, S, H}, Rng(14).normals(B * S * H));
+    HostTensor lens(DST_DTYPE_INT32, {B}), zero(DST_DTYPE_FP16, {B, S, H});
+    lens.set(0, 40);
+    lens.set(1, 17);
+    lens.set(2, 1);
+    struct Stack {  // two layers with dropout on one context, and their buffers
+        Ctx ctx = make_cuda_ctx();
+        Layer l0, l1;
+        DevTensor dx, dg, dlen, dh, dy, dgh, dgx;
+        dst_mask m = mask_none();
+        Stack(const Case &c, const HostTensor &x, const HostTensor &g, const HostTensor &lens, const HostTensor &zero)
+            : l0(make_layer(ctx.get(), config_of(c, DST_DTYPE_FP16))), l1(make_layer(ctx.get(), config_of(c, DST_DTYPE_FP16))),
+              dx(ctx.get(), x), dg(ctx.get(), g), dlen(ctx.get(), lens), dh(ctx.get(), zero), dy(ctx.get(), zero),
+              dgh(ctx.get(), zero), dgx(ctx.get(), zero) {
+            randomize_params(l0.get(), 11);
+            randomize_params(l1.get(), 12);
+            m.kind = DST_MASK_KEY_LENGTHS;
+            m.tensor = *dlen.view();
+        }
+        // `offsets`: eager calls with the host RNG state set before each forward to these.
+        dst_status run(const uint64_t *offsets = nullptr, uint64_t seed = 0) {
+            dst_status s = offsets ? dst_context_set_rng_state(ctx.get(), seed, offsets[0]) : DST_OK;
+            if (s == DST_OK) s = dst_layer_forward(l0.get(), nullptr, dx.view(), &m, dh.view());
+            if (s == DST_OK && offsets) s = dst_context_set_rng_state(ctx.get(), seed, offsets[1]);
+            if (s == DST_OK) s = dst_layer_forward(l1.get(), nullptr, dh.view(), &m, dy.view());
+            if (s == DST_OK) s = dst_layer_backward(l1.get(), nullptr, dg.view(), dgh.view(), DST_GRAD_WRITE);
+            if (s == DST_OK) s = dst_layer_backward(l0.get(), nullptr, dgh.view(), dgx.view(), DST_GRAD_WRITE);
+            return s;
+        }
+        std::vector<unsigned char> outputs(const HostTensor &like) {
+            return run_bytes(ctx.get(), like, {&dy, &dgx}, {l0.get(), l1.get()});
+        }
+    };
+    Stack gs(c, x, g, lens, zero);
+    ASSERT_TRUE(gs.l0 && gs.l1);
     cudaStream_t st;
     ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-    DST_ASSERT_OK(dst_context_set_stream(ctx.get(), st));
+    {  // a fresh context has no counter: the capturing call is refused, the capture stays valid and empty
+        Stack fresh(c, x, g, lens, zero);
+        DST_ASSERT_OK(dst_context_set_stream(fresh.ctx.get(), st));
+        ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        const dst_status refused = dst_layer_forward(fresh.l0.get(), nullptr, fresh.dx.view(), &fresh.m, fresh.dh.view());
+        const std::string msg = dst_last_error();
+        cudaGraph_t graph = nullptr;
+        ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "the refused call invalidated the capture";
+        EXPECT_EQ(refused, DST_ERR_STATE);
+        EXPECT_NE(msg.find("before capturing"), std::string::npos) << msg;
+        size_t nodes = 99;
+        ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+        EXPECT_EQ(nodes, 0u) << "a refused call queued work";
+        ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+        DST_EXPECT_OK(dst_context_set_stream(fresh.ctx.get(), nullptr));
+    }
+    DST_ASSERT_OK(dst_context_set_stream(gs.ctx.get(), st));
+    DST_ASSERT_OK(gs.run());  // eager: makes the counter, sizes the workspace and the saved activations
+    DST_ASSERT_OK(dst_context_set_rng_state(gs.ctx.get(), seed, 0));  // the counter back to word 0
+    DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
     ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    EXPECT_EQ(forward(), DST_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(dst_last_error()).find("capturing"), std::string::npos) << dst_last_error();
-    EXPECT_EQ(dst_layer_backward(layer.get(), nullptr, dy.view(), dx.view(), DST_GRAD_WRITE), DST_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(dst_last_error()).find("dropout"), std::string::npos) << dst_last_error();
+    const dst_status captured = gs.run();
+    const std::string capture_msg = dst_last_error();
+    const dst_status reset = dst_context_set_rng_state(gs.ctx.get(), seed, 0);
     cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "the refused calls invalidated the capture";
-    size_t nodes = 99;
-    ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
-    EXPECT_EQ(nodes, 0u) << "a refused call queued work";
-    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
-    HostTensor after(DST_DTYPE_FP32, {2, 16, 64});
-    dy.download(after);
-    EXPECT_TRUE(after.same_bytes(y.bytes())) << "a refused call wrote to y";
-    // Inference uses no dropout: it captures, once an eager inference call has sized the workspace.
-    DST_ASSERT_OK(dst_layer_set_training(layer.get(), 0));
-    DST_ASSERT_OK(forward());
-    DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
-    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    const dst_status inf = forward();
     ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
-    EXPECT_EQ(inf, DST_OK) << dst_last_error();
+    ASSERT_EQ(captured, DST_OK) << capture_msg;
+    EXPECT_EQ(reset, DST_ERR_UNSUPPORTED) << "resetting the counter inside a capture";
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    std::vector<std::vector<unsigned char>> replays;
+    for (int replay = 0; replay < 2; ++replay) {
+        for (dst_layer *l : {gs.l0.get(), gs.l1.get()}) DST_ASSERT_OK(dst_layer_zero_grads(l));
+        ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+        DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
+        replays.push_back(gs.outputs(zero));
+    }
+    ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
     ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
-    DST_ASSERT_OK(dst_layer_set_training(layer.get(), 1));
-    DST_EXPECT_OK(dst_context_set_stream(ctx.get(), nullptr));
-    DST_EXPECT_OK(forward());
-    DST_EXPECT_OK(dst_layer_backward(layer.get(), nullptr, dy.view(), dx.view(), DST_GRAD_WRITE));
-    DST_EXPECT_OK(dst_context_synchronize(ctx.get()));
-    dy.download(after);
-    for (int64_t i = 0; i < 2 * 16 * 64; ++i) ASSERT_TRUE(std::isfinite(after.get(i))) << i;
+    EXPECT_FALSE(replays[0] == replays[1]) << "two replays drew the same masks";
+    uint64_t got_seed = 0, got_offset = 99;
+    DST_ASSERT_OK(dst_context_get_rng_state(gs.ctx.get(), &got_seed, &got_offset));
+    EXPECT_EQ(got_offset, 0u) << "replays took host offsets";
+    for (int replay = 0; replay < 2; ++replay) {
+        Stack ref(c, x, g, lens, zero);
+        const uint64_t offsets[2] = {uint64_t(2 * replay) << 32, uint64_t(2 * replay + 1) << 32};
+        DST_ASSERT_OK(ref.run(offsets, dst::graph_dropout_seed(seed)));
+        DST_ASSERT_OK(dst_context_synchronize(ref.ctx.get()));
+        EXPECT_TRUE(ref.outputs(zero) == replays[size_t(replay)])
+            << "replay " << replay << " differs from eager calls drawing counter words " << 2 * replay << " and "
+            << 2 * replay + 1;
+    }
+    DST_EXPECT_OK(dst_context_set_stream(gs.ctx.get(), nullptr));
     ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 

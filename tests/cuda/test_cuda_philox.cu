@@ -49,17 +49,53 @@ TEST(CudaPhiloxForms, BothFormsGiveTheGeneratorsWords) {
             for (int i = 0; i < 500; ++i) small.push_back(rng() & 0xFFFFFFFFULL);
             for (uint64_t g : small) {
                 const Philox4 r = dst::philox_dropout_block(seed, offset, g);
-                ASSERT_TRUE(same(dst::cuda::flash::philox_group(p, g), r)) << "seed " << seed << " offset " << offset << " group " << g;
-                ASSERT_TRUE(same(dst::cuda::flash::philox_group_m0(p, uint64_t(kPhiloxM0) * g), r))
+                ASSERT_TRUE(same(dst::cuda::flash::philox_group(p, p.r0c, g), r)) << "seed " << seed << " offset " << offset << " group " << g;
+                ASSERT_TRUE(same(dst::cuda::flash::philox_group_m0(p, p.r0c, uint64_t(kPhiloxM0) * g), r))
                     << "17-multiply form, seed " << seed << " offset " << offset << " group " << g;
             }
             // Past 2^32 only the general form applies.
             for (int i = 0; i < 200; ++i) {
                 const uint64_t g = (uint64_t(1) << 32) + (rng() >> 2);
-                ASSERT_TRUE(same(dst::cuda::flash::philox_group(p, g), dst::philox_dropout_block(seed, offset, g)))
+                ASSERT_TRUE(same(dst::cuda::flash::philox_group(p, p.r0c, g), dst::philox_dropout_block(seed, offset, g)))
                     << "seed " << seed << " offset " << offset << " group " << g;
             }
         }
+}
+
+// A call whose offset's high word is read as the kernel runs (AttentionArgs::offset_hi, a training forward
+// captured into a CUDA graph): philox_r0c folds the word in, and both forms give the generator's words
+// for the offset with that high word and the host's low word (whatever high word the host offset had).
+TEST(CudaPhiloxForms, OffsetHighWordReadAtRunTime) {
+    const uint64_t seeds[] = {0, 0x1234567890ULL, 0xFFFFFFFFFFFFFFFFULL};
+    const uint32_t his[] = {0u, 1u, 0x80000000u, 0xFFFFFFFFu};
+    std::mt19937_64 rng(11);
+    for (uint64_t seed : seeds)
+        for (uint32_t lo : {0u, 2u, 0xFFFFFFFFu})
+            for (uint32_t hi : his) {
+                dst::cuda::AttentionArgs a;
+                a.batch = a.heads = 1;
+                a.seq = 128;
+                a.head_dim = 64;
+                a.hidden = 64;
+                a.seed = seed;
+                a.offset = (uint64_t(0xABCDu) << 32) | lo;  // the high word is replaced
+                a.offset_hi = &hi;
+                a.threshold = dst::dropout_threshold(0.1);
+                a.drop_scale = 1.0 / 0.9;
+                const Params p = dst::cuda::flash::make_params(a);
+                const uint32_t r0c = dst::cuda::flash::philox_r0c(p);
+                const uint64_t offset = (uint64_t(hi) << 32) | lo;
+                EXPECT_EQ(dst::dropout_offset(a.offset, a.offset_hi), offset);
+                for (int i = 0; i < 200; ++i) {
+                    const uint64_t g = i % 2 ? rng() & 0xFFFFFFFFULL : rng() >> 1;
+                    const Philox4 r = dst::philox_dropout_block(seed, offset, g);
+                    ASSERT_TRUE(same(dst::cuda::flash::philox_group(p, r0c, g), r))
+                        << "seed " << seed << " offset " << offset << " group " << g;
+                    if (g <= 0xFFFFFFFFULL)
+                        ASSERT_TRUE(same(dst::cuda::flash::philox_group_m0(p, r0c, uint64_t(kPhiloxM0) * g), r))
+                            << "17-multiply form, seed " << seed << " offset " << offset << " group " << g;
+                }
+            }
 }
 
 // The kernels form M0·group from a per-tile product and additions along a lane's groups (the forward:
@@ -75,7 +111,7 @@ TEST(CudaPhiloxForms, ProductsByAdditionMatchAtTheBound) {
         ASSERT_LE(g, 0xFFFFFFFFULL);
         EXPECT_EQ(m0, uint64_t(kPhiloxM0) * g);
         for (int G = 0; G < 4; ++G)
-            EXPECT_TRUE(same(dst::cuda::flash::philox_group_m0(p, m0 + uint64_t(kPhiloxM0) * uint64_t(4 * G)),
+            EXPECT_TRUE(same(dst::cuda::flash::philox_group_m0(p, p.r0c, m0 + uint64_t(kPhiloxM0) * uint64_t(4 * G)),
                              dst::philox_dropout_block(5, 9, g + 4 * G)))
                 << "group " << g + 4 * G;
     }
@@ -122,9 +158,9 @@ __global__ void device_groups(Params p, const uint64_t *groups, int n, uint4 *ou
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const uint64_t g = groups[i];
-    out[2 * i] = dst::cuda::flash::philox_group(p, g);
-    out[2 * i + 1] = g <= 0xFFFFFFFFULL ? dst::cuda::flash::philox_group_m0(p, uint64_t(kPhiloxM0) * g)
-                                        : dst::cuda::flash::philox_group(p, g);
+    out[2 * i] = dst::cuda::flash::philox_group(p, p.r0c, g);
+    out[2 * i + 1] = g <= 0xFFFFFFFFULL ? dst::cuda::flash::philox_group_m0(p, p.r0c, uint64_t(kPhiloxM0) * g)
+                                        : dst::cuda::flash::philox_group(p, p.r0c, g);
 }
 
 #define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << cudaGetErrorString(x)

@@ -233,11 +233,15 @@ DST_API dst_status dst_context_get_backend(const dst_context *ctx, dst_backend *
  * Each training forward of a layer in this context takes the next three offsets (one per dropout
  * site) and records them, so that backward regenerates the masks; the same (seed, offset) gives
  * bit-identical masks on every backend. The offset never wraps: once fewer than three offsets are left
- * below 2^64 − 1, training forwards fail with ::DST_ERR_STATE until a new state is set.
+ * below 2^64 − 1, training forwards fail with ::DST_ERR_STATE until a new state is set. Training
+ * forwards captured into a CUDA graph draw from a device-side counter instead (docs/rng.md, "Dropout
+ * in CUDA graphs"); this call also sets that counter back to 0.
  * @param ctx The context.
  * @param seed Philox key.
  * @param offset First counter offset the next training forward uses.
- * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for a NULL context.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for a NULL context; ::DST_ERR_UNSUPPORTED while the
+ *         context's stream captures a CUDA graph and the context has a graph counter (the reset
+ *         would run at every replay; the state is unchanged); ::DST_ERR_BACKEND.
  * Thread safety: as for the context. @since v0.1
  */
 DST_API dst_status dst_context_set_rng_state(dst_context *ctx, uint64_t seed, uint64_t offset);
@@ -836,9 +840,9 @@ DST_API dst_status dst_saved_bytes(const dst_saved *saved, size_t *bytes);
  * @param mask The attention mask, or NULL for none.
  * @param output [B, S, H] in the layer dtype; may not overlap `input`.
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mask kind/shape/values, or a failed
- *         device-side check of an earlier call); ::DST_ERR_UNSUPPORTED (training with dropout on a
- *         capturing stream); ::DST_ERR_CAPACITY; ::DST_ERR_STATE (training, and the context's RNG offset is exhausted: see
- *         dst_context_set_rng_state()); ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation
+ *         device-side check of an earlier call); ::DST_ERR_CAPACITY; ::DST_ERR_STATE (training, and the
+ *         context's RNG offset is exhausted: see dst_context_set_rng_state(); or an allocation needed
+ *         while the stream captures a CUDA graph); ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation
  *         happens before the first write, so on failure `output` and `saved` are unchanged — except
  *         after ::DST_ERR_BACKEND, a device or library failure in the middle of the computation.
  *
@@ -855,9 +859,10 @@ DST_API dst_status dst_saved_bytes(const dst_saved *saved, size_t *bytes);
  * algorithms of one summation order, which give the same bits; later calls of that size do not wait.)
  *
  * CUDA graphs: the calls can be captured on a stream set with dst_context_set_stream() once an eager
- * call of the same shapes has sized the workspace and `saved`. A training forward or a backward of a
- * layer with dropout is refused on a capturing stream (::DST_ERR_UNSUPPORTED, nothing queued): its RNG
- * offsets are fixed when the call is made, so every replay would repeat the same masks.
+ * call of the same shapes has sized the workspace and `saved` (and, for a layer with dropout, made the
+ * context's graph dropout counter); a call that would allocate while capturing fails with
+ * ::DST_ERR_STATE and queues nothing. A captured training forward with dropout takes its dropout
+ * offsets from that counter as it runs, so every replay draws new masks (docs/rng.md).
  * Ownership: all tensors stay the caller's; `input` and `mask` are copied as needed, so they may be
  * reused after the return. Thread safety: as for the layer. @since v0.1
  */
@@ -876,8 +881,7 @@ DST_API dst_status dst_layer_forward(dst_layer *layer, dst_saved *saved, const d
  * @param mode ::DST_GRAD_WRITE or ::DST_GRAD_ACCUMULATE.
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL, shape, dtype, mode; a zero LayerNorm γ with
  *         normalize_invertible, on CUDA reported by a later call: see dst_layer_forward(); a failed
- *         device-side check of an earlier call); ::DST_ERR_UNSUPPORTED (dropout on a capturing stream);
- *         ::DST_ERR_STATE (no matching training forward);
+ *         device-side check of an earlier call); ::DST_ERR_STATE (no matching training forward);
  *         ::DST_ERR_OUT_OF_MEMORY; ::DST_ERR_BACKEND. Every check and allocation happens before the
  *         first write, so on failure `grad_input` and the gradient arena are unchanged — except after
  *         ::DST_ERR_BACKEND, a device or library failure in the middle of the computation.

@@ -50,6 +50,11 @@ public:
                         int64_t count) override;
     dst_status dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
                                     int64_t count, const DropoutSite &site) override;
+    dst_status rng_take(uint32_t *counter, uint32_t *slot) override {
+        *slot = *counter;
+        *counter = *slot + 1u;
+        return DST_OK;
+    }
     dst_status dropout_bwd(dst_dtype dt, const void *dy, void *dx, int64_t count,
                            const DropoutSite &site) override;
     dst_status add(dst_dtype dt, const void *a, const void *b, void *y, int64_t count) override;
@@ -92,19 +97,20 @@ namespace cpu {
 // philox_dropout_keep element by element. Cheapest when elements are visited in increasing order.
 class DropoutStream {
 public:
-    explicit DropoutStream(const DropoutSite &site) : site_(site) {}
+    explicit DropoutStream(const DropoutSite &site) : site_(site), offset_(site.offset_now()) {}
     bool keep(uint64_t e) {
         if (!site_.active()) return true;
         if ((e >> 2) != group_ || !valid_) {
             group_ = e >> 2;
             valid_ = true;
-            block_ = philox_dropout_block(site_.seed, site_.offset, group_);
+            block_ = philox_dropout_block(site_.seed, offset_, group_);
         }
         return block_.v[e & 3] >= site_.threshold;
     }
 
 private:
     const DropoutSite &site_;
+    uint64_t offset_;  // the site's, read once (DropoutSite::offset_hi)
     uint64_t group_ = 0;
     bool valid_ = false;
     Philox4 block_{};

@@ -23,6 +23,7 @@ template <typename C, typename F>
 void for_each_dropout(const DropoutSite &site, int64_t count, int nt, F &&f) {
     const int64_t groups = (count + 3) / 4;
     const C scale = C(site.scale);
+    const uint64_t offset = site.offset_now();
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t g = 0; g < groups; ++g) {
         const int64_t e1 = std::min(count, 4 * g + 4);
@@ -31,7 +32,7 @@ void for_each_dropout(const DropoutSite &site, int64_t count, int nt, F &&f) {
             continue;
         }
         if (!site.rows) {
-            const Philox4 r = philox_dropout_block(site.seed, site.offset, static_cast<uint64_t>(g));
+            const Philox4 r = philox_dropout_block(site.seed, offset, static_cast<uint64_t>(g));
             for (int64_t e = 4 * g; e < e1; ++e) f(e, r.v[e & 3] >= site.threshold ? scale : C(0));
             continue;
         }
@@ -39,7 +40,7 @@ void for_each_dropout(const DropoutSite &site, int64_t count, int nt, F &&f) {
             const int64_t L = site.row_len;
             const uint64_t pe = static_cast<uint64_t>(site.rows[e / L]) * static_cast<uint64_t>(L) +
                                 static_cast<uint64_t>(e % L);
-            f(e, philox_dropout_keep(site.seed, site.offset, pe, site.threshold) ? scale : C(0));
+            f(e, philox_dropout_keep(site.seed, offset, pe, site.threshold) ? scale : C(0));
         }
     }
 }

@@ -98,8 +98,9 @@ dst_status layernorm_bwd_t(const void *dy, const void *xy, bool inv, const void 
                     if (site->active()) {
                         const uint64_t pe = static_cast<uint64_t>(site->rows ? site->rows[r] : r) *
                                                 static_cast<uint64_t>(h) + static_cast<uint64_t>(j);
-                        b = philox_dropout_keep(site->seed, site->offset, pe, site->threshold) ? d * C(site->scale)
-                                                                                             : C(0);
+                        b = philox_dropout_keep(site->seed, site->offset_now(), pe, site->threshold)
+                                ? d * C(site->scale)
+                                : C(0);
                     }
                     store<T>(branch, o + j, b);
                 }

@@ -73,6 +73,7 @@ cuda::AttentionArgs CudaBackend::attention_args(const AttentionParams &p, bool d
     if (p.mask_kind == DST_MASK_KEY_LENGTHS) a.key_len = static_cast<const int32_t *>(p.mask);
     a.seed = p.dropout.seed;
     a.offset = p.dropout.offset;
+    a.offset_hi = p.dropout.offset_hi;
     a.threshold = p.dropout.threshold;
     a.drop_scale = p.dropout.scale;
     a.deterministic = deterministic;

@@ -43,6 +43,7 @@
 #include "kernels/rows.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/optim.cuh"
+#include "kernels/rng.cuh"
 
 namespace dst {
 
@@ -805,6 +806,12 @@ dst_status CudaBackend::all_nonzero(dst_dtype dt, const void *x, int64_t count, 
     DST_CUDA_CHECK(cudaMemcpyAsync(&any_zero, flag_, sizeof any_zero, cudaMemcpyDeviceToHost, stream_));
     DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
     *all_nonzero = any_zero == 0;
+    return DST_OK;
+}
+
+dst_status CudaBackend::rng_take(uint32_t *counter, uint32_t *slot) {
+    DST_TRY(activate());
+    DST_CUDA_CHECK(cuda::rng_take(stream_, counter, slot));
     return DST_OK;
 }
 

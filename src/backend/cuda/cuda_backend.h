@@ -97,6 +97,7 @@ public:
                                     bool accumulate) override;
     dst_status dropout_residual_fwd(dst_dtype dt, const void *a, const void *residual, void *y,
                                     int64_t count, const DropoutSite &site) override;
+    dst_status rng_take(uint32_t *counter, uint32_t *slot) override;
     dst_status dropout_bwd(dst_dtype dt, const void *dy, void *dx, int64_t count,
                            const DropoutSite &site) override;
     dst_status dropout_bwd_bias_grad(dst_dtype dt, const void *dy, void *dx, int64_t n, int64_t m,
