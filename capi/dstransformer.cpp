@@ -286,6 +286,25 @@ dst_status dst_context_get_rng_state(const dst_context *ctx, uint64_t *seed, uin
     return DST_OK;
 }
 
+dst_status dst_context_get_rng_graph_counter(const dst_context *ctx, uint64_t *counter) {
+    static const char fn[] = "dst_context_get_rng_graph_counter";
+    DST_REQUIRE(fn, ctx);
+    DST_REQUIRE(fn, counter);
+    uint32_t word = 0;
+    DST_TRY(ctx->impl->graph_rng_counter(&word, fn));
+    *counter = word;
+    return DST_OK;
+}
+
+dst_status dst_context_set_rng_graph_counter(dst_context *ctx, uint64_t counter) {
+    static const char fn[] = "dst_context_set_rng_graph_counter";
+    DST_REQUIRE(fn, ctx);
+    if (counter > UINT32_MAX)
+        return set_error(DST_ERR_INVALID_ARGUMENT, "%s: counter is %llu, expected 0 ... 2^32 - 1 (a 32-bit word)", fn,
+                         (unsigned long long)counter);
+    return ctx->impl->set_graph_rng_counter(static_cast<uint32_t>(counter), fn);
+}
+
 dst_status dst_context_set_num_threads(dst_context *ctx, int threads) {
     static const char fn[] = "dst_context_set_num_threads";
     DST_REQUIRE(fn, ctx);

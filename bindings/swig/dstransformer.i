@@ -44,7 +44,7 @@
 /* ---- scalar out-parameters ------------------------------------------------------------------ */
 %apply int *OUTPUT { int *id, int *count, int *threads };
 %apply size_t *OUTPUT { size_t *bytes, size_t *client_state_len, size_t *summary_len };
-%apply uint64_t *OUTPUT { uint64_t *seed, uint64_t *offset };
+%apply uint64_t *OUTPUT { uint64_t *seed, uint64_t *offset, uint64_t *counter };
 %apply int *OUTPUT { dst_backend *backend, dst_param *param, dst_index_checks *mode };
 %apply int *OUTPUT { int *index, int *boundary, int *enabled };
 %apply float *OUTPUT { float *lr, float *norm };

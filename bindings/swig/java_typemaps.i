@@ -165,7 +165,7 @@ DSTJ_HANDLE_OUT(dst_engine)
    is included before it; the named %apply below covers the other order. */
 %apply long long *OUTPUT { size_t *OUTPUT, uint64_t *OUTPUT };
 %apply long long *OUTPUT { size_t *bytes, size_t *client_state_len, size_t *summary_len, size_t *tag_len,
-                           uint64_t *seed, uint64_t *offset };
+                           uint64_t *seed, uint64_t *offset, uint64_t *counter };
 %apply int *OUTPUT { int *id, int *count, int *threads, dst_backend *backend, dst_param *param, int *index,
                      int *boundary, int *enabled, dst_index_checks *mode };
 %apply float *OUTPUT { float *lr, float *norm };

@@ -265,8 +265,11 @@ dst_status checkpoint_save_model(const char *fn, Context &ctx, Layer *const *lay
     for (int i = 0; i < num_layers; ++i)
         md["config." + std::to_string(i)] = config_json(layers[i]->config(), layers[i]->training());
     if (!tensors.empty()) md["num_tensors"] = std::to_string(tensors.size());
+    uint32_t graph_word = 0;
+    DST_TRY(ctx.graph_rng_counter(&graph_word, fn));
     md["rng_seed"] = std::to_string(ctx.rng_seed);
     md["rng_offset"] = std::to_string(ctx.rng_offset);
+    md["rng_graph_counter"] = std::to_string(graph_word);
     if (o.client_state) {
         const size_t n = o.client_state_len ? o.client_state_len : std::strlen(o.client_state);
         md.insert(client_state_entry(std::string(o.client_state, n)));
@@ -386,7 +389,7 @@ dst_status checkpoint_load_model(const char *fn, Context &ctx, Layer *const *lay
 
     // 2. The RNG state and the client state.
     bool have_rng = false;
-    uint64_t seed = 0, offset = 0;
+    uint64_t seed = 0, offset = 0, graph_word = 0;
     if (o.restore_rng) {
         const auto s = h.metadata.find("rng_seed"), f = h.metadata.find("rng_offset");
         if (s != h.metadata.end() || f != h.metadata.end()) {
@@ -398,6 +401,12 @@ dst_status checkpoint_load_model(const char *fn, Context &ctx, Layer *const *lay
                 return set_error(DST_ERR_FORMAT,
                                  "%s: __metadata__ \"rng_offset\" of '%s' is missing or not a decimal 64-bit "
                                  "unsigned integer", fn, path);
+            // Optional (files of 0.1.0 before CUDA-graph dropout, and other writers, lack it): 0.
+            const auto g = h.metadata.find("rng_graph_counter");
+            if (g != h.metadata.end() && (!parse_u64(g->second, &graph_word) || graph_word > UINT32_MAX))
+                return set_error(DST_ERR_FORMAT,
+                                 "%s: __metadata__ \"rng_graph_counter\" of '%s' is not a decimal 32-bit unsigned "
+                                 "integer", fn, path);
             have_rng = true;
         }
     }
@@ -460,7 +469,10 @@ dst_status checkpoint_load_model(const char *fn, Context &ctx, Layer *const *lay
                                       CopyKind::HostToDevice));
         if (found) found[n] = named[n] ? 1 : 0;
     }
-    if (have_rng) DST_TRY(ctx.set_rng_state(seed, offset, fn));
+    if (have_rng) {
+        DST_TRY(ctx.set_rng_state(seed, offset, fn));
+        DST_TRY(ctx.set_graph_rng_counter(static_cast<uint32_t>(graph_word), fn));
+    }
     copy_text(client, client_state, client_state_size, client_state_len);
     return DST_OK;
 }

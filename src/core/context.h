@@ -81,6 +81,29 @@ struct Context {
         return DST_OK;
     }
 
+    // The graph dropout counter's word (0 before the counter exists). Waits for the stream; refused
+    // while it captures a graph (waiting would end the capture).
+    dst_status graph_rng_counter(uint32_t *word, const char *fn) const {
+        *word = 0;
+        if (!graph_rng) return DST_OK;
+        if (backend->capturing())
+            return set_error(DST_ERR_UNSUPPORTED,
+                             "%s: the stream is capturing a CUDA graph; reading the dropout counter waits for the "
+                             "device, which would end the capture", fn);
+        return backend->copy(word, graph_rng, sizeof(uint32_t), CopyKind::DeviceToHost);
+    }
+    // Sets the graph dropout counter's word (queued on the stream), making the counter when the word
+    // is not 0; refused while the stream captures a graph (the write would run at every replay).
+    dst_status set_graph_rng_counter(uint32_t word, const char *fn) {
+        if (backend->capturing())
+            return set_error(DST_ERR_UNSUPPORTED,
+                             "%s: the stream is capturing a CUDA graph; setting the dropout counter there would "
+                             "set it again at every replay: set it before capturing", fn);
+        if (!graph_rng && word == 0) return DST_OK;  // made zeroed when first needed
+        DST_TRY(ensure_graph_rng(fn));
+        return backend->copy(graph_rng, &word, sizeof(uint32_t), CopyKind::HostToDevice);
+    }
+
     // Reserves `count` consecutive RNG offsets and returns the first.
     uint64_t take_offsets(uint64_t count) {
         const uint64_t first = rng_offset;

@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,7 @@ struct SavedEngine {
     int64_t schedule_offset = 0;
     bool rewarm_done = false;
     uint64_t rng_seed = 0, rng_offset = 0;
+    uint32_t rng_graph_counter = 0;
 };
 
 }  // namespace
@@ -121,7 +124,9 @@ dst_status Engine::save_checkpoint(const char *fn, const char *save_dir, const c
     e["micro_steps"] = micro_steps_;
     e["skipped_steps"] = s.skipped_steps;
     e["schedule"] = {{"type", cfg_.scheduler}, {"offset", schedule_offset_}, {"rewarm_done", rewarm_done_}};
-    e["rng"] = {{"seed", ctx_->rng_seed}, {"offset", ctx_->rng_offset}};
+    uint32_t graph_word = 0;
+    DST_TRY(ctx_->graph_rng_counter(&graph_word, fn));
+    e["rng"] = {{"seed", ctx_->rng_seed}, {"offset", ctx_->rng_offset}, {"graph_counter", graph_word}};
     e["dp_world_size"] = cfg_.world_size;
     e["train_batch_size"] = cfg_.train_batch_size;
     e["train_micro_batch_size_per_gpu"] = cfg_.micro_batch;
@@ -180,6 +185,10 @@ dst_status Engine::load_checkpoint(const char *fn, const char *load_dir, const c
         saved.rewarm_done = e.at("schedule").at("rewarm_done").get<bool>();
         saved.rng_seed = e.at("rng").at("seed").get<uint64_t>();
         saved.rng_offset = e.at("rng").at("offset").get<uint64_t>();
+        // Optional (absent from checkpoints written before CUDA-graph dropout): 0.
+        const uint64_t graph_word = e.at("rng").value("graph_counter", uint64_t(0));
+        if (graph_word > UINT32_MAX) throw std::out_of_range("rng.graph_counter is not a 32-bit unsigned word");
+        saved.rng_graph_counter = static_cast<uint32_t>(graph_word);
         client = nlohmann::ordered_json::parse(mmd.at("client_state")).dump();
     } catch (const std::exception &ex) {
         return set_error(DST_ERR_FORMAT, "%s: the metadata of '%s' is malformed: %s", fn, model.path.c_str(), ex.what());
@@ -268,7 +277,10 @@ dst_status Engine::load_checkpoint(const char *fn, const char *load_dir, const c
         rewarm_done_ = true;
     }
     DST_TRY(opt_->write_state(s));
-    if (o.restore_rng) DST_TRY(ctx_->set_rng_state(saved.rng_seed, saved.rng_offset, fn));
+    if (o.restore_rng) {
+        DST_TRY(ctx_->set_rng_state(saved.rng_seed, saved.rng_offset, fn));
+        DST_TRY(ctx_->set_graph_rng_counter(saved.rng_graph_counter, fn));
+    }
     *client_state = client;
     return DST_OK;
 }

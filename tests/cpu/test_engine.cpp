@@ -635,6 +635,7 @@ TEST(EngineCheckpoint, LoadOptions) {
     Param x(DST_DTYPE_FP16, DST_DTYPE_FP16, {1.0, 2.0});
     DST_EXPECT_OK(x.add(optimizer_of(e.get()), 0, "x"));
     DST_ASSERT_OK(dst_context_set_rng_state(ctx.get(), 3, 30));
+    DST_ASSERT_OK(dst_context_set_rng_graph_counter(ctx.get(), 12345));  // stored with the RNG state
     for (int s = 0; s < 2; ++s) {
         x.g.set_doubles({1000.0, -1000.0});
         DST_ASSERT_OK(dst_engine_step(e.get()));
@@ -693,6 +694,22 @@ TEST(EngineCheckpoint, LoadOptions) {
         uint64_t seed = 0, off = 0;
         DST_ASSERT_OK(dst_context_get_rng_state(ctx.get(), &seed, &off));
         EXPECT_EQ(seed, 9u) << "restore_rng = 0";
+        uint64_t counter = 99;
+        DST_ASSERT_OK(dst_context_get_rng_graph_counter(ctx.get(), &counter));
+        EXPECT_EQ(counter, 0u) << "restore_rng = 0 (the counter as dst_context_set_rng_state(9, 9) left it)";
+    }
+    {
+        // The defaults restore the RNG state: seed, offset and the graph dropout counter.
+        Engine f;
+        Param y(DST_DTYPE_FP16, DST_DTYPE_FP16, {0.0, 0.0});
+        fresh(&f, &y);
+        DST_ASSERT_OK(dst_engine_load_checkpoint(f.get(), dir.c_str(), nullptr, &o, nullptr, 0, nullptr));
+        uint64_t seed = 0, off = 0, counter = 0;
+        DST_ASSERT_OK(dst_context_get_rng_state(ctx.get(), &seed, &off));
+        DST_ASSERT_OK(dst_context_get_rng_graph_counter(ctx.get(), &counter));
+        EXPECT_EQ(seed, 3u);
+        EXPECT_EQ(off, 30u);
+        EXPECT_EQ(counter, 12345u);
     }
     dst_engine_load_options older = o;
     older.struct_size = 2;

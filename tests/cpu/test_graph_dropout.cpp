@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "capi/handles.h"
@@ -169,6 +171,65 @@ TEST_P(GraphDropout, PackedCallsDrawTheSameStream) {
                   DST_OK);
         expect_same(word ? s1 : s0, packed_step(h), word ? "packed run 1" : "packed run 0");
     }
+}
+
+// The counter through the C API: 0 before the context has one, one more per graph-drawn forward, set
+// to any 32-bit word (the next run draws that word), back to 0 with dst_context_set_rng_state; bad
+// arguments refused with the state unchanged.
+TEST_P(GraphDropout, CounterReadAndSetThroughTheApi) {
+    const int pre = GetParam();
+    Rig g(pre, true);
+    uint64_t counter = 99;
+    ASSERT_EQ(dst_context_get_rng_graph_counter(g.ctx.get(), &counter), DST_OK) << dst_last_error();
+    EXPECT_EQ(counter, 0u) << "a context without a counter";
+    g.step();
+    g.step();
+    ASSERT_EQ(dst_context_get_rng_graph_counter(g.ctx.get(), &counter), DST_OK) << dst_last_error();
+    EXPECT_EQ(counter, 2u);
+    ASSERT_EQ(dst_context_set_rng_graph_counter(g.ctx.get(), 0xFFFFFFFFull), DST_OK) << dst_last_error();
+    expect_same(g.step(), reference_step(pre, 0xFFFFFFFFu), "the run after setting the counter to 2^32 - 1");
+    ASSERT_EQ(dst_context_get_rng_graph_counter(g.ctx.get(), &counter), DST_OK);
+    EXPECT_EQ(counter, 0u) << "the word wraps";
+    ASSERT_EQ(dst_context_set_rng_graph_counter(g.ctx.get(), 7), DST_OK);
+    EXPECT_EQ(dst_context_set_rng_graph_counter(g.ctx.get(), uint64_t(1) << 32), DST_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(dst_last_error()).find("counter"), std::string::npos) << dst_last_error();
+    EXPECT_EQ(dst_context_set_rng_graph_counter(nullptr, 1), DST_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(dst_context_get_rng_graph_counter(nullptr, &counter), DST_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(dst_context_get_rng_graph_counter(g.ctx.get(), nullptr), DST_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(dst_context_get_rng_graph_counter(g.ctx.get(), &counter), DST_OK);
+    EXPECT_EQ(counter, 7u) << "a refused call changed the counter";
+    ASSERT_EQ(dst_context_set_rng_state(g.ctx.get(), kSeed, 0), DST_OK);
+    ASSERT_EQ(dst_context_get_rng_graph_counter(g.ctx.get(), &counter), DST_OK);
+    EXPECT_EQ(counter, 0u) << "dst_context_set_rng_state resets the counter";
+    // Setting a counter on a context that has none makes it.
+    Rig fresh(pre, true);
+    ASSERT_EQ(dst_context_set_rng_graph_counter(fresh.ctx.get(), 5), DST_OK) << dst_last_error();
+    expect_same(fresh.step(), reference_step(pre, 5), "the first run of a fresh context set to word 5");
+}
+
+// A checkpoint stores the counter with the RNG state: two runs, save, load into a fresh context, and
+// the next run draws what the third run of an uninterrupted sequence draws.
+TEST_P(GraphDropout, CheckpointsResumeTheCounter) {
+    const int pre = GetParam();
+    const std::string path = ::testing::TempDir() + "graph_dropout_" + std::to_string(pre) + ".safetensors";
+    dst_checkpoint_options o;
+    ASSERT_EQ(dst_checkpoint_options_default(&o), DST_OK);
+    {
+        Rig g(pre, true);
+        g.step();
+        g.step();
+        dst_layer *l = g.layer.get();
+        ASSERT_EQ(dst_checkpoint_save(&l, 1, path.c_str(), &o), DST_OK) << dst_last_error();
+    }
+    Rig r(pre, true);
+    ASSERT_EQ(dst_context_set_rng_state(r.ctx.get(), 1, 1), DST_OK);
+    dst_layer *l = r.layer.get();
+    ASSERT_EQ(dst_checkpoint_load(&l, 1, path.c_str(), &o, nullptr, 0, nullptr), DST_OK) << dst_last_error();
+    uint64_t counter = 0;
+    ASSERT_EQ(dst_context_get_rng_graph_counter(r.ctx.get(), &counter), DST_OK);
+    EXPECT_EQ(counter, 2u);
+    expect_same(r.step(), reference_step(pre, 2), "the first run after the load");
+    std::remove(path.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(PreAndPostLn, GraphDropout, ::testing::Values(1, 0),

@@ -225,6 +225,16 @@ class Context(_Owned):
         _native.dst_context_set_rng_state(self.handle, int(seed) & ((1 << 64) - 1), int(offset))
 
     @property
+    def rng_graph_counter(self) -> int:
+        """The graph dropout counter: the word the next training forward run from a CUDA graph takes
+        (docs/rng.md); reading it waits for the context's stream. Assign an int in 0 ... 2**32 - 1 to set it."""
+        return int(_native.dst_context_get_rng_graph_counter(self.handle))
+
+    @rng_graph_counter.setter
+    def rng_graph_counter(self, value: int) -> None:
+        _native.dst_context_set_rng_graph_counter(self.handle, int(value))
+
+    @property
     def num_threads(self) -> int:
         """Host threads of the CPU backend; assign 0 for the default (all cores)."""
         return int(_native.dst_context_get_num_threads(self.handle))

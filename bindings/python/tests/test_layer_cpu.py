@@ -239,6 +239,15 @@ def test_dropout_training_and_eval(ctx, rng):
         assert seed == 99 and off > 0  # a training forward takes RNG offsets
         ctx.rng_state = (99, 0)
         assert np.array_equal(layer.forward(x), y1)  # same (seed, offset): same masks
+        assert ctx.rng_graph_counter == 0  # eager calls leave the CUDA-graph counter alone
+        ctx.rng_graph_counter = 2**32 - 1
+        assert ctx.rng_graph_counter == 2**32 - 1
+        with pytest.raises(dst.InvalidArgumentError, match="counter"):
+            ctx.rng_graph_counter = 2**32
+        ctx.rng_state = (99, 0)
+        assert ctx.rng_graph_counter == 0  # set_rng_state resets it
+        ctx.rng_state = (99, 0)
+        assert np.array_equal(layer.forward(x), y1)
         assert not np.array_equal(layer.forward(x), y1)  # next offsets: other masks
         layer.eval()
         assert not layer.training

@@ -257,6 +257,37 @@ DST_API dst_status dst_context_set_rng_state(dst_context *ctx, uint64_t seed, ui
 DST_API dst_status dst_context_get_rng_state(const dst_context *ctx, uint64_t *seed, uint64_t *offset);
 
 /**
+ * @brief Reads the graph dropout counter: the word the next training forward with dropout that runs
+ *        from a CUDA graph (captured, then replayed) takes (docs/rng.md, "Dropout in CUDA graphs").
+ *
+ * The counter lives in device memory and advances as replays run, so this call waits for the
+ * context's stream. With the seed and offset of dst_context_get_rng_state() it is the whole dropout
+ * state: a program that stores all three and sets them back (dst_context_set_rng_state(), then
+ * dst_context_set_rng_graph_counter()) draws the masks an uninterrupted run would. The library's
+ * checkpoints store it with the RNG state.
+ * @param ctx The context.
+ * @param[out] counter Receives the word, 0 … 2^32 − 1 (0 on a context that has not made one: before
+ *        its first training forward with dropout, and on the CPU backend until then).
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for a NULL argument; ::DST_ERR_UNSUPPORTED while the
+ *         context's stream captures a CUDA graph (waiting would end the capture); ::DST_ERR_BACKEND.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_get_rng_graph_counter(const dst_context *ctx, uint64_t *counter);
+
+/**
+ * @brief Sets the graph dropout counter (see dst_context_get_rng_graph_counter()); queued on the
+ *        context's stream, after the work already queued there.
+ * @param ctx The context.
+ * @param counter The word the next graph-run training forward takes, 0 … 2^32 − 1.
+ * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL context, counter ≥ 2^32; the state is unchanged);
+ *         ::DST_ERR_UNSUPPORTED while the context's stream captures a CUDA graph (the write would run
+ *         at every replay); ::DST_ERR_OUT_OF_MEMORY (the counter is made by the first call that needs
+ *         it); ::DST_ERR_BACKEND.
+ * Thread safety: as for the context. @since v0.1
+ */
+DST_API dst_status dst_context_set_rng_graph_counter(dst_context *ctx, uint64_t counter);
+
+/**
  * @brief Number of CUDA devices usable by this build.
  * @param[out] count Receives the count; 0 when the build has no CUDA backend or no driver/GPU is present.
  * @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL.

@@ -225,6 +225,38 @@ extern "C" {
     ) -> dst_status;
 }
 extern "C" {
+    #[doc = " @brief Reads the graph dropout counter: the word the next training forward with dropout that runs"]
+    #[doc = "        from a CUDA graph (captured, then replayed) takes (docs/rng.md, \"Dropout in CUDA graphs\")."]
+    #[doc = ""]
+    #[doc = " The counter lives in device memory and advances as replays run, so this call waits for the"]
+    #[doc = " context's stream. With the seed and offset of dst_context_get_rng_state() it is the whole dropout"]
+    #[doc = " state: a program that stores all three and sets them back (dst_context_set_rng_state(), then"]
+    #[doc = " dst_context_set_rng_graph_counter()) draws the masks an uninterrupted run would. The library's"]
+    #[doc = " checkpoints store it with the RNG state."]
+    #[doc = " @param ctx The context."]
+    #[doc = " @param[out] counter Receives the word, 0 … 2^32 − 1 (0 on a context that has not made one: before"]
+    #[doc = "        its first training forward with dropout, and on the CPU backend until then)."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for a NULL argument; ::DST_ERR_UNSUPPORTED while the"]
+    #[doc = "         context's stream captures a CUDA graph (waiting would end the capture); ::DST_ERR_BACKEND."]
+    #[doc = " Thread safety: as for the context. @since v0.1"]
+    pub fn dst_context_get_rng_graph_counter(
+        ctx: *const dst_context,
+        counter: *mut u64,
+    ) -> dst_status;
+}
+extern "C" {
+    #[doc = " @brief Sets the graph dropout counter (see dst_context_get_rng_graph_counter()); queued on the"]
+    #[doc = "        context's stream, after the work already queued there."]
+    #[doc = " @param ctx The context."]
+    #[doc = " @param counter The word the next graph-run training forward takes, 0 … 2^32 − 1."]
+    #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL context, counter ≥ 2^32; the state is unchanged);"]
+    #[doc = "         ::DST_ERR_UNSUPPORTED while the context's stream captures a CUDA graph (the write would run"]
+    #[doc = "         at every replay); ::DST_ERR_OUT_OF_MEMORY (the counter is made by the first call that needs"]
+    #[doc = "         it); ::DST_ERR_BACKEND."]
+    #[doc = " Thread safety: as for the context. @since v0.1"]
+    pub fn dst_context_set_rng_graph_counter(ctx: *mut dst_context, counter: u64) -> dst_status;
+}
+extern "C" {
     #[doc = " @brief Number of CUDA devices usable by this build."]
     #[doc = " @param[out] count Receives the count; 0 when the build has no CUDA backend or no driver/GPU is present."]
     #[doc = " @return ::DST_OK or ::DST_ERR_INVALID_ARGUMENT for NULL."]

@@ -144,6 +144,23 @@ impl Context {
         Ok((seed, offset))
     }
 
+    /// The graph dropout counter: the word the next training forward run from a CUDA graph takes
+    /// (`dst_context_get_rng_graph_counter`; waits for the context's stream).
+    pub fn rng_graph_counter(&self) -> Result<u32> {
+        let mut counter = 0u64;
+        let _guard = self.inner.lock();
+        // SAFETY: valid handle and out pointer.
+        check(unsafe { sys::dst_context_get_rng_graph_counter(self.inner.raw(), &mut counter) })?;
+        Ok(counter as u32) // the library writes a 32-bit word
+    }
+
+    /// Sets the graph dropout counter (`dst_context_set_rng_graph_counter`).
+    pub fn set_rng_graph_counter(&mut self, counter: u32) -> Result<()> {
+        let _guard = self.inner.lock();
+        // SAFETY: valid handle, used under the context's lock.
+        check(unsafe { sys::dst_context_set_rng_graph_counter(self.inner.raw(), u64::from(counter)) })
+    }
+
     /// Sets the number of host threads of the CPU backend; 0 restores the default (all cores)
     /// (`dst_context_set_num_threads`).
     pub fn set_num_threads(&mut self, threads: usize) -> Result<()> {

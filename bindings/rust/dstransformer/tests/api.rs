@@ -114,6 +114,11 @@ fn context_state() {
     assert_eq!(ctx.backend(), dstransformer::Backend::Cpu);
     ctx.set_rng_state(1234, 77).unwrap();
     assert_eq!(ctx.rng_state().unwrap(), (1234, 77));
+    assert_eq!(ctx.rng_graph_counter().unwrap(), 0);
+    ctx.set_rng_graph_counter(u32::MAX).unwrap();
+    assert_eq!(ctx.rng_graph_counter().unwrap(), u32::MAX);
+    ctx.set_rng_state(1234, 77).unwrap();
+    assert_eq!(ctx.rng_graph_counter().unwrap(), 0);
     ctx.set_num_threads(1).unwrap();
     assert_eq!(ctx.num_threads().unwrap(), 1);
     assert_eq!(ctx.index_checks().unwrap(), IndexChecks::Eager);

@@ -99,6 +99,29 @@ public final class Context implements AutoCloseable {
         return new RngState(seed[0], offset[0]);
     }
 
+    /**
+     * The graph dropout counter: the word the next training forward run from a CUDA graph takes
+     * ({@code dst_context_get_rng_graph_counter}; waits for the context's stream).
+     */
+    public long rngGraphCounter() {
+        long[] counter = new long[1];
+        synchronized (nativeContext()) {
+            dstransformer_native.dst_context_get_rng_graph_counter(nc.handle, counter);
+        }
+        return counter[0];
+    }
+
+    /**
+     * Sets the graph dropout counter ({@code dst_context_set_rng_graph_counter}).
+     *
+     * @param counter the word, 0 ... 2^32 - 1
+     */
+    public void setRngGraphCounter(long counter) {
+        synchronized (nativeContext()) {
+            dstransformer_native.dst_context_set_rng_graph_counter(nc.handle, counter);
+        }
+    }
+
     /** Sets the number of host threads of the CPU backend; 0 restores the default ({@code dst_context_set_num_threads}). */
     public void setNumThreads(int threads) {
         synchronized (nativeContext()) {

@@ -130,6 +130,12 @@ class ApiTest {
             assertEquals(Backend.CPU, ctx.backend());
             ctx.setRngState(1234, 77);
             assertEquals(new Context.RngState(1234, 77), ctx.rngState());
+            assertEquals(0L, ctx.rngGraphCounter());
+            ctx.setRngGraphCounter(4294967295L);
+            assertEquals(4294967295L, ctx.rngGraphCounter());
+            assertThrows(DstException.class, () -> ctx.setRngGraphCounter(1L << 32));
+            ctx.setRngState(1234, 77);
+            assertEquals(0L, ctx.rngGraphCounter());
             ctx.setNumThreads(1);
             assertEquals(1, ctx.numThreads());
             assertEquals(IndexChecks.EAGER, ctx.indexChecks());
