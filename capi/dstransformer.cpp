@@ -140,12 +140,14 @@ dst_status resolve_saved(const char *fn, dst_layer *layer, dst_saved *saved, dst
     return DST_OK;
 }
 
-// The start of every layer forward/backward: a deferred device-side failure of an earlier call, and
-// the saved-activations object to use.
-dst_status begin_layer_call(const char *fn, dst_layer *layer, dst_saved *saved, dst::Saved **sv) {
+// The start of every layer forward/backward: a deferred device-side failure of an earlier call, the
+// capture rule of a forward (before the call queues its argument checks), and the saved-activations
+// object to use.
+dst_status begin_layer_call(const char *fn, dst_layer *layer, dst_saved *saved, bool forward, dst::Saved **sv) {
     DST_REQUIRE(fn, layer);
     dst::Layer &L = *layer->impl;
     DST_TRY(L.backend().take_deferred_error(fn));
+    if (forward) DST_TRY(L.check_capture(fn));
     if (saved && !saved->impl->layer) return set_error(DST_ERR_STATE, "%s: saved outlived its layer", fn);
     return resolve_saved(fn, layer, saved, sv);
 }
@@ -769,7 +771,7 @@ dst_status dst_layer_forward(dst_layer *layer, dst_saved *saved, const dst_tenso
     static const char fn[] = "dst_layer_forward";
     return guarded(fn, [&]() -> dst_status {
         dst::Saved *sv = nullptr;
-        DST_TRY(begin_layer_call(fn, layer, saved, &sv));
+        DST_TRY(begin_layer_call(fn, layer, saved, true, &sv));
         dst::Layer &L = *layer->impl;
         DST_TRY(check_activation(fn, "input", input, L, 0, 0));
         const int64_t B = input->shape[0], S = input->shape[1];
@@ -787,7 +789,7 @@ dst_status dst_layer_backward(dst_layer *layer, dst_saved *saved, const dst_tens
     static const char fn[] = "dst_layer_backward";
     return guarded(fn, [&]() -> dst_status {
         dst::Saved *sv = nullptr;
-        DST_TRY(begin_layer_call(fn, layer, saved, &sv));
+        DST_TRY(begin_layer_call(fn, layer, saved, false, &sv));
         dst::Layer &L = *layer->impl;
         if (!sv->valid)
             return set_error(DST_ERR_STATE, "%s: saved holds no training forward (call dst_layer_forward in "
@@ -808,7 +810,7 @@ dst_status dst_layer_forward_packed(dst_layer *layer, dst_saved *saved, const ds
     static const char fn[] = "dst_layer_forward_packed";
     return guarded(fn, [&]() -> dst_status {
         dst::Saved *sv = nullptr;
-        DST_TRY(begin_layer_call(fn, layer, saved, &sv));
+        DST_TRY(begin_layer_call(fn, layer, saved, true, &sv));
         dst::Layer &L = *layer->impl;
         DST_TRY(check_packed(fn, "input", input, L, 0));
         const int64_t N = input->shape[0];
@@ -848,7 +850,7 @@ dst_status dst_layer_backward_packed(dst_layer *layer, dst_saved *saved, const d
     static const char fn[] = "dst_layer_backward_packed";
     return guarded(fn, [&]() -> dst_status {
         dst::Saved *sv = nullptr;
-        DST_TRY(begin_layer_call(fn, layer, saved, &sv));
+        DST_TRY(begin_layer_call(fn, layer, saved, false, &sv));
         dst::Layer &L = *layer->impl;
         if (!sv->valid || !sv->packed)
             return set_error(DST_ERR_STATE, "%s: saved holds no packed training forward (call "

@@ -439,6 +439,12 @@ dst_status Layer::forward_post_ln(const Plan &p, char *sv, char *ws, const void 
     return DST_OK;
 }
 
+dst_status Layer::check_capture(const char *fn) const {
+    const bool dropout = cfg_.attn_dropout_ratio > 0.0f || cfg_.hidden_dropout_ratio > 0.0f;
+    if (!training_ || !dropout || ctx_->graph_rng || !ctx_->backend->capturing()) return DST_OK;
+    return ctx_->ensure_graph_rng(fn);  // refuses while capturing, naming fn
+}
+
 dst_status Layer::backward_packed(Saved *saved, const void *dy, void *dx, bool accumulate) {
     return backward(saved, dy, dx, accumulate);
 }

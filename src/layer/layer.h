@@ -84,6 +84,9 @@ public:
     // A training forward with dropout made while the backend's stream captures a CUDA graph draws
     // from the graph dropout stream (kernels/philox.h): each replay takes a new offset word from the
     // context's counter on the device.
+    // DST_ERR_STATE when such a forward would have to make that counter while the stream captures (an
+    // allocation would end the capture); the C API asks before the call queues anything.
+    dst_status check_capture(const char *fn) const;
     dst_status forward(Saved *saved, const void *x, int64_t B, int64_t S, const MaskArg &mask, void *y);
     dst_status backward(Saved *saved, const void *dy, void *dx, bool accumulate);
     // Packed sequences: x, y are [N, H]; cu (int32 [B+1], context memory) gives sequence b's rows
