@@ -532,9 +532,9 @@ TEST(CudaLayerGraphs, CaptureAndReplayMatchEagerCalls) {
 
 // Training calls with dropout captured into a CUDA graph draw from the graph dropout stream
 // (kernels/philox.h): each forward takes the next word of the context's device counter as it runs, so
-// replays draw new masks, and replay r of a 2-layer stack draws exactly what eager calls draw with the
-// host RNG state (graph_dropout_seed(seed), word << 32) for words 2r (layer 0) and 2r + 1 (layer 1),
-// forward and backward, bit for bit. A context that never ran a training forward with dropout has no
+// replays draw new masks, and replay r of a 2-layer stack draws exactly what eager calls of the same
+// layers draw with the host RNG state (graph_dropout_seed(seed), word << 32) for words 2r (layer 0)
+// and 2r + 1 (layer 1), forward and backward, bit for bit. A context that never ran a training forward with dropout has no
 // counter yet and refuses to make one while capturing; resetting the RNG state is refused while
 // capturing; neither ends the capture.
 TEST(CudaLayerGraphs, DropoutTrainingReplaysDrawNewMasks) {
@@ -623,12 +623,12 @@ TEST(CudaLayerGraphs, DropoutTrainingReplaysDrawNewMasks) {
     uint64_t got_seed = 0, got_offset = 99;
     DST_ASSERT_OK(dst_context_get_rng_state(gs.ctx.get(), &got_seed, &got_offset));
     EXPECT_EQ(got_offset, 0u) << "replays took host offsets";
+    // The same layers and context, eagerly, with host states naming the words each replay took.
     for (int replay = 0; replay < 2; ++replay) {
-        Stack ref(c, x, g, lens, zero);
         const uint64_t offsets[2] = {uint64_t(2 * replay) << 32, uint64_t(2 * replay + 1) << 32};
-        DST_ASSERT_OK(ref.run(offsets, dst::graph_dropout_seed(seed)));
-        DST_ASSERT_OK(dst_context_synchronize(ref.ctx.get()));
-        EXPECT_TRUE(ref.outputs(zero) == replays[size_t(replay)])
+        DST_ASSERT_OK(gs.run(offsets, dst::graph_dropout_seed(seed)));
+        DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
+        EXPECT_TRUE(gs.outputs(zero) == replays[size_t(replay)])
             << "replay " << replay << " differs from eager calls drawing counter words " << 2 * replay << " and "
             << 2 * replay + 1;
     }
