@@ -462,71 +462,95 @@ TEST(CudaLayerErrors, CapacityStreamAndOutOfMemory) {
     works();
 }
 
+// The CUDA-graph tests' stack: two fp16 Pre-LN layers (3×40×64, 4 heads, key lengths 40, 17, 1) on a
+// context of their own, with or without dropout, and their device buffers.
+struct GraphStack {
+    static constexpr int64_t B = 3, S = 40, H = 64;
+    Ctx ctx = make_cuda_ctx();
+    Layer l0, l1;
+    HostTensor zero{DST_DTYPE_FP16, {B, S, H}};
+    DevTensor dx, dg, dlen, dh, dy, dgh, dgx;
+    dst_mask m = mask_none();
+    static Case case_of(bool dropout) {
+        return Case{true, 0, dropout, DST_MASK_KEY_LENGTHS, DST_DTYPE_FP16, {int(B), int(S), int(H), 4, 128}};
+    }
+    static HostTensor normals(uint64_t seed) {
+        return HostTensor::from_doubles(DST_DTYPE_FP16, {B, S, H}, Rng(seed).normals(B * S * H));
+    }
+    static HostTensor lengths() {
+        HostTensor lens(DST_DTYPE_INT32, {B});
+        lens.set(0, 40);
+        lens.set(1, 17);
+        lens.set(2, 1);
+        return lens;
+    }
+    explicit GraphStack(bool dropout)
+        : l0(make_layer(ctx.get(), config_of(case_of(dropout), DST_DTYPE_FP16))),
+          l1(make_layer(ctx.get(), config_of(case_of(dropout), DST_DTYPE_FP16))), dx(ctx.get(), normals(13)),
+          dg(ctx.get(), normals(14)), dlen(ctx.get(), lengths()), dh(ctx.get(), zero), dy(ctx.get(), zero),
+          dgh(ctx.get(), zero), dgx(ctx.get(), zero) {
+        if (l0 && l1) {
+            randomize_params(l0.get(), 11);
+            randomize_params(l1.get(), 12);
+        }
+        m.kind = DST_MASK_KEY_LENGTHS;
+        m.tensor = *dlen.view();
+    }
+    // Both forwards, then (train) both backwards. `offsets`: the host RNG state (seed, offsets[i]) set
+    // before layer i's forward.
+    dst_status run(bool train, const uint64_t *offsets = nullptr, uint64_t seed = 0) {
+        dst_status s = offsets ? dst_context_set_rng_state(ctx.get(), seed, offsets[0]) : DST_OK;
+        if (s == DST_OK) s = dst_layer_forward(l0.get(), nullptr, dx.view(), &m, dh.view());
+        if (s == DST_OK && offsets) s = dst_context_set_rng_state(ctx.get(), seed, offsets[1]);
+        if (s == DST_OK) s = dst_layer_forward(l1.get(), nullptr, dh.view(), &m, dy.view());
+        if (train && s == DST_OK) s = dst_layer_backward(l1.get(), nullptr, dg.view(), dgh.view(), DST_GRAD_WRITE);
+        if (train && s == DST_OK) s = dst_layer_backward(l0.get(), nullptr, dgh.view(), dgx.view(), DST_GRAD_WRITE);
+        return s;
+    }
+    // The output, and (train) the input gradient and both gradient arenas.
+    std::vector<unsigned char> outputs(bool train) {
+        if (!train) return run_bytes(ctx.get(), zero, {&dy}, {});
+        return run_bytes(ctx.get(), zero, {&dy, &dgx}, {l0.get(), l1.get()});
+    }
+};
+
 // Forward and backward never wait for the device, so they can be captured in a CUDA graph: a 2-layer
 // stack's inference forward, and its training forward + backward without dropout, captured once and
 // replayed twice, give the bytes the same calls give eagerly (the default backward is deterministic).
 // The key-length check is captured too.
 TEST(CudaLayerGraphs, CaptureAndReplayMatchEagerCalls) {
     SKIP_WITHOUT_GPU();
-    const int64_t B = 3, S = 40, H = 64;
-    const Case c{true, 0, false, DST_MASK_KEY_LENGTHS, DST_DTYPE_FP16, {int(B), int(S), int(H), 4, 128}};
-    Ctx ctx = make_cuda_ctx();
-    Layer l0 = make_layer(ctx.get(), config_of(c, DST_DTYPE_FP16));
-    Layer l1 = make_layer(ctx.get(), config_of(c, DST_DTYPE_FP16));
-    ASSERT_TRUE(l0 && l1);
-    randomize_params(l0.get(), 11);
-    randomize_params(l1.get(), 12);
-    HostTensor x = HostTensor::from_doubles(DST_DTYPE_FP16, {B, S, H}, Rng(13).normals(B * S * H));
-    HostTensor g = HostTensor::from_doubles(DST_DTYPE_FP16, {B, S, H}, Rng(14).normals(B * S * H));
-    HostTensor lens(DST_DTYPE_INT32, {B}), zero(DST_DTYPE_FP16, {B, S, H});
-    lens.set(0, 40);
-    lens.set(1, 17);
-    lens.set(2, 1);
-    DevTensor dx(ctx.get(), x), dg(ctx.get(), g), dlen(ctx.get(), lens), dh(ctx.get(), zero), dy(ctx.get(), zero),
-        dgh(ctx.get(), zero), dgx(ctx.get(), zero);
-    dst_mask m = mask_none();
-    m.kind = DST_MASK_KEY_LENGTHS;
-    m.tensor = *dlen.view();
-    auto stack = [&](bool train) {
-        dst_status s = dst_layer_forward(l0.get(), nullptr, dx.view(), &m, dh.view());
-        if (s == DST_OK) s = dst_layer_forward(l1.get(), nullptr, dh.view(), &m, dy.view());
-        if (train && s == DST_OK) s = dst_layer_backward(l1.get(), nullptr, dg.view(), dgh.view(), DST_GRAD_WRITE);
-        if (train && s == DST_OK) s = dst_layer_backward(l0.get(), nullptr, dgh.view(), dgx.view(), DST_GRAD_WRITE);
-        return s;
-    };
-    auto outputs = [&](bool train) {
-        if (!train) return run_bytes(ctx.get(), zero, {&dy}, {});
-        return run_bytes(ctx.get(), zero, {&dy, &dgx}, {l0.get(), l1.get()});
-    };
+    GraphStack gs(false);
+    ASSERT_TRUE(gs.l0 && gs.l1);
     cudaStream_t st;
     ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-    DST_ASSERT_OK(dst_context_set_stream(ctx.get(), st));
+    DST_ASSERT_OK(dst_context_set_stream(gs.ctx.get(), st));
     for (int train = 0; train < 2; ++train) {
         SCOPED_TRACE(train ? "training forward + backward" : "inference forward");
-        for (dst_layer *l : {l0.get(), l1.get()}) DST_ASSERT_OK(dst_layer_set_training(l, train));
-        DST_ASSERT_OK(stack(train != 0));  // eager: also sizes the workspace and the saved activations
-        DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
-        const auto eager = outputs(train != 0);
+        for (dst_layer *l : {gs.l0.get(), gs.l1.get()}) DST_ASSERT_OK(dst_layer_set_training(l, train));
+        DST_ASSERT_OK(gs.run(train != 0));  // eager: also sizes the workspace and the saved activations
+        DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
+        const auto eager = gs.outputs(train != 0);
         ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-        const dst_status captured = stack(train != 0);
+        const dst_status captured = gs.run(train != 0);
         cudaGraph_t graph = nullptr;
         ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
         ASSERT_EQ(captured, DST_OK) << dst_last_error();
         cudaGraphExec_t exec = nullptr;
         ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
         for (int replay = 0; replay < 2; ++replay) {
-            dy.upload(zero);
-            dgx.upload(zero);
-            for (dst_layer *l : {l0.get(), l1.get()}) DST_ASSERT_OK(dst_layer_zero_grads(l));
-            DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
+            gs.dy.upload(gs.zero);
+            gs.dgx.upload(gs.zero);
+            for (dst_layer *l : {gs.l0.get(), gs.l1.get()}) DST_ASSERT_OK(dst_layer_zero_grads(l));
+            DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
             ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
-            DST_ASSERT_OK(dst_context_synchronize(ctx.get()));
-            EXPECT_TRUE(outputs(train != 0) == eager) << "replay " << replay << " differs from the eager calls";
+            DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
+            EXPECT_TRUE(gs.outputs(train != 0) == eager) << "replay " << replay << " differs from the eager calls";
         }
         ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
         ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
     }
-    DST_EXPECT_OK(dst_context_set_stream(ctx.get(), nullptr));
+    DST_EXPECT_OK(dst_context_set_stream(gs.ctx.get(), nullptr));
     ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 
@@ -534,54 +558,18 @@ TEST(CudaLayerGraphs, CaptureAndReplayMatchEagerCalls) {
 // (kernels/philox.h): each forward takes the next word of the context's device counter as it runs, so
 // replays draw new masks, and replay r of a 2-layer stack draws exactly what eager calls of the same
 // layers draw with the host RNG state (graph_dropout_seed(seed), word << 32) for words 2r (layer 0)
-// and 2r + 1 (layer 1), forward and backward, bit for bit. A context that never ran a training forward with dropout has no
-// counter yet and refuses to make one while capturing; resetting the RNG state is refused while
-// capturing; neither ends the capture.
+// and 2r + 1 (layer 1), forward and backward, bit for bit. A context that never ran a training forward
+// with dropout has no counter yet and refuses to make one while capturing; resetting the RNG state is
+// refused while capturing; neither ends the capture.
 TEST(CudaLayerGraphs, DropoutTrainingReplaysDrawNewMasks) {
     SKIP_WITHOUT_GPU();
-    const int64_t B = 3, S = 40, H = 64;
     const uint64_t seed = 0xC0FFEEull;
-    const Case c{true, 0, true, DST_MASK_KEY_LENGTHS, DST_DTYPE_FP16, {int(B), int(S), int(H), 4, 128}};
-    HostTensor x = HostTensor::from_doubles(DST_DTYPE_FP16, {B, S, H}, Rng(13).normals(B * S * H));
-    HostTensor g = HostTensor::from_doubles(DST_DTYPE_FP16, {B, S, H}, Rng(14).normals(B * S * H));
-    HostTensor lens(DST_DTYPE_INT32, {B}), zero(DST_DTYPE_FP16, {B, S, H});
-    lens.set(0, 40);
-    lens.set(1, 17);
-    lens.set(2, 1);
-    struct Stack {  // two layers with dropout on one context, and their buffers
-        Ctx ctx = make_cuda_ctx();
-        Layer l0, l1;
-        DevTensor dx, dg, dlen, dh, dy, dgh, dgx;
-        dst_mask m = mask_none();
-        Stack(const Case &c, const HostTensor &x, const HostTensor &g, const HostTensor &lens, const HostTensor &zero)
-            : l0(make_layer(ctx.get(), config_of(c, DST_DTYPE_FP16))), l1(make_layer(ctx.get(), config_of(c, DST_DTYPE_FP16))),
-              dx(ctx.get(), x), dg(ctx.get(), g), dlen(ctx.get(), lens), dh(ctx.get(), zero), dy(ctx.get(), zero),
-              dgh(ctx.get(), zero), dgx(ctx.get(), zero) {
-            randomize_params(l0.get(), 11);
-            randomize_params(l1.get(), 12);
-            m.kind = DST_MASK_KEY_LENGTHS;
-            m.tensor = *dlen.view();
-        }
-        // `offsets`: eager calls with the host RNG state set before each forward to these.
-        dst_status run(const uint64_t *offsets = nullptr, uint64_t seed = 0) {
-            dst_status s = offsets ? dst_context_set_rng_state(ctx.get(), seed, offsets[0]) : DST_OK;
-            if (s == DST_OK) s = dst_layer_forward(l0.get(), nullptr, dx.view(), &m, dh.view());
-            if (s == DST_OK && offsets) s = dst_context_set_rng_state(ctx.get(), seed, offsets[1]);
-            if (s == DST_OK) s = dst_layer_forward(l1.get(), nullptr, dh.view(), &m, dy.view());
-            if (s == DST_OK) s = dst_layer_backward(l1.get(), nullptr, dg.view(), dgh.view(), DST_GRAD_WRITE);
-            if (s == DST_OK) s = dst_layer_backward(l0.get(), nullptr, dgh.view(), dgx.view(), DST_GRAD_WRITE);
-            return s;
-        }
-        std::vector<unsigned char> outputs(const HostTensor &like) {
-            return run_bytes(ctx.get(), like, {&dy, &dgx}, {l0.get(), l1.get()});
-        }
-    };
-    Stack gs(c, x, g, lens, zero);
+    GraphStack gs(true);
     ASSERT_TRUE(gs.l0 && gs.l1);
     cudaStream_t st;
     ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
     {  // a fresh context has no counter: the capturing call is refused, the capture stays valid and empty
-        Stack fresh(c, x, g, lens, zero);
+        GraphStack fresh(true);
         DST_ASSERT_OK(dst_context_set_stream(fresh.ctx.get(), st));
         ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
         const dst_status refused = dst_layer_forward(fresh.l0.get(), nullptr, fresh.dx.view(), &fresh.m, fresh.dh.view());
@@ -597,17 +585,20 @@ TEST(CudaLayerGraphs, DropoutTrainingReplaysDrawNewMasks) {
         DST_EXPECT_OK(dst_context_set_stream(fresh.ctx.get(), nullptr));
     }
     DST_ASSERT_OK(dst_context_set_stream(gs.ctx.get(), st));
-    DST_ASSERT_OK(gs.run());  // eager: makes the counter, sizes the workspace and the saved activations
+    DST_ASSERT_OK(gs.run(true));  // eager: makes the counter, sizes the workspace and the saved activations
     DST_ASSERT_OK(dst_context_set_rng_state(gs.ctx.get(), seed, 0));  // the counter back to word 0
     DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
     ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    const dst_status captured = gs.run();
+    const dst_status captured = gs.run(true);
     const std::string capture_msg = dst_last_error();
     const dst_status reset = dst_context_set_rng_state(gs.ctx.get(), seed, 0);
+    uint64_t counter = 0;
+    const dst_status read = dst_context_get_rng_graph_counter(gs.ctx.get(), &counter);
     cudaGraph_t graph = nullptr;
     ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
     ASSERT_EQ(captured, DST_OK) << capture_msg;
     EXPECT_EQ(reset, DST_ERR_UNSUPPORTED) << "resetting the counter inside a capture";
+    EXPECT_EQ(read, DST_ERR_UNSUPPORTED) << "reading the counter inside a capture";
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     std::vector<std::vector<unsigned char>> replays;
@@ -615,7 +606,7 @@ TEST(CudaLayerGraphs, DropoutTrainingReplaysDrawNewMasks) {
         for (dst_layer *l : {gs.l0.get(), gs.l1.get()}) DST_ASSERT_OK(dst_layer_zero_grads(l));
         ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
         DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
-        replays.push_back(gs.outputs(zero));
+        replays.push_back(gs.outputs(true));
     }
     ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
     ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
@@ -623,12 +614,14 @@ TEST(CudaLayerGraphs, DropoutTrainingReplaysDrawNewMasks) {
     uint64_t got_seed = 0, got_offset = 99;
     DST_ASSERT_OK(dst_context_get_rng_state(gs.ctx.get(), &got_seed, &got_offset));
     EXPECT_EQ(got_offset, 0u) << "replays took host offsets";
+    DST_ASSERT_OK(dst_context_get_rng_graph_counter(gs.ctx.get(), &counter));
+    EXPECT_EQ(counter, 4u) << "two replays of two forwards";
     // The same layers and context, eagerly, with host states naming the words each replay took.
     for (int replay = 0; replay < 2; ++replay) {
         const uint64_t offsets[2] = {uint64_t(2 * replay) << 32, uint64_t(2 * replay + 1) << 32};
-        DST_ASSERT_OK(gs.run(offsets, dst::graph_dropout_seed(seed)));
+        DST_ASSERT_OK(gs.run(true, offsets, dst::graph_dropout_seed(seed)));
         DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
-        EXPECT_TRUE(gs.outputs(zero) == replays[size_t(replay)])
+        EXPECT_TRUE(gs.outputs(true) == replays[size_t(replay)])
             << "replay " << replay << " differs from eager calls drawing counter words " << 2 * replay << " and "
             << 2 * replay + 1;
     }
