@@ -209,13 +209,14 @@ class _Packed:
 
 class _TransformerFunction(torch.autograd.Function):
     """One forward/backward of the native layer. Each forward owns one SavedActivations, so several
-    forwards may be in flight. Backward writes the twelve gradients into one fresh aligned tensor, bound
+    forwards may be in flight; backward hands it back to the module (_keep_saved), so that the next forward
+    reuses it and its device memory (a free would make the device wait: cudaFree synchronises). Backward writes the twelve gradients into one fresh aligned tensor, bound
     as the layer's gradient arena, and returns twelve views of it: autograd stores them as the
     parameters' ``.grad`` without a copy (or adds them in place into the ``.grad`` already there)."""
 
     @staticmethod
     def forward(ctx, x, mask, module, native, training, grads, *params):  # noqa: D401
-        saved = SavedActivations(native) if training else None
+        saved = module._take_saved(native) if training else None
         out = torch.empty_like(x)
         module._run_forward(native, saved, x, mask, out)
         ctx.native = native
@@ -239,7 +240,7 @@ class _TransformerFunction(torch.autograd.Function):
         dy = dy.contiguous()
         dx = torch.empty_like(dy)
         grad_flat = module._backward_into(native, saved, dy, dx, ctx.packed)
-        saved.close()
+        module._keep_saved(native, saved)
         ctx.saved_obj = None
         if ctx.grads is not None:
             _append_grads(ctx.grads, ctx.layout, grad_flat)
@@ -281,6 +282,7 @@ class TransformerLayer(nn.Module):
         TransformerLayer.layer_id += 1
         self._my_layer_id = self.config.layer_id
         self._native = None
+        self._saved_pool = []  # SavedActivations of finished backwards, for the next forwards (_take_saved)
         self._bound_ptr = None
         self._last_grad_buf = None
         self._native_training = None
@@ -453,6 +455,7 @@ class TransformerLayer(nn.Module):
                 self._layout = layout
                 self._set_arena(new)
                 p = new
+            self.free_saved_memory()  # the old layer's kept objects (forwards in flight hold their own)
             self._native = None
             _set_stream(native.context, dev)
             native.bind_param_arena(p.data_ptr(), layout.arena_bytes, copy_current=False)
@@ -727,6 +730,33 @@ class TransformerLayer(nn.Module):
                     if rest not in allowed and rest not in self._modules:
                         unexpected_keys.append(key)
 
+    def _take_saved(self, native: Layer) -> SavedActivations:
+        """A SavedActivations for one training forward of `native`: one a backward kept (the forward
+        reuses its memory when large enough instead of allocating), else a new one."""
+        pool = self.__dict__.setdefault("_saved_pool", [])
+        while pool:
+            saved = pool.pop()
+            if saved.layer is native and not native.closed:
+                return saved
+            saved.close()
+        return SavedActivations(native)
+
+    def _keep_saved(self, native: Layer, saved: SavedActivations) -> None:
+        """Keeps the object of a finished backward, memory and all, for the next training forward."""
+        if native is self._native:
+            self.__dict__.setdefault("_saved_pool", []).append(saved)
+        else:  # the native layer was rebuilt since that forward
+            saved.close()
+
+    def free_saved_memory(self) -> None:
+        """Frees the memory of the saved activations that finished backwards kept for the next training
+        forward. Each backward keeps its forward's saved-activations object, memory included, because
+        freeing device memory makes the device wait (cudaFree synchronises): after training, this gives
+        that memory back."""
+        pool, self.__dict__["_saved_pool"] = self.__dict__.get("_saved_pool", []), []
+        for saved in pool:
+            saved.close()
+
     # ---- modes, copies, pickling ----------------------------------------------------------------------
     def train(self, mode: bool = True) -> "TransformerLayer":
         """Switches dropout on (``train()``) or off (``eval()``), calling ``dst_layer_set_training``."""
@@ -742,7 +772,7 @@ class TransformerLayer(nn.Module):
         cls = type(self)
         new = cls.__new__(cls)
         memo[id(self)] = new
-        skip = {"_native", "_last_grad_buf", "_bound_ptr", "_parameters", "_arena"}
+        skip = {"_native", "_last_grad_buf", "_bound_ptr", "_parameters", "_arena", "_saved_pool"}
         for k, v in self.__dict__.items():
             if k in skip:
                 continue
@@ -771,6 +801,7 @@ class TransformerLayer(nn.Module):
         state = dict(self.__dict__)
         for k in ("_native", "_last_grad_buf", "_bound_ptr", "_native_training"):
             state[k] = None
+        state.pop("_saved_pool", None)
         return state
 
     def __setstate__(self, state):

@@ -304,6 +304,57 @@ def test_several_forwards_in_flight_and_deepcopy():
     assert torch.equal(clone(xa.detach()), layer(xa.detach()))
 
 
+def test_backward_keeps_the_saved_activations_for_the_next_forward():
+    # Freeing device memory makes the device wait (cudaFree synchronises), so a backward hands its
+    # forward's saved activations back to the module, and the next forward reuses them.
+    cfg = make_config(torch.float64)
+    layer = TransformerLayer(cfg, device="cpu")
+    randomize_(layer, 3)
+    x = torch.randn(2, 5, 64, dtype=torch.float64)
+    layer(x).square().sum().backward()
+    pool = layer._saved_pool
+    assert len(pool) == 1
+    kept = pool[0]
+    held = kept.nbytes
+    assert held > 0, "the kept object still holds its memory"
+    g1 = flat_grad(layer)
+    clear_grads(layer)
+    y = layer(x)
+    assert layer._saved_pool == [], "the forward took the kept object"
+    y.square().sum().backward()
+    assert layer._saved_pool == [kept] and kept.nbytes == held
+    assert torch.equal(flat_grad(layer), g1)
+    # Two forwards in flight take two objects, and give both back.
+    clear_grads(layer)
+    ya, yb = layer(x), layer(x * 2)
+    assert layer._saved_pool == []
+    (ya.sum() + yb.sum()).backward()
+    assert len(layer._saved_pool) == 2 and kept in layer._saved_pool
+    # Inference takes none.
+    with torch.no_grad():
+        layer(x)
+    assert len(layer._saved_pool) == 2
+    layer.free_saved_memory()
+    assert layer._saved_pool == []
+    with pytest.raises(ValueError, match="closed"):
+        kept.handle
+    layer(x).sum().backward()  # a new object again
+    assert len(layer._saved_pool) == 1 and layer._saved_pool[0] is not kept
+    # The kept objects make no reference cycle: the native layer goes with the module, without the
+    # cyclic garbage collector.
+    import gc
+    import weakref
+
+    native = weakref.ref(layer._native)
+    del y, ya, yb, kept, pool
+    gc.disable()
+    try:
+        del layer
+        assert native() is None
+    finally:
+        gc.enable()
+
+
 def test_dtype_conversion_capacity_growth_and_alignment():
     cfg = make_config(torch.float32, max_seq_length=8, batch_size=1)
     layer = TransformerLayer(cfg, device="cpu").eval()
