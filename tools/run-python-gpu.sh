@@ -8,9 +8,11 @@
 # 2. compiles the carried SWIG wrapper against the Python there (tools/build-python-gpu.sh);
 # 3. runs the whole pytest suite of bindings/python/tests: the CPU tests, and the torch tests on CUDA
 #    (TransformerLayer vs plain PyTorch in fp32/fp16/bf16, the 4-layer AdamW run) and on the CPU, and
-#    tests/gpu_python/test_engine_gpu.py (dstransformer.initialize on CUDA: fp32, fp16, bf16).
+#    tests/gpu_python/test_engine_gpu.py (dstransformer.initialize on CUDA: fp32, fp16, bf16);
+# 4. bench/torch_module.py: the PyTorch module's training step, with and without keeping the saved
+#    activations between steps (skipped with DST_TORCH_BENCH=0).
 # Logs go to OUTDIR (default ./python-gpu-out): configure.log, build.log, wrapper.log, pytest.log,
-# pytest.xml, summary.txt. The summary is printed last. Exit status 0 when every step passed.
+# pytest.xml, torch_module.txt, torch_module.json, summary.txt (8 files). The summary is printed last. Exit status 0 when every step passed.
 # Environment: DST_GPU_BUILD_DIR, DST_GPU_JOBS (16), PYTHON (python3), PYTEST_ARGS (extra pytest args),
 # DST_GPU_CMAKE_ARGS (extra configure args, e.g. -DDST_ENABLE_CUDA=OFF to try the script without a GPU).
 set -euo pipefail
@@ -73,5 +75,10 @@ tail -n 2 "$out/wrapper.log"
 step pytest "$out/pytest.log" env PYTHONPATH="$pkg_dir" PYTHONDONTWRITEBYTECODE=1 \
     "$py" -m pytest -q -p no:cacheprovider -rs --durations=10 --junitxml="$out/pytest.xml" \
     ${PYTEST_ARGS:-} "$src/bindings/python/tests" "$src/tests/gpu_python/test_engine_gpu.py" || true
+if [ "${DST_TORCH_BENCH:-1}" != 0 ]; then
+    step bench "$out/torch_module.txt" env PYTHONPATH="$pkg_dir" PYTHONDONTWRITEBYTECODE=1 \
+        "$py" "$src/bench/torch_module.py" --out "$out" || true
+    cat "$out/torch_module.txt"
+fi
 trap - ERR
 finish

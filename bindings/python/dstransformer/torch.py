@@ -741,9 +741,13 @@ class TransformerLayer(nn.Module):
             saved.close()
         return SavedActivations(native)
 
+    #: False: every backward destroys its forward's object (what 0.1.0 did before keeping them; the
+    #: benchmark bench/torch_module.py times both).
+    _keep_saved_objects = True
+
     def _keep_saved(self, native: Layer, saved: SavedActivations) -> None:
         """Keeps the object of a finished backward, memory and all, for the next training forward."""
-        if native is self._native:
+        if native is self._native and self._keep_saved_objects:
             self.__dict__.setdefault("_saved_pool", []).append(saved)
         else:  # the native layer was rebuilt since that forward
             saved.close()
