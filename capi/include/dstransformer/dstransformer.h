@@ -833,7 +833,10 @@ typedef struct dst_saved dst_saved;
  * @param[out] out Receives the object; unchanged on failure.
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_OUT_OF_MEMORY.
  * Ownership: the caller owns it and destroys it (before the layer) with dst_saved_destroy(). Memory is
- * allocated by the forward that fills it. Thread safety: as for the layer. @since v0.1
+ * allocated by the forward that fills it and kept for the next forward into the same object (grown when
+ * too small): reuse objects across steps, since on a CUDA context freeing device memory
+ * (dst_saved_release(), dst_saved_destroy()) waits for the device. Thread safety: as for the layer.
+ * @since v0.1
  */
 DST_API dst_status dst_saved_create(dst_layer *layer, dst_saved **out);
 

@@ -945,7 +945,10 @@ extern "C" {
     #[doc = " @param[out] out Receives the object; unchanged on failure."]
     #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for NULL; ::DST_ERR_OUT_OF_MEMORY."]
     #[doc = " Ownership: the caller owns it and destroys it (before the layer) with dst_saved_destroy(). Memory is"]
-    #[doc = " allocated by the forward that fills it. Thread safety: as for the layer. @since v0.1"]
+    #[doc = " allocated by the forward that fills it and kept for the next forward into the same object (grown when"]
+    #[doc = " too small): reuse objects across steps, since on a CUDA context freeing device memory"]
+    #[doc = " (dst_saved_release(), dst_saved_destroy()) waits for the device. Thread safety: as for the layer."]
+    #[doc = " @since v0.1"]
     pub fn dst_saved_create(layer: *mut dst_layer, out: *mut *mut dst_saved) -> dst_status;
 }
 extern "C" {
