@@ -234,6 +234,19 @@ TEST(SavedBytes, MemorySwitchesKeepStrictlyLess) {
     }
 }
 
+// The word a CUDA-graph-captured forward takes for its dropout offsets (docs/rng.md) is kept by every
+// training forward with dropout (one 256-byte slot), and by none without.
+TEST(SavedBytes, DropoutOffsetWordOnlyWithDropout) {
+    dst_layer_config cfg = small_config(32, 4, 96, DST_DTYPE_FP16);
+    cfg.attn_dropout_ratio = cfg.hidden_dropout_ratio = 0.0f;
+    const size_t without = saved_after_forward(cfg, 2, 16);
+    cfg.hidden_dropout_ratio = 0.1f;
+    EXPECT_EQ(saved_after_forward(cfg, 2, 16), without + 256) << "hidden dropout only";
+    cfg.hidden_dropout_ratio = 0.0f;
+    cfg.attn_dropout_ratio = 0.1f;
+    EXPECT_EQ(saved_after_forward(cfg, 2, 16), without + 256) << "attention dropout only";
+}
+
 TEST(SavedBytes, NothingQuadraticIsKept) {
     // f(2S) − 2 f(S) isolates the S² part of the saved size f(S) (the rest is linear in S).
     const int64_t B = 2, H = 32, heads = 4, S = 64;
