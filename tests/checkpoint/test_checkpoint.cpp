@@ -509,6 +509,7 @@ TEST_P(CheckpointDtype, StackOfThreeWithGradsRngAndClientState) {
     EXPECT_EQ(r.meta("layout"), "deepspeed");
     EXPECT_EQ(r.meta("rng_seed"), "123456789012345");
     EXPECT_EQ(r.meta("rng_offset"), "42");
+    EXPECT_EQ(r.meta("rng_graph_counter"), "0");
     EXPECT_EQ(r.meta("client_state"), "epoch=3;step=1200");
     const nlohmann::json cfg = nlohmann::json::parse(r.meta("config.1"));
     EXPECT_EQ(cfg["hidden_size"], 16);
@@ -1168,6 +1169,15 @@ TEST_F(Checkpoint, MalformedHeaders) {
                           h["__metadata__"] = {{"rng_seed", "18446744073709551616"}, {"rng_offset", "0"}};
                       }),
                       DST_ERR_FORMAT, {"rng_seed"});
+    // The graph dropout counter is a 32-bit word (optional: absent reads as 0).
+    expect_load_fails(t, mutated([](ojson &h) {
+                          h["__metadata__"] = {{"rng_seed", "1"}, {"rng_offset", "0"}, {"rng_graph_counter", "4294967296"}};
+                      }),
+                      DST_ERR_FORMAT, {"rng_graph_counter"});
+    expect_load_fails(t, mutated([](ojson &h) {
+                          h["__metadata__"] = {{"rng_seed", "1"}, {"rng_offset", "0"}, {"rng_graph_counter", "-1"}};
+                      }),
+                      DST_ERR_FORMAT, {"rng_graph_counter"});
     // Files that are not there or not files.
     const Snapshot before = snapshot(t);
     EXPECT_EQ(dst_checkpoint_load(t.data(), 1, path("absent.safetensors").c_str(), nullptr, nullptr, 0, nullptr),
