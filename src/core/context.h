@@ -66,16 +66,9 @@ struct Context {
         return DST_OK;
     }
 
-    // The dropout RNG state: seed and host offset, and the graph dropout counter back to 0 (queued on
-    // the stream; refused while it captures a graph, whose every replay would reset it again).
+    // The dropout RNG state: seed and host offset, and the graph dropout counter back to 0.
     dst_status set_rng_state(uint64_t seed, uint64_t offset, const char *fn) {
-        if (graph_rng) {
-            if (backend->capturing())
-                return set_error(DST_ERR_UNSUPPORTED,
-                                 "%s: the stream is capturing a CUDA graph; resetting the context's dropout counter "
-                                 "there would reset it at every replay: set the RNG state before capturing", fn);
-            DST_TRY(backend->zero(graph_rng, sizeof(uint32_t)));
-        }
+        DST_TRY(set_graph_rng_counter(0, fn));
         rng_seed = seed;
         rng_offset = offset;
         return DST_OK;
@@ -92,15 +85,17 @@ struct Context {
                              "device, which would end the capture", fn);
         return backend->copy(word, graph_rng, sizeof(uint32_t), CopyKind::DeviceToHost);
     }
-    // Sets the graph dropout counter's word (queued on the stream), making the counter when the word
-    // is not 0; refused while the stream captures a graph (the write would run at every replay).
+    // Sets the graph dropout counter's word, making the counter when the word is not 0 (0 needs no
+    // counter: it is made zeroed). Refused while the stream captures a graph, where the write would run
+    // at every replay. 0, every reset, is queued without waiting; another word is copied from the host.
     dst_status set_graph_rng_counter(uint32_t word, const char *fn) {
+        if (!graph_rng && word == 0) return DST_OK;
         if (backend->capturing())
             return set_error(DST_ERR_UNSUPPORTED,
-                             "%s: the stream is capturing a CUDA graph; setting the dropout counter there would "
-                             "set it again at every replay: set it before capturing", fn);
-        if (!graph_rng && word == 0) return DST_OK;  // made zeroed when first needed
+                             "%s: the stream is capturing a CUDA graph; setting the context's dropout counter "
+                             "there would set it again at every replay: set it before capturing", fn);
         DST_TRY(ensure_graph_rng(fn));
+        if (word == 0) return backend->zero(graph_rng, sizeof(uint32_t));
         return backend->copy(graph_rng, &word, sizeof(uint32_t), CopyKind::HostToDevice);
     }
 

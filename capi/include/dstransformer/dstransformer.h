@@ -280,8 +280,8 @@ DST_API dst_status dst_context_get_rng_graph_counter(const dst_context *ctx, uin
  * @param ctx The context.
  * @param counter The word the next graph-run training forward takes, 0 … 2^32 − 1.
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL context, counter ≥ 2^32; the state is unchanged);
- *         ::DST_ERR_UNSUPPORTED while the context's stream captures a CUDA graph (the write would run
- *         at every replay); ::DST_ERR_OUT_OF_MEMORY (the counter is made by the first call that needs
+ *         ::DST_ERR_UNSUPPORTED while the context's stream captures a CUDA graph and the context has a
+ *         counter (the write would run at every replay); ::DST_ERR_OUT_OF_MEMORY (the counter is made by the first call that needs
  *         it); ::DST_ERR_BACKEND.
  * Thread safety: as for the context. @since v0.1
  */

@@ -250,8 +250,8 @@ extern "C" {
     #[doc = " @param ctx The context."]
     #[doc = " @param counter The word the next graph-run training forward takes, 0 … 2^32 − 1."]
     #[doc = " @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT (NULL context, counter ≥ 2^32; the state is unchanged);"]
-    #[doc = "         ::DST_ERR_UNSUPPORTED while the context's stream captures a CUDA graph (the write would run"]
-    #[doc = "         at every replay); ::DST_ERR_OUT_OF_MEMORY (the counter is made by the first call that needs"]
+    #[doc = "         ::DST_ERR_UNSUPPORTED while the context's stream captures a CUDA graph and the context has a"]
+    #[doc = "         counter (the write would run at every replay); ::DST_ERR_OUT_OF_MEMORY (the counter is made by the first call that needs"]
     #[doc = "         it); ::DST_ERR_BACKEND."]
     #[doc = " Thread safety: as for the context. @since v0.1"]
     pub fn dst_context_set_rng_graph_counter(ctx: *mut dst_context, counter: u64) -> dst_status;
