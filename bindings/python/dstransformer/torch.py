@@ -733,9 +733,8 @@ class TransformerLayer(nn.Module):
     def _take_saved(self, native: Layer) -> SavedActivations:
         """A SavedActivations for one training forward of `native`: one a backward kept (the forward
         reuses its memory when large enough instead of allocating), else a new one."""
-        pool = self.__dict__.setdefault("_saved_pool", [])
-        while pool:
-            saved = pool.pop()
+        while self._saved_pool:
+            saved = self._saved_pool.pop()
             if saved.layer is native and not native.closed:
                 return saved
             saved.close()
@@ -748,7 +747,7 @@ class TransformerLayer(nn.Module):
     def _keep_saved(self, native: Layer, saved: SavedActivations) -> None:
         """Keeps the object of a finished backward, memory and all, for the next training forward."""
         if native is self._native and self._keep_saved_objects:
-            self.__dict__.setdefault("_saved_pool", []).append(saved)
+            self._saved_pool.append(saved)
         else:  # the native layer was rebuilt since that forward
             saved.close()
 
@@ -757,7 +756,7 @@ class TransformerLayer(nn.Module):
         forward. Each backward keeps its forward's saved-activations object, memory included, because
         freeing device memory makes the device wait (cudaFree synchronises): after training, this gives
         that memory back."""
-        pool, self.__dict__["_saved_pool"] = self.__dict__.get("_saved_pool", []), []
+        pool, self._saved_pool = self._saved_pool, []
         for saved in pool:
             saved.close()
 
@@ -796,6 +795,7 @@ class TransformerLayer(nn.Module):
             params[n] = q
         object.__setattr__(new, "_parameters", params)
         object.__setattr__(new, "_native", None)
+        object.__setattr__(new, "_saved_pool", [])
         object.__setattr__(new, "_last_grad_buf", None)
         object.__setattr__(new, "_bound_ptr", None)
         object.__setattr__(new, "_native_training", None)
@@ -805,11 +805,12 @@ class TransformerLayer(nn.Module):
         state = dict(self.__dict__)
         for k in ("_native", "_last_grad_buf", "_bound_ptr", "_native_training"):
             state[k] = None
-        state.pop("_saved_pool", None)
+        state["_saved_pool"] = []
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("_saved_pool", [])  # a module pickled before the pool existed
 
     def extra_repr(self) -> str:
         c = self.config
