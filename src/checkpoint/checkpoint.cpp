@@ -469,10 +469,7 @@ dst_status checkpoint_load_model(const char *fn, Context &ctx, Layer *const *lay
                                       CopyKind::HostToDevice));
         if (found) found[n] = named[n] ? 1 : 0;
     }
-    if (have_rng) {
-        DST_TRY(ctx.set_rng_state(seed, offset, fn));
-        DST_TRY(ctx.set_graph_rng_counter(static_cast<uint32_t>(graph_word), fn));
-    }
+    if (have_rng) DST_TRY(ctx.set_rng_state(seed, offset, fn, static_cast<uint32_t>(graph_word)));
     copy_text(client, client_state, client_state_size, client_state_len);
     return DST_OK;
 }

@@ -66,9 +66,10 @@ struct Context {
         return DST_OK;
     }
 
-    // The dropout RNG state: seed and host offset, and the graph dropout counter back to 0.
-    dst_status set_rng_state(uint64_t seed, uint64_t offset, const char *fn) {
-        DST_TRY(set_graph_rng_counter(0, fn));
+    // The whole dropout RNG state: seed, host offset and the graph dropout counter's word
+    // (dst_context_set_rng_state: 0; a checkpoint load: the stored word).
+    dst_status set_rng_state(uint64_t seed, uint64_t offset, const char *fn, uint32_t graph_word = 0) {
+        DST_TRY(set_graph_rng_counter(graph_word, fn));
         rng_seed = seed;
         rng_offset = offset;
         return DST_OK;

@@ -277,10 +277,7 @@ dst_status Engine::load_checkpoint(const char *fn, const char *load_dir, const c
         rewarm_done_ = true;
     }
     DST_TRY(opt_->write_state(s));
-    if (o.restore_rng) {
-        DST_TRY(ctx_->set_rng_state(saved.rng_seed, saved.rng_offset, fn));
-        DST_TRY(ctx_->set_graph_rng_counter(saved.rng_graph_counter, fn));
-    }
+    if (o.restore_rng) DST_TRY(ctx_->set_rng_state(saved.rng_seed, saved.rng_offset, fn, saved.rng_graph_counter));
     *client_state = client;
     return DST_OK;
 }
