@@ -111,13 +111,7 @@ dst_status check_mask(const char *fn, const dst_mask *m, const dst::Layer &L, in
         if (t.ndim != 1 || t.shape[0] != B)
             return set_error(DST_ERR_INVALID_ARGUMENT, "%s: key-length mask->tensor must have shape [B] = [%lld]",
                              fn, (long long)B);
-        // Values 1..S. The CPU backend checks them now; the CUDA backend on the device, without waiting
-        // (a bad value is reported by a later call: dst_layer_forward's documentation).
-        char what[96], detail[64];
-        std::snprintf(what, sizeof what, "%s: key-length mask", fn);
-        std::snprintf(detail, sizeof detail, " (S = %lld)", (long long)S);
-        DST_TRY(L.backend().check_range_deferred(static_cast<const int32_t *>(t.data), B, 1,
-                                                 static_cast<int32_t>(S), what, detail));
+        // Values 1..S: checked by the forward once its memory is in place (Layer::run_forward).
     } else {
         return set_error(DST_ERR_INVALID_ARGUMENT,
                          "%s: mask->kind is %d, expected DST_MASK_NONE, DST_MASK_ADDITIVE or DST_MASK_KEY_LENGTHS", fn,

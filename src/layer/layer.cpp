@@ -267,7 +267,15 @@ dst_status Layer::run_forward(Saved *saved, const void *x, int64_t B, int64_t S,
     const size_t N = static_cast<size_t>(tokens);
     const size_t row = static_cast<size_t>(dims_.H) * dtype_size(cfg_.dtype);
 
-    // Allocate everything before writing anything the caller owns.
+    // Allocate everything before writing anything the caller owns. While the stream captures a CUDA
+    // graph no allocation is possible: a saved object that would have to grow is refused here, and a
+    // workspace that would have to grow by workspace(), both before the call queues anything (a node
+    // left in the caller's capture by a refused call would run at every replay).
+    if (train && saved->capacity < p.saved_bytes && be.capturing())
+        return set_error(DST_ERR_STATE,
+                         "%s: the saved activations need %zu bytes (this object holds %zu), which must be allocated, "
+                         "but the stream is capturing a CUDA graph: make the same call with this saved object once "
+                         "before capturing", fn, p.saved_bytes, saved->capacity);
     char *ws = nullptr;
     DST_TRY(workspace(p, B, S, mask.kind, mask.dtype, packed ? packed_n : 0, &ws));
     int32_t *lens = nullptr, *places = nullptr;
@@ -275,6 +283,14 @@ dst_status Layer::run_forward(Saved *saved, const void *x, int64_t B, int64_t S,
         lens = static_cast<int32_t *>(at(p, nullptr, ws, kSlotPackWs));
         places = lens + align256(static_cast<size_t>(B) * 4) / 4;
         DST_TRY(be.packed_index(cu, B, S, packed_n, places, lens, "dst_layer_forward_packed: cu_seqlens"));
+    } else if (mask.kind == DST_MASK_KEY_LENGTHS) {
+        // Values 1..S. The CPU backend checks them now; the CUDA backend on the device, without waiting
+        // (a bad value is reported by a later call: dst_layer_forward's documentation).
+        char what[96], detail[64];
+        std::snprintf(what, sizeof what, "%s: key-length mask", fn);
+        std::snprintf(detail, sizeof detail, " (S = %lld)", (long long)S);
+        DST_TRY(be.check_range_deferred(static_cast<const int32_t *>(mask.data), B, 1, static_cast<int32_t>(S),
+                                        what, detail));
     }
     char *sv = nullptr;
     if (train) {
@@ -457,6 +473,10 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
     Backend &be = backend();
     be.set_stochastic(cfg_.stochastic_mode != 0);
     be.set_allow_tf32(cfg_.allow_tf32 != 0);
+    // The workspace first: a growth refused while the stream captures a CUDA graph then leaves nothing
+    // queued in the capture.
+    char *ws = nullptr;
+    DST_TRY(workspace(p, saved->B, saved->S, saved->mask_kind, saved->mask_dtype, packed_n, &ws));
     if (cfg_.normalize_invertible) {
         // x̂ = (y − β)/γ needs every γ non-zero: checked before anything is written (the CPU backend),
         // or on the device without waiting (CUDA: a zero is reported by a later call).
@@ -468,8 +488,6 @@ dst_status Layer::backward(Saved *saved, const void *dy, void *dx, bool accumula
                                               "(y - beta)/gamma and needs every gamma non-zero"));
         }
     }
-    char *ws = nullptr;
-    DST_TRY(workspace(p, saved->B, saved->S, saved->mask_kind, saved->mask_dtype, packed_n, &ws));
     char *sv = static_cast<char *>(saved->mem);
 
     AttentionParams ap = attention_params(saved->B, saved->S);

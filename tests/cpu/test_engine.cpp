@@ -587,6 +587,24 @@ TEST(EngineCheckpoint, EveryFailedLoadChangesNothing) {
     EXPECT_FAILS(DST_ERR_FORMAT, "checksum", dst_engine_load_checkpoint(f.get(), dir.c_str(), "a", nullptr, buf, sizeof buf, nullptr));
     unchanged("corrupt model file");
     std::ofstream(model, std::ios::binary) << good;
+    // A graph dropout counter beyond 32 bits in the engine metadata (the checksum covers the data section,
+    // so the edited header still passes it and the value check is what refuses the file).
+    {
+        const std::string key = R"(graph_counter\":0)";
+        const size_t at = good.find(key);
+        ASSERT_NE(at, std::string::npos) << "the engine metadata names no graph_counter";
+        uint64_t hlen = 0;
+        std::memcpy(&hlen, good.data(), 8);  // little-endian, as the test machines are
+        std::string edited = good;
+        edited.replace(at, key.size(), R"(graph_counter\":4294967296)");
+        hlen += edited.size() - good.size();
+        std::memcpy(&edited[0], &hlen, 8);
+        std::ofstream(model, std::ios::binary) << edited;
+        EXPECT_FAILS(DST_ERR_FORMAT, "graph_counter",
+                     dst_engine_load_checkpoint(f.get(), dir.c_str(), "a", nullptr, buf, sizeof buf, nullptr));
+        unchanged("graph counter beyond 32 bits");
+        std::ofstream(model, std::ios::binary) << good;
+    }
     // The optimizer file of another save.
     const std::string optim_a = dir + "/a/mp_rank_00_optim_states.safetensors";
     const std::string optim_good = file_text(optim_a);

@@ -554,6 +554,52 @@ TEST(CudaLayerGraphs, CaptureAndReplayMatchEagerCalls) {
     ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 
+// A call refused while the stream captures a CUDA graph queues nothing, so the caller's capture stays
+// valid and empty: an inference forward on a fresh context (its workspace would have to grow) and a training forward
+// with a fresh saved object (its memory would have to be allocated), both with a key-length mask, whose
+// device check the call would otherwise queue first. The same calls made eagerly then succeed.
+TEST(CudaLayerGraphs, RefusedCallsQueueNothing) {
+    SKIP_WITHOUT_GPU();
+    GraphStack gs(false);
+    ASSERT_TRUE(gs.l0 && gs.l1);
+    cudaStream_t st;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    DST_ASSERT_OK(dst_context_set_stream(gs.ctx.get(), st));
+    Saved fresh = make_saved(gs.l0.get());
+    ASSERT_TRUE(fresh);
+    auto refused_in_capture = [&](dst_saved *saved, const char *expect) {
+        ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        const dst_status s = dst_layer_forward(gs.l0.get(), saved, gs.dx.view(), &gs.m, gs.dh.view());
+        const std::string msg = dst_last_error();
+        cudaGraph_t graph = nullptr;
+        ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "the refused call invalidated the capture";
+        EXPECT_EQ(s, DST_ERR_STATE) << msg;
+        EXPECT_NE(msg.find(expect), std::string::npos) << msg;
+        size_t nodes = 99;
+        ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+        EXPECT_EQ(nodes, 0u) << "a refused call queued work: " << msg;
+        ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    };
+    {
+        SCOPED_TRACE("workspace growth (an inference forward: no saved activations)");
+        DST_ASSERT_OK(dst_layer_set_training(gs.l0.get(), 0));
+        refused_in_capture(nullptr, "while the stream is capturing");
+        DST_ASSERT_OK(dst_layer_set_training(gs.l0.get(), 1));
+    }
+    // Eagerly, a training forward sizes the workspace (and the layer's default saved object).
+    DST_ASSERT_OK(dst_layer_forward(gs.l0.get(), nullptr, gs.dx.view(), &gs.m, gs.dh.view()));
+    DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
+    {
+        SCOPED_TRACE("saved activations allocation");
+        refused_in_capture(fresh.get(), "saved activations");
+    }
+    DST_EXPECT_OK(dst_layer_forward(gs.l0.get(), fresh.get(), gs.dx.view(), &gs.m, gs.dh.view()));
+    DST_EXPECT_OK(dst_layer_backward(gs.l0.get(), fresh.get(), gs.dg.view(), gs.dgx.view(), DST_GRAD_WRITE));
+    DST_EXPECT_OK(dst_context_synchronize(gs.ctx.get()));
+    DST_EXPECT_OK(dst_context_set_stream(gs.ctx.get(), nullptr));
+    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
+}
+
 // Training calls with dropout captured into a CUDA graph draw from the graph dropout stream
 // (kernels/philox.h): each forward takes the next word of the context's device counter as it runs, so
 // replays draw new masks, and replay r of a 2-layer stack draws exactly what eager calls of the same
