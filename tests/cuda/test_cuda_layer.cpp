@@ -514,6 +514,23 @@ struct GraphStack {
     }
 };
 
+// `call`, made while `st` captures a CUDA graph, is refused with `want` and a message containing `expect`,
+// and leaves the capture valid and empty.
+static void expect_refused_in_capture(cudaStream_t st, const std::function<dst_status()> &call, dst_status want,
+                                      const char *expect) {
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const dst_status s = call();
+    const std::string msg = dst_last_error();
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "the refused call invalidated the capture";
+    EXPECT_EQ(s, want) << msg;
+    EXPECT_NE(msg.find(expect), std::string::npos) << msg;
+    size_t nodes = 99;
+    ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+    EXPECT_EQ(nodes, 0u) << "a refused call queued work: " << msg;
+    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+}
+
 // Forward and backward never wait for the device, so they can be captured in a CUDA graph: a 2-layer
 // stack's inference forward, and its training forward + backward without dropout, captured once and
 // replayed twice, give the bytes the same calls give eagerly (the default backward is deterministic).
@@ -555,9 +572,10 @@ TEST(CudaLayerGraphs, CaptureAndReplayMatchEagerCalls) {
 }
 
 // A call refused while the stream captures a CUDA graph queues nothing, so the caller's capture stays
-// valid and empty: an inference forward on a fresh context (its workspace would have to grow) and a training forward
-// with a fresh saved object (its memory would have to be allocated), both with a key-length mask, whose
-// device check the call would otherwise queue first. The same calls made eagerly then succeed.
+// valid and empty: an inference forward on a fresh context (its workspace would have to grow) and a
+// training forward with a fresh saved object (its memory would have to be allocated), both with a
+// key-length mask, whose device check the call would otherwise queue first. The same calls made eagerly
+// then succeed.
 TEST(CudaLayerGraphs, RefusedCallsQueueNothing) {
     SKIP_WITHOUT_GPU();
     GraphStack gs(false);
@@ -568,17 +586,9 @@ TEST(CudaLayerGraphs, RefusedCallsQueueNothing) {
     Saved fresh = make_saved(gs.l0.get());
     ASSERT_TRUE(fresh);
     auto refused_in_capture = [&](dst_saved *saved, const char *expect) {
-        ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-        const dst_status s = dst_layer_forward(gs.l0.get(), saved, gs.dx.view(), &gs.m, gs.dh.view());
-        const std::string msg = dst_last_error();
-        cudaGraph_t graph = nullptr;
-        ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "the refused call invalidated the capture";
-        EXPECT_EQ(s, DST_ERR_STATE) << msg;
-        EXPECT_NE(msg.find(expect), std::string::npos) << msg;
-        size_t nodes = 99;
-        ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
-        EXPECT_EQ(nodes, 0u) << "a refused call queued work: " << msg;
-        ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+        expect_refused_in_capture(
+            st, [&] { return dst_layer_forward(gs.l0.get(), saved, gs.dx.view(), &gs.m, gs.dh.view()); },
+            DST_ERR_STATE, expect);
     };
     {
         SCOPED_TRACE("workspace growth (an inference forward: no saved activations)");
@@ -617,17 +627,9 @@ TEST(CudaLayerGraphs, DropoutTrainingReplaysDrawNewMasks) {
     {  // a fresh context has no counter: the capturing call is refused, the capture stays valid and empty
         GraphStack fresh(true);
         DST_ASSERT_OK(dst_context_set_stream(fresh.ctx.get(), st));
-        ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-        const dst_status refused = dst_layer_forward(fresh.l0.get(), nullptr, fresh.dx.view(), &fresh.m, fresh.dh.view());
-        const std::string msg = dst_last_error();
-        cudaGraph_t graph = nullptr;
-        ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "the refused call invalidated the capture";
-        EXPECT_EQ(refused, DST_ERR_STATE);
-        EXPECT_NE(msg.find("before capturing"), std::string::npos) << msg;
-        size_t nodes = 99;
-        ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
-        EXPECT_EQ(nodes, 0u) << "a refused call queued work";
-        ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+        expect_refused_in_capture(
+            st, [&] { return dst_layer_forward(fresh.l0.get(), nullptr, fresh.dx.view(), &fresh.m, fresh.dh.view()); },
+            DST_ERR_STATE, "before capturing");
         DST_EXPECT_OK(dst_context_set_stream(fresh.ctx.get(), nullptr));
     }
     DST_ASSERT_OK(dst_context_set_stream(gs.ctx.get(), st));
