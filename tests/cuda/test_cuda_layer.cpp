@@ -610,6 +610,43 @@ TEST(CudaLayerGraphs, RefusedCallsQueueNothing) {
     ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 
+// Setting the context's stream does not wait when either stream captures a CUDA graph (the wait would
+// end the capture; PyTorch captures in the global mode, where any wait fails): a context on its own
+// stream is pointed at a stream that began a global-mode capture, runs the stack's inference forward
+// there, and is pointed back at its own stream before the capture ends; the capture stays valid, and
+// its replay gives the eager bytes.
+TEST(CudaLayerGraphs, SwitchingStreamsDuringACaptureDoesNotWait) {
+    SKIP_WITHOUT_GPU();
+    GraphStack gs(false);
+    ASSERT_TRUE(gs.l0 && gs.l1);
+    for (dst_layer *l : {gs.l0.get(), gs.l1.get()}) DST_ASSERT_OK(dst_layer_set_training(l, 0));
+    DST_ASSERT_OK(gs.run(false));  // eager, on the context's own stream: sizes the workspace
+    DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
+    const auto eager = gs.outputs(false);
+    cudaStream_t st;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const dst_status to = dst_context_set_stream(gs.ctx.get(), st);
+    const dst_status ran = to == DST_OK ? gs.run(false) : to;
+    const std::string msg = dst_last_error();
+    const dst_status back = dst_context_set_stream(gs.ctx.get(), nullptr);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "switching streams ended the capture";
+    EXPECT_EQ(to, DST_OK);
+    EXPECT_EQ(ran, DST_OK) << msg;
+    EXPECT_EQ(back, DST_OK);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    gs.dy.upload(gs.zero);
+    DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
+    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    EXPECT_TRUE(gs.outputs(false) == eager) << "the replay differs from the eager calls";
+    ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
+}
+
 // Training calls with dropout captured into a CUDA graph draw from the graph dropout stream
 // (kernels/philox.h): each forward takes the next word of the context's device counter as it runs, so
 // replays draw new masks, and replay r of a 2-layer stack draws exactly what eager calls of the same

@@ -117,8 +117,9 @@ def _set_stream(ctx: Context, device: torch.device) -> None:
     """Points the context at torch's current stream. Torch's default stream is the legacy default stream,
     whose handle is 0; to the C API 0 (NULL) means the context's own non-blocking stream, which would not
     be ordered with torch's work, so the legacy stream's explicit handle (cudaStreamLegacy) is passed.
-    The library synchronises the old stream whenever the stream is set, so it is set only on a change:
-    setting it on every call made each forward and backward wait for the GPU."""
+    The library synchronises the old stream whenever the stream is set (unless either stream captures a
+    CUDA graph), so it is set only on a change: setting it on every call made each forward and backward
+    wait for the GPU."""
     if device.type == "cuda":
         handle = torch.cuda.current_stream(device).cuda_stream or Context.LEGACY_DEFAULT_STREAM
         if ctx.stream != handle:
@@ -216,11 +217,21 @@ class _TransformerFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, mask, module, native, training, grads, *params):  # noqa: D401
-        saved = module._take_saved(native) if training else None
+        # A forward captured into a CUDA graph takes an object for the graph alone (_take_saved): the
+        # graph's replays write and read its memory, so no later forward may reuse it.
+        graph = bool(training and x.is_cuda and torch.cuda.is_current_stream_capturing())
+        saved = module._take_saved(native, graph) if training else None
         out = torch.empty_like(x)
-        module._run_forward(native, saved, x, mask, out)
+        try:
+            module._run_forward(native, saved, x, mask, out)
+        except BaseException:
+            if graph:
+                module._graph_saved.remove(saved)
+                module._keep_saved(native, saved)
+            raise
         ctx.native = native
         ctx.saved_obj = saved
+        ctx.graph = graph
         ctx.module = module
         ctx.packed = isinstance(mask, _Packed)
         ctx.grads = grads
@@ -240,7 +251,8 @@ class _TransformerFunction(torch.autograd.Function):
         dy = dy.contiguous()
         dx = torch.empty_like(dy)
         grad_flat = module._backward_into(native, saved, dy, dx, ctx.packed)
-        module._keep_saved(native, saved)
+        if not ctx.graph:  # a graph's object stays the graph's (module._graph_saved)
+            module._keep_saved(native, saved)
         ctx.saved_obj = None
         if ctx.grads is not None:
             _append_grads(ctx.grads, ctx.layout, grad_flat)
@@ -283,6 +295,7 @@ class TransformerLayer(nn.Module):
         self._my_layer_id = self.config.layer_id
         self._native = None
         self._saved_pool = []  # SavedActivations of finished backwards, for the next forwards (_take_saved)
+        self._graph_saved = []  # SavedActivations of forwards captured into CUDA graphs (never reused)
         self._bound_ptr = None
         self._last_grad_buf = None
         self._native_training = None
@@ -730,14 +743,24 @@ class TransformerLayer(nn.Module):
                     if rest not in allowed and rest not in self._modules:
                         unexpected_keys.append(key)
 
-    def _take_saved(self, native: Layer) -> SavedActivations:
+    def _take_saved(self, native: Layer, graph: bool = False) -> SavedActivations:
         """A SavedActivations for one training forward of `native`: one a backward kept (the forward
-        reuses its memory when large enough instead of allocating), else a new one."""
+        reuses its memory when large enough instead of allocating), else a new one. With `graph` (the
+        forward is being captured into a CUDA graph, where nothing can be allocated) it must be a kept
+        one, and it becomes the graph's: listed in ``_graph_saved``, never handed to another forward."""
         while self._saved_pool:
             saved = self._saved_pool.pop()
             if saved.layer is native and not native.closed:
+                if graph:
+                    self._graph_saved.append(saved)
                 return saved
             saved.close()
+        if graph:
+            raise RuntimeError(
+                "TransformerLayer: a training forward captured into a CUDA graph needs saved-activation memory "
+                "that an earlier eager backward of this layer kept (nothing can be allocated while capturing): "
+                "run a training step of the same shape (forward and backward) before capturing, as "
+                "torch.cuda.make_graphed_callables' warm-up does, once per graph that captures this layer")
         return SavedActivations(native)
 
     #: False: every backward destroys its forward's object (what 0.1.0 did before keeping them; the
@@ -751,12 +774,15 @@ class TransformerLayer(nn.Module):
         else:  # the native layer was rebuilt since that forward
             saved.close()
 
-    def free_saved_memory(self) -> None:
+    def free_saved_memory(self, graphs: bool = False) -> None:
         """Frees the memory of the saved activations that finished backwards kept for the next training
         forward. Each backward keeps its forward's saved-activations object, memory included, because
         freeing device memory makes the device wait (cudaFree synchronises): after training, this gives
-        that memory back."""
+        that memory back. With ``graphs=True`` it also frees the objects of forwards captured into CUDA
+        graphs, which their replays use: call it so only once those graphs are no longer replayed."""
         pool, self._saved_pool = self._saved_pool, []
+        if graphs:
+            pool, self._graph_saved = pool + self._graph_saved, []
         for saved in pool:
             saved.close()
 
@@ -775,7 +801,7 @@ class TransformerLayer(nn.Module):
         cls = type(self)
         new = cls.__new__(cls)
         memo[id(self)] = new
-        skip = {"_native", "_last_grad_buf", "_bound_ptr", "_parameters", "_arena", "_saved_pool"}
+        skip = {"_native", "_last_grad_buf", "_bound_ptr", "_parameters", "_arena", "_saved_pool", "_graph_saved"}
         for k, v in self.__dict__.items():
             if k in skip:
                 continue
@@ -796,6 +822,7 @@ class TransformerLayer(nn.Module):
         object.__setattr__(new, "_parameters", params)
         object.__setattr__(new, "_native", None)
         object.__setattr__(new, "_saved_pool", [])
+        object.__setattr__(new, "_graph_saved", [])
         object.__setattr__(new, "_last_grad_buf", None)
         object.__setattr__(new, "_bound_ptr", None)
         object.__setattr__(new, "_native_training", None)
@@ -806,11 +833,13 @@ class TransformerLayer(nn.Module):
         for k in ("_native", "_last_grad_buf", "_bound_ptr", "_native_training"):
             state[k] = None
         state["_saved_pool"] = []
+        state["_graph_saved"] = []
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.__dict__.setdefault("_saved_pool", [])  # a module pickled before the pool existed
+        self.__dict__.setdefault("_graph_saved", [])
 
     def extra_repr(self) -> str:
         c = self.config

@@ -451,6 +451,96 @@ def test_cuda_side_stream_and_local_rank():
     assert torch.equal(torch.as_tensor(v, device="cuda"), layer.attn_ow)
 
 
+def test_graph_forwards_take_kept_objects_for_the_graph_alone():
+    # A forward captured into a CUDA graph cannot allocate, and the graph's replays write and read its
+    # saved activations: it takes an object an eager backward kept, which then belongs to the graph.
+    # The bookkeeping (the capture itself is test_cuda_graph_capture_of_training_steps).
+    layer = TransformerLayer(make_config(torch.float64), device="cpu")
+    native = layer.native
+    with pytest.raises(RuntimeError, match="before capturing"):
+        layer._take_saved(native, graph=True)  # nothing kept yet
+    x = torch.randn(2, 5, 64, dtype=torch.float64)
+    layer(x).sum().backward()
+    kept = layer._saved_pool[0]
+    assert layer._take_saved(native, graph=True) is kept
+    assert layer._saved_pool == [] and layer._graph_saved == [kept]
+    layer(x).sum().backward()  # eager steps use other objects
+    assert len(layer._saved_pool) == 1 and layer._saved_pool[0] is not kept
+    layer.free_saved_memory()
+    assert layer._graph_saved == [kept] and kept.nbytes > 0, "the graph's object outlives free_saved_memory()"
+    layer.free_saved_memory(graphs=True)
+    assert layer._graph_saved == []
+    with pytest.raises(ValueError, match="closed"):
+        kept.handle
+    assert copy.deepcopy(layer)._graph_saved == []
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device")
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_cuda_graph_capture_of_training_steps(dropout):
+    # A 2-layer stack's training step (forward, loss, backward) captured with torch.cuda.graph after
+    # warm-up steps on a side stream, as PyTorch's documentation does it. Without dropout a replay gives
+    # the loss and every gradient of an eager step bit for bit (the backward is deterministic); with
+    # dropout each replay draws new masks from the context's graph dropout counter (docs/rng.md), two per
+    # replay here. Eager steps between replays use other saved-activation objects than the graph's.
+    torch.manual_seed(0)
+    cfg = make_config(torch.float16, attn_dropout_ratio=dropout, hidden_dropout_ratio=dropout)
+    stack = [TransformerLayer(cfg) for _ in range(2)]
+    for i, layer in enumerate(stack):
+        randomize_(layer, 20 + i)
+    params = [p for layer in stack for p in layer.parameters()]
+    x = torch.randn(3, 40, 64, device="cuda", dtype=torch.float16)
+    lens = torch.tensor([40, 17, 1], dtype=torch.int32, device="cuda")
+
+    def step():
+        h = x
+        for layer in stack:
+            h = layer(h, lens)
+        loss = h.float().square().mean()
+        loss.backward()
+        return loss
+
+    def clear():
+        for p in params:
+            p.grad = None
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            clear()
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    clear()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = step()
+    static_grads = [p.grad for p in params]
+    owned = [layer._graph_saved[0] for layer in stack]
+    assert all(len(layer._graph_saved) == 1 for layer in stack)
+    ctx = stack[0].native.context
+    counter = ctx.rng_graph_counter
+    results = []
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        results.append((static_loss.clone(), [g.clone() for g in static_grads]))
+        clear()  # an eager step between replays
+        eager_loss = step()
+        torch.cuda.synchronize()
+        assert all(o not in layer._saved_pool for o, layer in zip(owned, stack))
+        assert torch.isfinite(results[-1][0]) and all(torch.isfinite(g).all() for g in results[-1][1])
+        if dropout == 0.0:
+            assert torch.equal(results[-1][0], eager_loss), "the replay's loss differs from an eager step's"
+            for g, p in zip(results[-1][1], params):
+                assert torch.equal(g, p.grad), "a replay's gradient differs from an eager step's"
+    if dropout:
+        assert not torch.equal(results[0][0], results[1][0]), "two replays drew the same masks"
+        assert ctx.rng_graph_counter == counter + 4, "two replays of two captured forwards"
+    for layer in stack:
+        layer.free_saved_memory(graphs=True)
+
+
 @pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device")
 def test_cuda_raw_api_dlpack_and_device_arrays():
     import numpy as np

@@ -135,6 +135,18 @@ CudaBackend::~CudaBackend() {
     (void)cudaGetLastError();
 }
 
+// Whether `s` is known to be outside any CUDA graph capture: false while it captures (or its capture
+// was invalidated and not yet ended), and when the query fails (for the legacy default stream while
+// another stream captures, cudaErrorStreamCaptureImplicit).
+static bool not_capturing(cudaStream_t s) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return st == cudaStreamCaptureStatusNone;
+}
+
 bool CudaBackend::capturing() const {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream_, &st) != cudaSuccess) {
@@ -235,8 +247,13 @@ dst_status CudaBackend::set_stream(void *cuda_stream) {
                              "cuda backend: stream %p belongs to device %d, the context runs on device %d", cuda_stream,
                              dev, device_);
     }
-    DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    stream_ = cuda_stream ? static_cast<cudaStream_t>(cuda_stream) : own_stream_;
+    const cudaStream_t next = cuda_stream ? static_cast<cudaStream_t>(cuda_stream) : own_stream_;
+    // The old stream's work finishes before later work on the new one can start, unless a CUDA graph
+    // capture is under way on either stream: waiting would end or fail it (PyTorch's global capture mode
+    // forbids any wait while a stream captures), and captured work runs only when the graph is launched,
+    // which the caller orders. So switching to a capturing stream, or away from one, does not wait.
+    if (not_capturing(stream_) && not_capturing(next)) DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    stream_ = next;
     return DST_OK;
 }
 
