@@ -208,6 +208,11 @@ class _Packed:
         self.cu, self.max_seqlen = cu, int(max_seqlen)
 
 
+def _capturing(x: torch.Tensor) -> bool:
+    """Whether work on ``x``'s device is being captured into a CUDA graph (torch's current stream)."""
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 class _TransformerFunction(torch.autograd.Function):
     """One forward/backward of the native layer. Each forward owns one SavedActivations, so several
     forwards may be in flight; backward hands it back to the module (_keep_saved), so that the next forward
@@ -219,7 +224,7 @@ class _TransformerFunction(torch.autograd.Function):
     def forward(ctx, x, mask, module, native, training, grads, *params):  # noqa: D401
         # A forward captured into a CUDA graph takes an object for the graph alone (_take_saved): the
         # graph's replays write and read its memory, so no later forward may reuse it.
-        graph = bool(training and x.is_cuda and torch.cuda.is_current_stream_capturing())
+        graph = bool(training and _capturing(x))
         saved = module._take_saved(native, graph) if training else None
         out = torch.empty_like(x)
         try:

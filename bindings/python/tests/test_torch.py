@@ -475,6 +475,28 @@ def test_graph_forwards_take_kept_objects_for_the_graph_alone():
     assert copy.deepcopy(layer)._graph_saved == []
 
 
+def test_captured_steps_keep_their_objects_and_failed_ones_give_them_back(monkeypatch):
+    # The autograd function's side of the graph objects, on the CPU backend with the capture test
+    # answering yes: a "captured" step's backward does not return its object to the pool, and a
+    # "captured" forward that the library refuses (here: a key length beyond S) gives it back.
+    import dstransformer.torch as dtorch
+
+    layer = TransformerLayer(make_config(torch.float64), device="cpu")
+    x = torch.randn(2, 5, 64, dtype=torch.float64)
+    layer(x).sum().backward()  # the warm-up step
+    kept = layer._saved_pool[0]
+    monkeypatch.setattr(dtorch, "_capturing", lambda t: True)
+    with pytest.raises(dst.DstError, match="key-length"):
+        layer(x, torch.tensor([5, 6], dtype=torch.int32))
+    assert layer._saved_pool == [kept] and layer._graph_saved == []
+    layer(x).sum().backward()
+    assert layer._saved_pool == [] and layer._graph_saved == [kept]
+    with pytest.raises(RuntimeError, match="warm-up"):
+        layer(x)  # a second captured forward: nothing kept for it
+    monkeypatch.undo()
+    layer.free_saved_memory(graphs=True)
+
+
 @pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device")
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_cuda_graph_capture_of_training_steps(dropout):
