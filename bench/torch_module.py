@@ -10,10 +10,12 @@ the same process:
   per step    TransformerLayer._keep_saved_objects = False: each backward destroys its object and each
               forward creates and fills a new one (a cudaMalloc and a cudaFree per layer and step;
               cudaFree makes the device wait)
+  graph       the same step (kept objects) captured once with torch.cuda.graph after warm-up steps on a
+              side stream, then replayed (each replay draws new dropout masks: docs/rng.md)
 
 ms per layer, fwd+bwd: the median of REPS chunks of ITERS steps (the two rows' chunks alternate, each
-starting with no kept objects, after WARMUP steps of each), timed with CUDA events; the last column is
-per step / kept. Needs the SWIG module (tools/run-python-gpu.sh builds it on
+starting with no kept objects, after WARMUP steps of each; the graph's REPS chunks of ITERS replays
+follow), timed with CUDA events; the last columns are per step / kept and graph / kept. Needs the SWIG module (tools/run-python-gpu.sh builds it on
 the GPU machine; it runs this script after the tests) and a GPU.
 
   python3 bench/torch_module.py [--dtype fp16|bf16] [--shapes 64x128,16x512] [--out DIR]
@@ -77,6 +79,41 @@ def time_modes(layers, x, mask, dy):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def time_graph(layers, x, mask, dy):
+    """Median ms per replay of one captured training step of the stack (REPS chunks of ITERS replays)."""
+    import torch
+
+    def step():
+        h = x
+        for layer in layers:
+            h = layer(h, mask)
+        h.backward(dy)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    times = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(REPS):
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(ITERS):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / ITERS)
+    del graph
+    for layer in layers:
+        layer.free_saved_memory(graphs=True)
+    return statistics.median(times)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtype", default="fp16", choices=DTYPES)
@@ -94,7 +131,7 @@ def main():
     rows = []
     print(f"dstransformer.torch.TransformerLayer, {LAYERS}-layer BERT-Large stack, {args.dtype}, Pre-LN, dropout 0.1, "
           f"additive padding mask; fwd+bwd ms per layer (median of {REPS}x{ITERS} steps)")
-    print(f"{'B x S':>8} | {'kept':>8} | {'per step':>8} | per step / kept")
+    print(f"{'B x S':>8} | {'kept':>8} | {'per step':>8} | {'graph':>8} | per step / kept | graph / kept")
     for shape in args.shapes.split(","):
         B, S = (int(v) for v in shape.lower().split("x"))
         torch.manual_seed(1234)
@@ -106,9 +143,10 @@ def main():
         mask = torch.zeros(B, 1, 1, S, device="cuda", dtype=dt).masked_fill(~keep[:, None, None, :], -10000.0)
         result = {"B": B, "S": S, "dtype": args.dtype}
         result.update({name: ms / LAYERS for name, ms in time_modes(layers, x, mask, dy).items()})
+        result["graph"] = time_graph(layers, x, mask, dy) / LAYERS
         rows.append(result)
-        print(f"{B:>4} x {S:<3} | {result['kept']:8.3f} | {result['per_step']:8.3f} | "
-              f"{result['per_step'] / result['kept']:.3f}x")
+        print(f"{B:>4} x {S:<3} | {result['kept']:8.3f} | {result['per_step']:8.3f} | {result['graph']:8.3f} | "
+              f"{result['per_step'] / result['kept']:15.3f}x | {result['graph'] / result['kept']:.3f}x")
         del layers, x, dy, mask
         torch.cuda.empty_cache()
     if args.out:
