@@ -1582,7 +1582,7 @@ TEST_F(Checkpoint, FifoIsRefusedWithoutBlocking) {
 
 // Item 6: header validation was quadratic in the number of tensors (100,000 one-element tensors: 46 s
 // to describe). Describe, load and convert of such a header, and of names built to defeat the name
-// parser, scale like n log n: 10× the tensors may take at most 25× the time (quadratic work takes
+// parser, scale like n log n: 10× the tensors may take at most 30× the time (quadratic work takes
 // 100×), plus a fixed allowance for timer noise, each size timed by its fastest of several runs; and
 // each stays within a generous absolute bound.
 TEST_F(Checkpoint, HundredThousandTensorsAreFast) {
@@ -1638,19 +1638,20 @@ TEST_F(Checkpoint, HundredThousandTensorsAreFast) {
     for (const Case &c : cases) {
         SCOPED_TRACE(c.what);
         // Each size's fastest of several runs: one run of the small size (tens of ms) on a loaded
-        // machine can be slowed by a scheduling hiccup as large as itself.
-        auto fastest = [&](int n, int reps) {
-            auto t = run(c, n);
-            for (int r = 1; r < reps; ++r) {
-                const auto u = run(c, n);
-                for (int k = 0; k < 3; ++k) t[k] = std::min(t[k], u[k]);
-            }
-            return t;
+        // machine can be slowed by a scheduling hiccup as large as itself. The sizes' runs alternate,
+        // so that a stretch of load on a shared machine slows both sizes rather than one.
+        auto keep_fastest = [](std::array<double, 3> &t, const std::array<double, 3> &u) {
+            for (int k = 0; k < 3; ++k) t[k] = std::min(t[k], u[k]);
         };
-        const auto small = fastest(10000, 5), big = fastest(100000, 2);
+        auto small = run(c, 10000), big = run(c, 100000);
+        for (int r = 1; r < 5; ++r) {
+            keep_fastest(small, run(c, 10000));
+            if (r < 3) keep_fastest(big, run(c, 100000));
+        }
         for (int k = 0; k < 3; ++k) {
             std::printf("  %s, %s: %.3f s for 10,000 tensors, %.3f s for 100,000\n", c.what, ops[k], small[k], big[k]);
-            EXPECT_LT(big[k], 25.0 * small[k] + 0.05) << ops[k] << " grows faster than n log n";
+            // n log n gives about 12.5x, quadratic work 100x.
+            EXPECT_LT(big[k], 30.0 * small[k] + 0.05) << ops[k] << " grows faster than n log n";
             EXPECT_LT(big[k], limit) << ops[k] << " took " << big[k] << " s";
         }
     }
