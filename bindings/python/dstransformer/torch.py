@@ -623,6 +623,9 @@ class TransformerLayer(nn.Module):
                              f"{tuple(cu.shape)}")
         cu = cu.to(device=x.device, dtype=torch.int32).contiguous()
         if max_seqlen is None:
+            if _capturing(x):
+                raise RuntimeError("TransformerLayer: pass max_seqlen with cu_seqlens while capturing a CUDA graph "
+                                   "(reading it from the offsets waits for the device, which ends the capture)")
             max_seqlen = int((cu[1:] - cu[:-1]).max())
         B, S = cu.numel() - 1, int(max_seqlen)
         native = self._sync_native(B, max(S, 1))

@@ -493,6 +493,8 @@ def test_captured_steps_keep_their_objects_and_failed_ones_give_them_back(monkey
     assert layer._saved_pool == [] and layer._graph_saved == [kept]
     with pytest.raises(RuntimeError, match="warm-up"):
         layer(x)  # a second captured forward: nothing kept for it
+    with pytest.raises(RuntimeError, match="pass max_seqlen"):
+        layer(x.reshape(10, 64), cu_seqlens=torch.tensor([0, 4, 10]))  # the offsets' maximum would be read
     monkeypatch.undo()
     layer.free_saved_memory(graphs=True)
 
