@@ -310,7 +310,9 @@ DST_API dst_status dst_cuda_device_count(int *count);
  * Before switching, the call waits (on the host) until the work queued on the previous stream has
  * finished, so that later work cannot overtake it; it does not wait when either stream is in a CUDA
  * graph capture (the wait would end the capture): switching to a capturing stream, or back from one,
- * leaves the order of eager and captured work to the caller, as CUDA's capture rules do.
+ * leaves the order of eager and captured work to the caller, as CUDA's capture rules do. A stream in
+ * a capture is taken without the device check (CUDA forbids that query during a capture); one of
+ * another device then fails at the first call that launches work (::DST_ERR_BACKEND).
  * @return ::DST_OK; ::DST_ERR_INVALID_ARGUMENT for a NULL context or a stream on a CPU context.
  * Ownership: the caller keeps the stream and must keep it alive while the context uses it.
  * Thread safety: as for the context. @since v0.1

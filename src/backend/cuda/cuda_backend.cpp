@@ -135,25 +135,21 @@ CudaBackend::~CudaBackend() {
     (void)cudaGetLastError();
 }
 
-// Whether `s` is known to be outside any CUDA graph capture: false while it captures (or its capture
-// was invalidated and not yet ended), and when the query fails (for the legacy default stream while
-// another stream captures, cudaErrorStreamCaptureImplicit).
-static bool not_capturing(cudaStream_t s) {
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+// The capture status of `s` in *st; false when CUDA cannot tell (the query failed: for the legacy
+// default stream while another stream captures, cudaErrorStreamCaptureImplicit).
+static bool capture_status(cudaStream_t s, cudaStreamCaptureStatus *st) {
+    *st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, st) != cudaSuccess) {
         (void)cudaGetLastError();
+        *st = cudaStreamCaptureStatusNone;
         return false;
     }
-    return st == cudaStreamCaptureStatusNone;
+    return true;
 }
 
 bool CudaBackend::capturing() const {
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream_, &st) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    return st == cudaStreamCaptureStatusActive;
+    cudaStreamCaptureStatus st;
+    return capture_status(stream_, &st) && st == cudaStreamCaptureStatusActive;
 }
 
 // ---- deferred checks ----------------------------------------------------------------------------
@@ -233,10 +229,17 @@ dst_status CudaBackend::activate() const {
 
 dst_status CudaBackend::set_stream(void *cuda_stream) {
     DST_TRY(activate());
-    if (cuda_stream) {
-        // Refuse a handle CUDA does not know, or one of another device, before switching to it.
+    const cudaStream_t next = cuda_stream ? static_cast<cudaStream_t>(cuda_stream) : own_stream_;
+    cudaStreamCaptureStatus next_st, old_st;
+    const bool next_known = capture_status(next, &next_st), old_known = capture_status(stream_, &old_st);
+    const bool next_in_capture = next_known && next_st != cudaStreamCaptureStatusNone;
+    // Refuse a handle CUDA does not know, or one of another device, before switching to it. Not for a
+    // stream in a CUDA graph capture: cudaStreamGetDevice is among the calls CUDA forbids then (it fails
+    // and invalidates the capture); the capture shows the handle is a live stream, and a stream of
+    // another device fails at the first launch (DST_ERR_BACKEND).
+    if (cuda_stream && !next_in_capture) {
         int dev = -1;
-        const cudaError_t e = cudaStreamGetDevice(static_cast<cudaStream_t>(cuda_stream), &dev);
+        const cudaError_t e = cudaStreamGetDevice(next, &dev);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             return set_error(DST_ERR_INVALID_ARGUMENT, "cuda backend: stream %p is not a valid CUDA stream (%s)",
@@ -247,12 +250,13 @@ dst_status CudaBackend::set_stream(void *cuda_stream) {
                              "cuda backend: stream %p belongs to device %d, the context runs on device %d", cuda_stream,
                              dev, device_);
     }
-    const cudaStream_t next = cuda_stream ? static_cast<cudaStream_t>(cuda_stream) : own_stream_;
     // The old stream's work finishes before later work on the new one can start, unless a CUDA graph
-    // capture is under way on either stream: waiting would end or fail it (PyTorch's global capture mode
-    // forbids any wait while a stream captures), and captured work runs only when the graph is launched,
-    // which the caller orders. So switching to a capturing stream, or away from one, does not wait.
-    if (not_capturing(stream_) && not_capturing(next)) DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // capture is under way on either stream (or CUDA cannot tell): waiting would end or fail it
+    // (PyTorch's global capture mode forbids any wait while a stream captures), and captured work runs
+    // only when the graph is launched, which the caller orders. So switching to a capturing stream, or
+    // away from one, does not wait.
+    if (next_known && old_known && next_st == cudaStreamCaptureStatusNone && old_st == cudaStreamCaptureStatusNone)
+        DST_CUDA_CHECK(cudaStreamSynchronize(stream_));
     stream_ = next;
     return DST_OK;
 }
