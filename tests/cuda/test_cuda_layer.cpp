@@ -611,7 +611,9 @@ TEST(CudaLayerGraphs, RefusedCallsQueueNothing) {
 }
 
 // Setting the context's stream does not wait when either stream captures a CUDA graph (the wait would
-// end the capture; PyTorch captures in the global mode, where any wait fails): a context on its own
+// end the capture; PyTorch captures in the global mode, where any wait fails), nor query a capturing
+// stream's device (CUDA forbids cudaStreamGetDevice during a capture, and the failed call invalidates
+// it: this test's first GPU run failed so): a context on its own
 // stream is pointed at a stream that began a global-mode capture, runs the stack's inference forward
 // there, and is pointed back at its own stream before the capture ends; the capture stays valid, and
 // its replay gives the eager bytes.
