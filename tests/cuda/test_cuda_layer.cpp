@@ -463,7 +463,7 @@ TEST(CudaLayerErrors, CapacityStreamAndOutOfMemory) {
 }
 
 // The CUDA-graph tests' stack: two fp16 Pre-LN layers (3×40×64, 4 heads, key lengths 40, 17, 1) on a
-// context of their own, with or without dropout, and their device buffers.
+// context of their own, with or without dropout, their device buffers and a stream to capture on.
 struct GraphStack {
     static constexpr int64_t B = 3, S = 40, H = 64;
     Ctx ctx = make_cuda_ctx();
@@ -471,6 +471,7 @@ struct GraphStack {
     HostTensor zero{DST_DTYPE_FP16, {B, S, H}};
     DevTensor dx, dg, dlen, dh, dy, dgh, dgx;
     dst_mask m = mask_none();
+    cudaStream_t st = nullptr;  // a non-blocking stream for the tests' captures (the context starts on its own)
     static Case case_of(bool dropout) {
         return Case{true, 0, dropout, DST_MASK_KEY_LENGTHS, DST_DTYPE_FP16, {int(B), int(S), int(H), 4, 128}};
     }
@@ -495,7 +496,16 @@ struct GraphStack {
         }
         m.kind = DST_MASK_KEY_LENGTHS;
         m.tensor = *dlen.view();
+        EXPECT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
     }
+    // The context back on its own stream, then the stream destroyed.
+    ~GraphStack() {
+        if (!st) return;
+        EXPECT_EQ(dst_context_set_stream(ctx.get(), nullptr), DST_OK) << dst_last_error();
+        EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
+    }
+    GraphStack(const GraphStack &) = delete;
+    GraphStack &operator=(const GraphStack &) = delete;
     // Both forwards, then (train) both backwards. `offsets`: the host RNG state (seed, offsets[i]) set
     // before layer i's forward.
     dst_status run(bool train, const uint64_t *offsets = nullptr, uint64_t seed = 0) {
@@ -539,19 +549,17 @@ TEST(CudaLayerGraphs, CaptureAndReplayMatchEagerCalls) {
     SKIP_WITHOUT_GPU();
     GraphStack gs(false);
     ASSERT_TRUE(gs.l0 && gs.l1);
-    cudaStream_t st;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-    DST_ASSERT_OK(dst_context_set_stream(gs.ctx.get(), st));
+    DST_ASSERT_OK(dst_context_set_stream(gs.ctx.get(), gs.st));
     for (int train = 0; train < 2; ++train) {
         SCOPED_TRACE(train ? "training forward + backward" : "inference forward");
         for (dst_layer *l : {gs.l0.get(), gs.l1.get()}) DST_ASSERT_OK(dst_layer_set_training(l, train));
         DST_ASSERT_OK(gs.run(train != 0));  // eager: also sizes the workspace and the saved activations
         DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
         const auto eager = gs.outputs(train != 0);
-        ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        ASSERT_EQ(cudaStreamBeginCapture(gs.st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
         const dst_status captured = gs.run(train != 0);
         cudaGraph_t graph = nullptr;
-        ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+        ASSERT_EQ(cudaStreamEndCapture(gs.st, &graph), cudaSuccess);
         ASSERT_EQ(captured, DST_OK) << dst_last_error();
         cudaGraphExec_t exec = nullptr;
         ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
@@ -560,15 +568,13 @@ TEST(CudaLayerGraphs, CaptureAndReplayMatchEagerCalls) {
             gs.dgx.upload(gs.zero);
             for (dst_layer *l : {gs.l0.get(), gs.l1.get()}) DST_ASSERT_OK(dst_layer_zero_grads(l));
             DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
-            ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+            ASSERT_EQ(cudaGraphLaunch(exec, gs.st), cudaSuccess);
             DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
             EXPECT_TRUE(gs.outputs(train != 0) == eager) << "replay " << replay << " differs from the eager calls";
         }
         ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
         ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
     }
-    DST_EXPECT_OK(dst_context_set_stream(gs.ctx.get(), nullptr));
-    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 
 // A call refused while the stream captures a CUDA graph queues nothing, so the caller's capture stays
@@ -580,14 +586,12 @@ TEST(CudaLayerGraphs, RefusedCallsQueueNothing) {
     SKIP_WITHOUT_GPU();
     GraphStack gs(false);
     ASSERT_TRUE(gs.l0 && gs.l1);
-    cudaStream_t st;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-    DST_ASSERT_OK(dst_context_set_stream(gs.ctx.get(), st));
+    DST_ASSERT_OK(dst_context_set_stream(gs.ctx.get(), gs.st));
     Saved fresh = make_saved(gs.l0.get());
     ASSERT_TRUE(fresh);
     auto refused_in_capture = [&](dst_saved *saved, const char *expect) {
         expect_refused_in_capture(
-            st, [&] { return dst_layer_forward(gs.l0.get(), saved, gs.dx.view(), &gs.m, gs.dh.view()); },
+            gs.st, [&] { return dst_layer_forward(gs.l0.get(), saved, gs.dx.view(), &gs.m, gs.dh.view()); },
             DST_ERR_STATE, expect);
     };
     {
@@ -606,8 +610,6 @@ TEST(CudaLayerGraphs, RefusedCallsQueueNothing) {
     DST_EXPECT_OK(dst_layer_forward(gs.l0.get(), fresh.get(), gs.dx.view(), &gs.m, gs.dh.view()));
     DST_EXPECT_OK(dst_layer_backward(gs.l0.get(), fresh.get(), gs.dg.view(), gs.dgx.view(), DST_GRAD_WRITE));
     DST_EXPECT_OK(dst_context_synchronize(gs.ctx.get()));
-    DST_EXPECT_OK(dst_context_set_stream(gs.ctx.get(), nullptr));
-    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 
 // Setting the context's stream does not wait when either stream captures a CUDA graph (the wait would
@@ -625,15 +627,13 @@ TEST(CudaLayerGraphs, SwitchingStreamsDuringACaptureDoesNotWait) {
     DST_ASSERT_OK(gs.run(false));  // eager, on the context's own stream: sizes the workspace
     DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
     const auto eager = gs.outputs(false);
-    cudaStream_t st;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
-    const dst_status to = dst_context_set_stream(gs.ctx.get(), st);
+    ASSERT_EQ(cudaStreamBeginCapture(gs.st, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const dst_status to = dst_context_set_stream(gs.ctx.get(), gs.st);
     const dst_status ran = to == DST_OK ? gs.run(false) : to;
     const std::string msg = dst_last_error();
     const dst_status back = dst_context_set_stream(gs.ctx.get(), nullptr);
     cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "switching streams ended the capture";
+    ASSERT_EQ(cudaStreamEndCapture(gs.st, &graph), cudaSuccess) << "switching streams ended the capture";
     EXPECT_EQ(to, DST_OK);
     EXPECT_EQ(ran, DST_OK) << msg;
     EXPECT_EQ(back, DST_OK);
@@ -641,12 +641,11 @@ TEST(CudaLayerGraphs, SwitchingStreamsDuringACaptureDoesNotWait) {
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     gs.dy.upload(gs.zero);
     DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
-    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, gs.st), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(gs.st), cudaSuccess);
     EXPECT_TRUE(gs.outputs(false) == eager) << "the replay differs from the eager calls";
     ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
     ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
-    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 
 // Training calls with dropout captured into a CUDA graph draw from the graph dropout stream
@@ -661,28 +660,26 @@ TEST(CudaLayerGraphs, DropoutTrainingReplaysDrawNewMasks) {
     const uint64_t seed = 0xC0FFEEull;
     GraphStack gs(true);
     ASSERT_TRUE(gs.l0 && gs.l1);
-    cudaStream_t st;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
     {  // a fresh context has no counter: the capturing call is refused, the capture stays valid and empty
         GraphStack fresh(true);
-        DST_ASSERT_OK(dst_context_set_stream(fresh.ctx.get(), st));
-        expect_refused_in_capture(
-            st, [&] { return dst_layer_forward(fresh.l0.get(), nullptr, fresh.dx.view(), &fresh.m, fresh.dh.view()); },
-            DST_ERR_STATE, "before capturing");
-        DST_EXPECT_OK(dst_context_set_stream(fresh.ctx.get(), nullptr));
+        DST_ASSERT_OK(dst_context_set_stream(fresh.ctx.get(), fresh.st));
+        auto forward = [&] {
+            return dst_layer_forward(fresh.l0.get(), nullptr, fresh.dx.view(), &fresh.m, fresh.dh.view());
+        };
+        expect_refused_in_capture(fresh.st, forward, DST_ERR_STATE, "before capturing");
     }
-    DST_ASSERT_OK(dst_context_set_stream(gs.ctx.get(), st));
+    DST_ASSERT_OK(dst_context_set_stream(gs.ctx.get(), gs.st));
     DST_ASSERT_OK(gs.run(true));  // eager: makes the counter, sizes the workspace and the saved activations
     DST_ASSERT_OK(dst_context_set_rng_state(gs.ctx.get(), seed, 0));  // the counter back to word 0
     DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
-    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    ASSERT_EQ(cudaStreamBeginCapture(gs.st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     const dst_status captured = gs.run(true);
     const std::string capture_msg = dst_last_error();
     const dst_status reset = dst_context_set_rng_state(gs.ctx.get(), seed, 0);
     uint64_t counter = 0;
     const dst_status read = dst_context_get_rng_graph_counter(gs.ctx.get(), &counter);
     cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+    ASSERT_EQ(cudaStreamEndCapture(gs.st, &graph), cudaSuccess);
     ASSERT_EQ(captured, DST_OK) << capture_msg;
     EXPECT_EQ(reset, DST_ERR_UNSUPPORTED) << "resetting the counter inside a capture";
     EXPECT_EQ(read, DST_ERR_UNSUPPORTED) << "reading the counter inside a capture";
@@ -691,7 +688,7 @@ TEST(CudaLayerGraphs, DropoutTrainingReplaysDrawNewMasks) {
     std::vector<std::vector<unsigned char>> replays;
     for (int replay = 0; replay < 2; ++replay) {
         for (dst_layer *l : {gs.l0.get(), gs.l1.get()}) DST_ASSERT_OK(dst_layer_zero_grads(l));
-        ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, gs.st), cudaSuccess);
         DST_ASSERT_OK(dst_context_synchronize(gs.ctx.get()));
         replays.push_back(gs.outputs(true));
     }
@@ -712,8 +709,6 @@ TEST(CudaLayerGraphs, DropoutTrainingReplaysDrawNewMasks) {
             << "replay " << replay << " differs from eager calls drawing counter words " << 2 * replay << " and "
             << 2 * replay + 1;
     }
-    DST_EXPECT_OK(dst_context_set_stream(gs.ctx.get(), nullptr));
-    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 
 // On CUDA, key lengths and (normalize_invertible) LayerNorm γ are checked on the device without waiting:

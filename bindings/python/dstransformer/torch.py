@@ -286,6 +286,7 @@ class TransformerLayer(nn.Module):
     """
 
     layer_id = 0  # class-level counter, as DeepSpeedTransformerLayer.layer_id
+    _POOLS = ("_saved_pool", "_graph_saved")  # per-instance lists of SavedActivations, not copied
 
     def __init__(self, config: LayerConfig, initial_weights: Optional[list] = None,
                  initial_biases: Optional[list] = None, *, device: Any = None):
@@ -299,8 +300,9 @@ class TransformerLayer(nn.Module):
         TransformerLayer.layer_id += 1
         self._my_layer_id = self.config.layer_id
         self._native = None
-        self._saved_pool = []  # SavedActivations of finished backwards, for the next forwards (_take_saved)
-        self._graph_saved = []  # SavedActivations of forwards captured into CUDA graphs (never reused)
+        # SavedActivations of finished backwards, for the next forwards (_take_saved), and of forwards
+        # captured into CUDA graphs (never reused): _POOLS, empty in every copy.
+        self._saved_pool, self._graph_saved = [], []
         self._bound_ptr = None
         self._last_grad_buf = None
         self._native_training = None
@@ -809,7 +811,7 @@ class TransformerLayer(nn.Module):
         cls = type(self)
         new = cls.__new__(cls)
         memo[id(self)] = new
-        skip = {"_native", "_last_grad_buf", "_bound_ptr", "_parameters", "_arena", "_saved_pool", "_graph_saved"}
+        skip = {"_native", "_last_grad_buf", "_bound_ptr", "_parameters", "_arena", *self._POOLS}
         for k, v in self.__dict__.items():
             if k in skip:
                 continue
@@ -829,8 +831,8 @@ class TransformerLayer(nn.Module):
             params[n] = q
         object.__setattr__(new, "_parameters", params)
         object.__setattr__(new, "_native", None)
-        object.__setattr__(new, "_saved_pool", [])
-        object.__setattr__(new, "_graph_saved", [])
+        for k in self._POOLS:
+            object.__setattr__(new, k, [])
         object.__setattr__(new, "_last_grad_buf", None)
         object.__setattr__(new, "_bound_ptr", None)
         object.__setattr__(new, "_native_training", None)
@@ -840,14 +842,13 @@ class TransformerLayer(nn.Module):
         state = dict(self.__dict__)
         for k in ("_native", "_last_grad_buf", "_bound_ptr", "_native_training"):
             state[k] = None
-        state["_saved_pool"] = []
-        state["_graph_saved"] = []
+        state.update({k: [] for k in self._POOLS})
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self.__dict__.setdefault("_saved_pool", [])  # a module pickled before the pool existed
-        self.__dict__.setdefault("_graph_saved", [])
+        for k in self._POOLS:  # a module pickled before the pools existed
+            self.__dict__.setdefault(k, [])
 
     def extra_repr(self) -> str:
         c = self.config

@@ -141,7 +141,7 @@ static bool capture_status(cudaStream_t s, cudaStreamCaptureStatus *st) {
     *st = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(s, st) != cudaSuccess) {
         (void)cudaGetLastError();
-        *st = cudaStreamCaptureStatusNone;
+        *st = cudaStreamCaptureStatusNone;  // CUDA may have written it
         return false;
     }
     return true;
