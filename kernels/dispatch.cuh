@@ -4,9 +4,10 @@
 //     launcher. Launchers end with `return cudaGetLastError();` (the launch's own error).
 //  2. Dtype dispatch (device compilation only): the storage types float, __half, __nv_bfloat16 and
 //     double; their compute type compute_t<T> (double for double, float otherwise); to_compute()/
-//     to_storage<T>() conversions (round to nearest even); math overloads on the compute type (no
-//     fast-math intrinsics: results must track the CPU reference); and dispatch_dtype(dt, f), which
-//     calls f(T{}) with the storage type of a runtime dst_dtype (cudaErrorInvalidValue for others):
+//     to_storage<T>() conversions (round to nearest even; host and device); math overloads on the
+//     compute type (no fast-math intrinsics: results must track the CPU reference); and
+//     dispatch_dtype(dt, f), which calls f(T{}) with the storage type of a runtime dst_dtype
+//     (cudaErrorInvalidValue for others):
 //
 //         return dispatch_dtype(dt, [&](auto tag) {
 //             using T = decltype(tag);
@@ -66,22 +67,25 @@ template <typename T>
 using compute_t = typename ComputeOf<T>::type;
 
 #define DST_DEV __device__ __forceinline__
+// The conversions also on the host (labs and tests fill and read device buffers with them; a host
+// call of a __device__-only function compiles to a stub that ends the program without a message).
+#define DST_CONV __host__ __device__ __forceinline__
 
-DST_DEV float to_compute(float v) { return v; }
-DST_DEV double to_compute(double v) { return v; }
-DST_DEV float to_compute(__half v) { return __half2float(v); }
-DST_DEV float to_compute(__nv_bfloat16 v) { return __bfloat162float(v); }
+DST_CONV float to_compute(float v) { return v; }
+DST_CONV double to_compute(double v) { return v; }
+DST_CONV float to_compute(__half v) { return __half2float(v); }
+DST_CONV float to_compute(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <typename T>
-DST_DEV T to_storage(compute_t<T> v);
+DST_CONV T to_storage(compute_t<T> v);
 template <>
-DST_DEV float to_storage<float>(float v) { return v; }
+DST_CONV float to_storage<float>(float v) { return v; }
 template <>
-DST_DEV double to_storage<double>(double v) { return v; }
+DST_CONV double to_storage<double>(double v) { return v; }
 template <>
-DST_DEV __half to_storage<__half>(float v) { return __float2half_rn(v); }
+DST_CONV __half to_storage<__half>(float v) { return __float2half_rn(v); }
 template <>
-DST_DEV __nv_bfloat16 to_storage<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+DST_CONV __nv_bfloat16 to_storage<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // Accurate math on the compute type (the library is never built with --use_fast_math).
 DST_DEV float dexp(float x) { return expf(x); }
