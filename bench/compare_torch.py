@@ -29,9 +29,10 @@ case, in the order of the table:
   ours, key lengths, unfused GEMMs  with --unfused-gemm-row: the key-length row on a context created
                                   with DST_FUSED_GEMM=0 (FC1 and GELU, FC2's dX and GELU', as separate
                                   kernels; the other rows take the library's default, one CUTLASS kernel each)
-  ours, key lengths, LN one pass  with --ln-one-pass-row [2|4]: the key-length row on a context created
-                                  with DST_LN_ONE_PASS=4 (or 2): the LayerNorm backward in one pass over
-                                  the rows, 4 (2) warps per row (kernels/layernorm.cuh; off by default)
+  ours, key lengths, LN passes    with --ln-passes-row: the key-length row on a context created with
+                                  DST_LN_ONE_PASS=0: the LayerNorm backward as separate dx, γ/β and bias
+                                  passes (the other rows take the library's default, the one-pass form
+                                  at 4 warps per row, kernels/layernorm.cuh)
 torch.compile runs first in each case, so that every row printed as it is measured has its ratio.
 Torch and the library share one CUDA stream, created for the run: torch's default stream is the
 legacy NULL stream, which dst_context_set_stream would take as "the context's own stream", a
@@ -90,7 +91,7 @@ seconds; per case the compile seconds and speedups; the run's wall seconds.
 usage: DST_LIB=path/libdstransformer.so python3 bench/compare_torch.py [--dtypes fp16,bf16[,fp32]]
            [--shapes 64x128,16x512,8x2048,2x8192,1x16384] [--skip-compile] [--skip-eager]
            [--no-compile-inference] [--padded-shapes 64x128,16x512|none] [--no-graphs] [--no-sweep]
-           [--unfused-gemm-row] [--ln-one-pass-row [2|4]] [--budget SECONDS] [--out DIR]
+           [--unfused-gemm-row] [--ln-passes-row] [--budget SECONDS] [--out DIR]
 """
 import argparse
 import collections
@@ -137,15 +138,10 @@ OURS = [  # row name, key-length mask (else additive), configuration switches
 # CUTLASS kernels with GELU / GELU' in their epilogues, kernels/gemm_gelu.cuh).
 # ("_env": environment variables set while the row's context is created, which the backend reads then.)
 FUSED_GEMM = ("ours, key lengths, unfused GEMMs", True, {"_env": {"DST_FUSED_GEMM": "0"}})
-# With --ln-one-pass-row: the key-length row with the one-pass LayerNorm backward (DST_LN_ONE_PASS).
-LN_ONE_PASS_NAME = "ours, key lengths, LN one pass"
-
-
-def ln_one_pass_row(split):
-    return (LN_ONE_PASS_NAME, True, {"_env": {"DST_LN_ONE_PASS": str(split)}})
-
-
-OPTIONAL_ROWS = (FUSED_GEMM[0], LN_ONE_PASS_NAME)  # in the speedup line only when run
+# With --ln-passes-row: the key-length row with the LayerNorm backward as separate passes (the default
+# is its one-pass form).
+LN_PASSES = ("ours, key lengths, LN passes", True, {"_env": {"DST_LN_ONE_PASS": "0"}})
+OPTIONAL_ROWS = (FUSED_GEMM[0], LN_PASSES[0])  # in the speedup line only when run
 SPEEDUP_ROWS = ("ours, key lengths", "ours, additive", "ours, key lengths, stochastic") + OPTIONAL_ROWS
 SKIPPED = "(skipped: time budget)"
 # The padding-distribution case: lengths uniform in [S/4, S] from this seed, at --padded-shapes.
@@ -523,8 +519,7 @@ def row_specs(lib, kind, dname, B, S, args):
         specs.append((PLAIN, functools.partial(TorchStack, dname, B, S, "plain", False) if S <= PLAIN_MAX_S else None,
                       f"not run: S > {PLAIN_MAX_S}"))
     ours = OURS + ([FUSED_GEMM] if getattr(args, "unfused_gemm_row", False) else [])
-    split = getattr(args, "ln_one_pass_row", None)
-    ours += [ln_one_pass_row(split)] if split else []
+    ours += [LN_PASSES] if getattr(args, "ln_passes_row", False) else []
     specs += [(name, functools.partial(Ours, lib, dname, B, S, use_key_lengths, switches), None)
               for name, use_key_lengths, switches in ours]
     return specs
@@ -1013,8 +1008,8 @@ def parse_args():
                          "%(default)s; none: no such case)")
     ap.add_argument("--unfused-gemm-row", action="store_true",
                     help="add the row 'ours, key lengths, unfused GEMMs' (a context with DST_FUSED_GEMM=0)")
-    ap.add_argument("--ln-one-pass-row", nargs="?", const="4", choices=("2", "4"), default=None,
-                    help="add the row 'ours, key lengths, LN one pass' (a context with DST_LN_ONE_PASS=4, or 2)")
+    ap.add_argument("--ln-passes-row", action="store_true",
+                    help="add the row 'ours, key lengths, LN passes' (a context with DST_LN_ONE_PASS=0)")
     ap.add_argument("--no-graphs", action="store_true", help="no CUDA-graph case (the stack at 8x128)")
     ap.add_argument("--no-sweep", action="store_true", help="no batch-token sweep (1K-64K tokens at S=128 and 512)")
     ap.add_argument("--budget", type=float, default=400.0,

@@ -32,7 +32,8 @@
 #                                            # compute-sanitizer memcheck at 1031 rows, the LayerNorm op
 #                                            # tests (one-pass cases included) and the linear_fwd_add
 #                                            # ones, then the CudaLayer tests
-#                                            # with the one-pass form on (DST_LN_ONE_PASS=4, then 2)
+#                                            # with the forms other than the default's 4 warps per row
+#                                            # (DST_LN_ONE_PASS=0: the separate passes, then 2)
 #   bash tools/gpu-session.sh multi OUTDIR   # on a host with several GPUs (carry .gpu-deps): dst-pretrain
 #                                            # and test_cuda_layer built, the two-device layer tests, then
 #                                            # bench/multi_gpu.py (correctness against one GPU, scaling
@@ -132,7 +133,7 @@ layernorm-lab)
     # (with the linear_fwd_add cases, written in the same session as the one-pass form)
     step ln-ops 90 "$out/ln_ops.log" "$DST_GPU_BUILD_DIR/tests/cuda/test_cuda_ops" \
         --gtest_filter='*layernorm*:*OnePass*:*BiasGradients*:*LayerNorm*:*linear_fwd_add*'
-    for split in 4 2; do
+    for split in 0 2; do  # the default (4) runs in every other CudaLayer test
         limit=$((570 - SECONDS))
         [ "$limit" -lt 30 ] && break
         step "layer-split$split" "$limit" "$out/layer_split$split.log" env DST_LN_ONE_PASS=$split OMP_NUM_THREADS=2 \

@@ -210,7 +210,7 @@ public:
     // layernorm_dropout_bwd, then branch_db[c] = Σ_r branch[r, c] over the branch as stored (accumulate:
     // +=): the bias gradient of the linear layer whose output the dropout took, which this default takes
     // from linear_bwd_weight and a backend may compute in the same pass (the same results: CUDA's
-    // one-pass LayerNorm backward, off by default, CudaBackend::set_layernorm_one_pass).
+    // one-pass LayerNorm backward, its default, CudaBackend::set_layernorm_one_pass).
     virtual dst_status layernorm_dropout_bwd_bias_grad(dst_dtype dt, const void *dy, const void *xy, bool invertible,
                                                        const void *gamma, const void *beta, const void *mean,
                                                        const void *rstd, const void *dresid, void *dx, void *dgamma,

@@ -155,11 +155,12 @@ dst_status with_fused_gemm(Backend &be, bool on, dst_dtype dt, dst::cuda::GemmGe
     return st;
 }
 
-// Runs `call` with the CUDA backend's one-pass LayerNorm backward at `split` warps per row
-// (CudaBackend::set_layernorm_one_pass), then restores the backend's setting; the call must have taken
-// the one-pass form (a case that fell back to the separate passes would test nothing new). On the CPU
-// backend, `call` alone.
-dst_status with_ln_one_pass(Backend &be, int split, const std::function<dst_status()> &call) {
+// Runs `call` with the CUDA backend's LayerNorm backward form set to `split` (CudaBackend::
+// set_layernorm_one_pass: 0 the separate passes, 2 or 4 the one-pass form at that many warps per row),
+// then restores the backend's setting; the call must have taken the form asked for (a one-pass case
+// that fell back to the separate passes would test nothing new, and the passes keep cases of their own
+// now that the backend's default is the one-pass form). On the CPU backend, `call` alone.
+dst_status with_ln_form(Backend &be, int split, const std::function<dst_status()> &call) {
     auto *cb = dynamic_cast<dst::CudaBackend *>(&be);
     if (!cb) return call();
     const int was = cb->layernorm_one_pass();
@@ -167,8 +168,11 @@ dst_status with_ln_one_pass(Backend &be, int split, const std::function<dst_stat
     cb->set_layernorm_one_pass(split);
     const dst_status st = call();
     cb->set_layernorm_one_pass(was);
-    if (st == DST_OK && cb->layernorm_one_pass_calls() != before + 1)
-        return dst::set_error(DST_ERR_STATE, "the one-pass LayerNorm backward (%d warps per row) did not run", split);
+    const int64_t took = cb->layernorm_one_pass_calls() - before;
+    if (st == DST_OK && took != (split ? 1 : 0))
+        return dst::set_error(DST_ERR_STATE, "the LayerNorm backward asked for %s took %s",
+                              split ? "the one-pass form" : "the separate passes",
+                              took ? "the one-pass form" : "the separate passes");
     return st;
 }
 
@@ -366,8 +370,8 @@ struct LnShape { int64_t n, h; double eps; };
 
 // layernorm_bwd. variant 0: from the input, no residual gradient, write; 1: from the input, + dresid,
 // accumulate; 2: invertible (from the output), + dresid, write; 3: as 2 with dx written over dy
-// (backend.h allows that alias); 4: as 1, writing, with dx over dy. split > 0: the CUDA backend's
-// one-pass form with that many warps per row (with_ln_one_pass).
+// (backend.h allows that alias); 4: as 1, writing, with dx over dy. split: the CUDA backend's form
+// (with_ln_form: 0 the separate passes, 2 or 4 the one-pass form with that many warps per row).
 OpCase ln_bwd_case(dst_dtype dt, const LnShape &s, int variant, int split) {
     const dst_dtype st = stat_dtype(dt);
     std::ostringstream nm;
@@ -401,7 +405,7 @@ OpCase ln_bwd_case(dst_dtype dt, const LnShape &s, int variant, int split) {
                                     p[6], dresid ? p[7] : nullptr, alias ? p[0] : p[8], p[9], p[10], s.n,
                                     s.h, accumulate);
         };
-        return split ? with_ln_one_pass(be, split, run) : run();
+        return with_ln_form(be, split, run);
     };
     return b;
 }
@@ -410,8 +414,8 @@ OpCase ln_bwd_case(dst_dtype dt, const LnShape &s, int variant, int split) {
 // gradient of the dropout before it. variant 0: p 0; 1: p 0.1, + dresid, accumulating; 2: p 0.1 with a
 // row map (packed calls: rows r + r/3, row length h). The dropped set of the branch output is compared
 // with the CPU's (a dropped element is exactly 0; a kept one almost never is). Variants 1 and 2 also take
-// the branch's bias gradient (layernorm_dropout_bwd_bias_grad). split > 0: the backward alone, on the
-// CUDA backend's one-pass form with that many warps per row (with_ln_one_pass).
+// the branch's bias gradient (layernorm_dropout_bwd_bias_grad). split: the backward's form on the CUDA
+// backend (with_ln_form: 0 the separate passes, 2 or 4 the one-pass form with that many warps per row).
 void add_ln_fused_cases(std::vector<OpCase> &out, dst_dtype dt, const LnShape &s, int variant, int split) {
     const dst_dtype st = stat_dtype(dt);
     std::ostringstream nm;
@@ -478,7 +482,7 @@ void add_ln_fused_cases(std::vector<OpCase> &out, dst_dtype dt, const LnShape &s
                                             dresid ? p[6] : nullptr, p[7], p[8], p[9], s.n, s.h, false, m,
                                             p[10]);
         };
-        return split ? with_ln_one_pass(be, split, run) : run();
+        return with_ln_form(be, split, run);
     };
     fb.drop_p = prob;
     fb.dropped = [s](const std::vector<HostBuf> &b) {

@@ -163,10 +163,11 @@ public:
     // fused_gemm_built(): whether this build has them at all.
     // fused_gemm_calls(): how many calls they ran (for tests and benchmarks).
     void set_fused_gemm(bool on) { fused_gemm_ = on; }
-    // The LayerNorm backward in one pass (kernels/layernorm.cuh, layernorm_bwd's one_pass_split): 0 (the
-    // default: the separate dx, γ/β and bias passes), 2 or 4 warps per row where the one-pass form
-    // applies. DST_LN_ONE_PASS=2 or 4 in the environment sets it for a backend created after it is set.
-    // Not yet measured in the layer (kernels/dev/layernorm_lab.cu times it against the passes).
+    // The LayerNorm backward in one pass (kernels/layernorm.cuh, layernorm_bwd's one_pass_split): 4 (the
+    // default) or 2 warps per row where the one-pass form applies, 0 for the separate dx, γ/β and bias
+    // passes. DST_LN_ONE_PASS=0, 2 or 4 in the environment sets it for a backend created after it is
+    // set. The same γ/β and bias bits either way; 4 is ~1 % faster per layer step than the passes
+    // (bench/RESULTS.md, 2026-12-05, H100).
     // layernorm_one_pass_calls(): how many calls took it (for tests and benchmarks).
     void set_layernorm_one_pass(int split) { ln_split_ = split == 2 || split == 4 ? split : 0; }
     int layernorm_one_pass() const { return ln_split_; }
@@ -224,7 +225,7 @@ private:
     int threads_ = 0;
     bool allow_tf32_ = false;
     bool fused_gemm_ = false;
-    int ln_split_ = 0;  // set_layernorm_one_pass
+    int ln_split_ = 4;  // set_layernorm_one_pass
     int64_t ln_one_pass_calls_ = 0;
     int64_t fused_gemm_calls_ = 0;
     cudaStream_t own_stream_ = nullptr;
