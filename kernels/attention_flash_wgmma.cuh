@@ -193,6 +193,11 @@ __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p
 #endif
 }
 
+// The library's blocks per SM for the wgmma forward with key tiles of BN: 64 at 4 (the lab's w11: 128
+// registers; w1's 3 at 168 registers gave the same bits, 7-12 % slower at S = 128), 128 at 2.
+template <int BN>
+constexpr int kFwdWgmmaBlocks = BN == 64 ? 4 : 2;
+
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue).
 template <typename T, int BN, int MB>
 cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {

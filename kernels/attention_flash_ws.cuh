@@ -260,13 +260,13 @@ inline bool applies(const Params &p, int BN = 64) {
     return p.head_dim == 64 && p.vec16 && p.seq_start == nullptr && p.seq % BN == 0;
 }
 
-// The call on NC consumer warpgroups and key tiles of BN, or on the wgmma forward (BN 64, 4 blocks
-// per SM, or BN 128, 2) where it does not apply or the tensor maps cannot be made.
+// The call on NC consumer warpgroups and key tiles of BN, or on the wgmma forward (kFwdWgmmaBlocks<BN>
+// blocks per SM) where it does not apply or the tensor maps cannot be made.
 template <typename T, int NC, int BN>
 cudaError_t launch(Params p, cudaStream_t stream) {
     Maps maps;
     if (!applies(p, BN) || make_maps(maps, p.qkv, int64_t(p.batch) * p.seq, 3 * int64_t(p.hidden)) != cudaSuccess)
-        return launch_fwd_wgmma<T, BN, BN == 64 ? 4 : 2>(p, stream);
+        return launch_fwd_wgmma<T, BN, kFwdWgmmaBlocks<BN>>(p, stream);
     p.m_blocks = static_cast<int>((p.seq + 64 * NC - 1) / (64 * NC));
     const auto kernel = flash_fwd_ws_kernel<T, NC, BN>;
     const cudaError_t e = allow_smem(kernel, smem_bytes<NC, BN>());
