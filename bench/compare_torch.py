@@ -33,6 +33,10 @@ case, in the order of the table:
                                   DST_LN_ONE_PASS=0: the LayerNorm backward as separate dx, γ/β and bias
                                   passes (the other rows take the library's default, the one-pass form
                                   at 4 warps per row, kernels/layernorm.cuh)
+  ours, key lengths, dGELU column_sum  with --dgelu-colsum-row: the key-length row on a context created
+                                  with DST_DGELU_TILE_SUMS=0: the FC1 bias gradient by column_sum's two
+                                  passes over du (the default: the fused FC2 data gradient's epilogue
+                                  sums each tile's columns, a small kernel adds the tiles)
 torch.compile runs first in each case, so that every row printed as it is measured has its ratio.
 Torch and the library share one CUDA stream, created for the run: torch's default stream is the
 legacy NULL stream, which dst_context_set_stream would take as "the context's own stream", a
@@ -91,7 +95,7 @@ seconds; per case the compile seconds and speedups; the run's wall seconds.
 usage: DST_LIB=path/libdstransformer.so python3 bench/compare_torch.py [--dtypes fp16,bf16[,fp32]]
            [--shapes 64x128,16x512,8x2048,2x8192,1x16384] [--skip-compile] [--skip-eager]
            [--no-compile-inference] [--padded-shapes 64x128,16x512|none] [--no-graphs] [--no-sweep]
-           [--unfused-gemm-row] [--ln-passes-row] [--budget SECONDS] [--out DIR]
+           [--unfused-gemm-row] [--ln-passes-row] [--dgelu-colsum-row] [--budget SECONDS] [--out DIR]
 """
 import argparse
 import collections
@@ -141,7 +145,10 @@ FUSED_GEMM = ("ours, key lengths, unfused GEMMs", True, {"_env": {"DST_FUSED_GEM
 # With --ln-passes-row: the key-length row with the LayerNorm backward as separate passes (the default
 # is its one-pass form).
 LN_PASSES = ("ours, key lengths, LN passes", True, {"_env": {"DST_LN_ONE_PASS": "0"}})
-OPTIONAL_ROWS = (FUSED_GEMM[0], LN_PASSES[0])  # in the speedup line only when run
+# With --dgelu-colsum-row: the key-length row with the FC1 bias gradient from column_sum over du (the
+# default takes it from the fused FC2 data gradient's epilogue, per 128-row tile).
+DGELU_COLSUM = ("ours, key lengths, dGELU column_sum", True, {"_env": {"DST_DGELU_TILE_SUMS": "0"}})
+OPTIONAL_ROWS = (FUSED_GEMM[0], LN_PASSES[0], DGELU_COLSUM[0])  # in the speedup line only when run
 SPEEDUP_ROWS = ("ours, key lengths", "ours, additive", "ours, key lengths, stochastic") + OPTIONAL_ROWS
 SKIPPED = "(skipped: time budget)"
 # The padding-distribution case: lengths uniform in [S/4, S] from this seed, at --padded-shapes.
@@ -520,6 +527,7 @@ def row_specs(lib, kind, dname, B, S, args):
                       f"not run: S > {PLAIN_MAX_S}"))
     ours = OURS + ([FUSED_GEMM] if getattr(args, "unfused_gemm_row", False) else [])
     ours += [LN_PASSES] if getattr(args, "ln_passes_row", False) else []
+    ours += [DGELU_COLSUM] if getattr(args, "dgelu_colsum_row", False) else []
     specs += [(name, functools.partial(Ours, lib, dname, B, S, use_key_lengths, switches), None)
               for name, use_key_lengths, switches in ours]
     return specs
@@ -1010,6 +1018,8 @@ def parse_args():
                     help="add the row 'ours, key lengths, unfused GEMMs' (a context with DST_FUSED_GEMM=0)")
     ap.add_argument("--ln-passes-row", action="store_true",
                     help="add the row 'ours, key lengths, LN passes' (a context with DST_LN_ONE_PASS=0)")
+    ap.add_argument("--dgelu-colsum-row", action="store_true",
+                    help="add the row 'ours, key lengths, dGELU column_sum' (a context with DST_DGELU_TILE_SUMS=0)")
     ap.add_argument("--no-graphs", action="store_true", help="no CUDA-graph case (the stack at 8x128)")
     ap.add_argument("--no-sweep", action="store_true", help="no batch-token sweep (1K-64K tokens at S=128 and 512)")
     ap.add_argument("--budget", type=float, default=400.0,

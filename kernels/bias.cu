@@ -46,12 +46,12 @@ __global__ void __launch_bounds__(kTileCols * kRowLanes) column_partial_kernel(c
 
 template <typename T>
 __global__ void __launch_bounds__(kTileCols * kRowLanes) column_finalize_kernel(const compute_t<T> *__restrict__ partial,
-                                                                               T *db, int64_t m, int64_t chunks,
-                                                                               bool accumulate) {
+                                                                               T *db, int64_t m, int64_t ld,
+                                                                               int64_t chunks, bool accumulate) {
     DST_GRID_DEPENDENCY();
     using C = compute_t<T>;
     const int64_t col = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
-    C t = colsum::finalize_column(partial, m, chunks, col);
+    C t = colsum::finalize_column(partial, m, ld, chunks, col);
     if (threadIdx.y == 0 && col < m) {
         if (accumulate) t = to_compute(db[col]) + t;
         db[col] = to_storage<T>(t);
@@ -96,14 +96,19 @@ cudaError_t column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *
 
 cudaError_t column_sum_finalize(cudaStream_t stream, dst_dtype dt, const void *partial, void *db, int64_t n,
                                int64_t m, bool accumulate) {
+    return column_sum_finalize_chunks(stream, dt, partial, m, chunk_count(n), db, m, accumulate);
+}
+
+cudaError_t column_sum_finalize_chunks(cudaStream_t stream, dst_dtype dt, const void *partial, int64_t ld,
+                                      int64_t chunks, void *db, int64_t m, bool accumulate) {
     if (m <= 0) return cudaSuccess;
-    const int64_t chunks = chunk_count(n);
+    if (ld < m || chunks < 0) return cudaErrorInvalidValue;
     return dispatch_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
         DST_KERNEL_CHECK(launch_dependent(column_finalize_kernel<T>, static_cast<unsigned>((m + kTileCols - 1) / kTileCols),
                                           dim3(kTileCols, kRowLanes), 0, stream, static_cast<const C *>(partial),
-                                          static_cast<T *>(db), m, chunks, accumulate));
+                                          static_cast<T *>(db), m, ld, chunks, accumulate));
         return cudaSuccess;
     });
 }

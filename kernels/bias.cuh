@@ -25,6 +25,12 @@ cudaError_t column_sum(cudaStream_t stream, dst_dtype dt, const void *dy, void *
 // (kernels/column_partial.cuh) into `partial` (column_sum_workspace bytes).
 cudaError_t column_sum_finalize(cudaStream_t stream, dst_dtype dt, const void *partial, void *db, int64_t n,
                                int64_t m, bool accumulate);
+// The same second pass over `chunks` rows of partial sums of another layout: chunk c's sum of column j
+// at partial[c · ld + j] (ld ≥ m), added in chunk order as column_sum_finalize adds its own
+// (gemm_dgelu's per-tile partials, kernels/gemm_gelu.cuh). chunks == 0 writes zeros (or leaves db
+// when accumulating).
+cudaError_t column_sum_finalize_chunks(cudaStream_t stream, dst_dtype dt, const void *partial, int64_t ld,
+                                      int64_t chunks, void *db, int64_t m, bool accumulate);
 // y[i, j] = b[j] for i < n, j < m.
 cudaError_t bias_broadcast(cudaStream_t stream, dst_dtype dt, const void *b, void *y, int64_t n,
                           int64_t m);

@@ -108,15 +108,17 @@ __device__ __forceinline__ void partial_scalar(int64_t n, int64_t m, int64_t R, 
 }
 
 // The second pass for column `col` (< m or not) of a block of kTileThreads columns × kRowLanes chunk
-// lanes: lane y adds the partials of chunks y, y + kRowLanes, … in order, then the lanes are added in
-// order. Thread (x, 0) of a column below m gets the column's sum, the others 0. Every thread of the
-// block calls it (it synchronises the block; a block may call it more than once).
+// lanes, the partials of chunk c at partial[c · ld + column] (ld ≥ m): lane y adds the partials of
+// chunks y, y + kRowLanes, … in order, then the lanes are added in order. Thread (x, 0) of a column
+// below m gets the column's sum, the others 0. Every thread of the block calls it (it synchronises the
+// block; a block may call it more than once).
 template <typename C>
-__device__ __forceinline__ C finalize_column(const C *__restrict__ partial, int64_t m, int64_t chunks, int64_t col) {
+__device__ __forceinline__ C finalize_column(const C *__restrict__ partial, int64_t m, int64_t ld, int64_t chunks,
+                                             int64_t col) {
     __shared__ C red[kRowLanes][kTileThreads + 1];
     C s = 0;
     if (col < m)
-        for (int64_t c = threadIdx.y; c < chunks; c += kRowLanes) s += partial[c * m + col];
+        for (int64_t c = threadIdx.y; c < chunks; c += kRowLanes) s += partial[c * ld + col];
     __syncthreads();  // red may still be read by the block's previous call
     red[threadIdx.y][threadIdx.x] = s;
     __syncthreads();

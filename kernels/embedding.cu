@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(colsum::kTileThreads *colsum::kRowLanes) type_
     using C = compute_t<T>;
     const int64_t col = blockIdx.x * int64_t(colsum::kTileThreads) + threadIdx.x;
     for (int64_t k = blockIdx.y; k < T_rows; k += gridDim.y) {
-        C t = colsum::finalize_column(partial + k * chunks * H, H, chunks, col);
+        C t = colsum::finalize_column(partial + k * chunks * H, H, H, chunks, col);
         if (threadIdx.y != 0 || col >= H) continue;
         T *d = dtype + k * H + col;
         if (!accumulate)

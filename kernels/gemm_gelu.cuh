@@ -6,7 +6,9 @@
 //                   null: inference), and y = GELU(u as stored), both [n, m]: the FC1 forward and the
 //                   GELU pass in one kernel.
 //   gemm_dgelu:     dg = dy[n,m]·W[m,k] rounded to the storage type (not written), and
-//                   du = dg·GELU'(u[n,k]) written to du [n, k]: the FC2 data gradient and GELU's backward.
+//                   du = dg·GELU'(u[n,k]) written to du [n, k]: the FC2 data gradient and GELU's backward;
+//                   with `partial`, also the column sums of du as stored, one fp32 row per 128-row tile
+//                   (the FC1 bias gradient's first pass: column_sum_finalize_chunks adds the rows).
 //
 // The epilogues compute GELU and GELU' with kernels/gelu_math.cuh on the stored (rounded) u and dg, so
 // given the same GEMM result they give the bits of gelu_fwd / gelu_bwd (kernels/elementwise.cuh); the
@@ -45,7 +47,21 @@ bool gemm_gelu_runs(dst_dtype dt, GemmGeluKind kind, int64_t n, int64_t k, int64
 cudaError_t gemm_bias_gelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *x, const void *w,
                            const void *b, void *y, void *u, int64_t n, int64_t k, int64_t m, int sm_count);
 cudaError_t gemm_dgelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dy, const void *w,
-                       const void *u, void *du, int64_t n, int64_t k, int64_t m, int sm_count);
+                       const void *u, void *du, int64_t n, int64_t k, int64_t m, int sm_count,
+                       float *partial = nullptr);
+
+// gemm_dgelu's column partial sums (both storage types): row c (c < dgelu_partial_chunks(n)) holds, in
+// columns 0 … k − 1 of dgelu_partial_ld(k) floats, the sums over rows 128c … 128c + 127 of du as stored
+// (each tile's sum in CUTLASS's fixed order: per thread, then across lanes and warps; no atomics, so
+// the sums are the same bits from run to run). 16-byte aligned, dgelu_partial_bytes(n, k) bytes.
+constexpr int64_t kDgeluPartialRows = 128, kDgeluPartialColumns = 256;  // the kernel's tile (M, N)
+inline int64_t dgelu_partial_chunks(int64_t n) { return n > 0 ? (n + kDgeluPartialRows - 1) / kDgeluPartialRows : 0; }
+inline int64_t dgelu_partial_ld(int64_t k) {
+    return k > 0 ? (k + kDgeluPartialColumns - 1) / kDgeluPartialColumns * kDgeluPartialColumns : 0;
+}
+inline size_t dgelu_partial_bytes(int64_t n, int64_t k) {
+    return static_cast<size_t>(dgelu_partial_chunks(n) * dgelu_partial_ld(k)) * sizeof(float);
+}
 
 }  // namespace cuda
 }  // namespace dst

@@ -15,9 +15,9 @@ cudaError_t bias_gelu_fp16(cudaStream_t, dst_gelu, const void *, const void *, c
 cudaError_t bias_gelu_bf16(cudaStream_t, dst_gelu, const void *, const void *, const void *, void *, void *, int64_t,
                            int64_t, int64_t, int);
 cudaError_t dgelu_fp16(cudaStream_t, dst_gelu, const void *, const void *, const void *, void *, int64_t, int64_t,
-                       int64_t, int);
+                       int64_t, int, float *);
 cudaError_t dgelu_bf16(cudaStream_t, dst_gelu, const void *, const void *, const void *, void *, int64_t, int64_t,
-                       int64_t, int);
+                       int64_t, int, float *);
 bool implementable_fp16(int kind, int64_t n, int64_t k, int64_t m);
 bool implementable_bf16(int kind, int64_t n, int64_t k, int64_t m);
 
@@ -48,10 +48,11 @@ cudaError_t gemm_bias_gelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, con
 }
 
 cudaError_t gemm_dgelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *dy, const void *w,
-                       const void *u, void *du, int64_t n, int64_t k, int64_t m, int sm_count) {
+                       const void *u, void *du, int64_t n, int64_t k, int64_t m, int sm_count, float *partial) {
     if (dt != DST_DTYPE_FP16 && dt != DST_DTYPE_BF16) return cudaErrorInvalidValue;
-    return dt == DST_DTYPE_FP16 ? gemm_gelu::dgelu_fp16(stream, form, dy, w, u, du, n, k, m, sm_count)
-                                : gemm_gelu::dgelu_bf16(stream, form, dy, w, u, du, n, k, m, sm_count);
+    if (partial && reinterpret_cast<uintptr_t>(partial) % 16 != 0) return cudaErrorInvalidValue;
+    return dt == DST_DTYPE_FP16 ? gemm_gelu::dgelu_fp16(stream, form, dy, w, u, du, n, k, m, sm_count, partial)
+                                : gemm_gelu::dgelu_bf16(stream, form, dy, w, u, du, n, k, m, sm_count, partial);
 }
 
 }  // namespace cuda

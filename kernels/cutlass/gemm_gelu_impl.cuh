@@ -9,7 +9,9 @@
 //   forward:  M = n tokens, N = m, K = k; A = x [n, k] (K-major), B = W [m, k] (K-major: a TN GEMM);
 //             D = y [n, m], Aux = u [n, m]; per-column bias b[m].
 //   backward: M = n, N = k, K = m; A = dy [n, m] (K-major), B = W [m, k] (N-major: wgmma reads it
-//             transposed from shared memory); D = du [n, k], Aux = u [n, k] (loaded).
+//             transposed from shared memory); D = du [n, k], Aux = u [n, k] (loaded); in the library's
+//             configuration also the column sums of each CTA tile's du (CUTLASS's row-vector
+//             reduction, its per-tile form: no atomics, the rows added by column_sum_finalize_chunks).
 #ifndef DST_KERNELS_CUTLASS_GEMM_GELU_IMPL_CUH
 #define DST_KERNELS_CUTLASS_GEMM_GELU_IMPL_CUH
 
@@ -22,6 +24,7 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
@@ -68,7 +71,8 @@ struct GeluAct<T, F, cutlass::Array<float, N>> {
     }
 };
 // Backward: dg = acc rounded to T (the value linear_bwd_data would store), u loaded from the auxiliary
-// tensor (exact in fp32); du = dg·GELU'(u) as gelu_bwd's map computes it.
+// tensor (exact in fp32); du = dg·GELU'(u) as gelu_bwd's map computes it, returned rounded to T (so the
+// column sums beside the store add the values stored; the store's own rounding then changes nothing).
 template <typename T, dst_gelu F, typename V>
 struct DGeluAct {
     using Arguments = GeluArgs;
@@ -80,7 +84,8 @@ struct DGeluAct<T, F, cutlass::Array<float, N>> {
                                                        cutlass::Array<float, N> const &u, Arguments const &) const {
         cutlass::Array<float, N> du;
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < N; ++i) du[i] = to_compute(to_storage<T>(acc[i])) * gelu_grad(u[i], F, true);
+        for (int i = 0; i < N; ++i)
+            du[i] = to_compute(to_storage<T>(to_compute(to_storage<T>(acc[i])) * gelu_grad(u[i], F, true)));
         return du;
     }
 };
@@ -115,11 +120,14 @@ struct ProductAct<cutlass::Array<float, N>> {
 
 // A kernel configuration: CTA tile (M, N, K), thread block cluster, mainloop and epilogue schedules;
 // kMath is the lab's (kernels/dev/gemm_gelu_lab.cu): 0 the GELUs, 1 the same visitor trees with the
-// identity (forward) and a product (backward) in their place, 2 no visitor tree (D = acc: the GEMM alone).
+// identity (forward) and a product (backward) in their place, 2 no visitor tree (D = acc: the GEMM alone);
+// ColSums: the backward also writes du's per-tile column sums (the library's; kernels/gemm_gelu.cuh's
+// dgelu_partial_* describe them for its 128×256 tile).
 template <int TM, int TN, int TK, int CM, int CN, typename MainSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-          typename EpiSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative, int Math = 0>
+          typename EpiSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative, int Math = 0, bool ColSums = false>
 struct Config {
     static constexpr int kMath = Math;
+    static constexpr bool kColSums = ColSums;
     using Tile = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
     using Cluster = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
     using Main = MainSchedule;
@@ -127,7 +135,104 @@ struct Config {
 };
 // The library's configuration: 128×256×64 tiles in clusters of two along M (each B tile multicast to
 // both blocks), the cooperative schedule. To be settled by kernels/dev/gemm_gelu_lab.cu on the H200.
-using DefaultConfig = Config<128, 256, 64, 2, 1>;
+using DefaultConfig = Config<128, 256, 64, 2, 1, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                             cutlass::epilogue::TmaWarpSpecializedCooperative, 0, true>;
+static_assert(kDgeluPartialRows == 128 && kDgeluPartialColumns == 256,
+              "kernels/gemm_gelu.cuh's partial-sum layout is the library configuration's tile");
+
+// The backward's fusion with the column sums: LinCombDeEltAct's tree (D = DAct(acc, aux)) under
+// CUTLASS's row-vector reduction in its per-tile form (FinalReduction false: each CTA tile writes its
+// fp32 column sums to row m_tile of the buffer, ld = the columns rounded up to the tile's N), the
+// stored type's conversion at the root. A tag type: the FusionCallbacks specialisation below builds it.
+template <class GmemLayoutTagAux, template <class> class ActivationFn, class E>
+struct DeEltActColPartials : cutlass::epilogue::fusion::LinCombDeEltAct<GmemLayoutTagAux, ActivationFn, E, float, E, void> {};
+
+}  // namespace gemm_gelu
+}  // namespace cuda
+}  // namespace dst
+
+namespace cutlass {
+namespace epilogue {
+namespace fusion {
+
+// The callbacks of gemm_gelu::DeEltActColPartials, as CUTLASS's own LinCombDeEltActDePerRowBias is built
+// (sm90_callbacks_tma_warpspecialized.hpp) with the row-vector reduction (over M: one sum per column of
+// D) in place of its column-vector one, and no final reduction.
+template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, class GmemLayoutTagAux,
+          template <class> class ActivationFn, class E, class CtaTileShapeMNK, class EpilogueTile, class SmemLayoutAtom,
+          class CopyOpS2R>
+struct FusionCallbacks<epilogue::Sm90TmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore>,
+                       ::dst::cuda::gemm_gelu::DeEltActColPartials<GmemLayoutTagAux, ActivationFn, E>, CtaTileShapeMNK,
+                       EpilogueTile, SmemLayoutAtom, CopyOpS2R>
+    : Sm90EVT<Sm90Compute<epilogue::thread::Identity, E, float, FloatRoundStyle::round_to_nearest>,
+              Sm90EVT<Sm90RowReduction<plus, plus, plus, 0, CtaTileShapeMNK, float, float,
+                                       FloatRoundStyle::round_to_nearest, cute::Stride<cute::_0, cute::_1, cute::_0>, 4,
+                                       /*EnableNullptr=*/true, /*FinalReduction=*/false>,
+                      Sm90LinCombDeEltAct<CtaTileShapeMNK, EpilogueTile, StagesC,
+                                          cutlass::gemm::TagToStrideC_t<GmemLayoutTagAux>, SmemLayoutAtom, CopyOpS2R,
+                                          ActivationFn, float, float, E, void, float>>> {
+    using Impl = Sm90EVT<
+        Sm90Compute<epilogue::thread::Identity, E, float, FloatRoundStyle::round_to_nearest>,
+        Sm90EVT<Sm90RowReduction<plus, plus, plus, 0, CtaTileShapeMNK, float, float, FloatRoundStyle::round_to_nearest,
+                                 cute::Stride<cute::_0, cute::_1, cute::_0>, 4, true, false>,
+                Sm90LinCombDeEltAct<CtaTileShapeMNK, EpilogueTile, StagesC, cutlass::gemm::TagToStrideC_t<GmemLayoutTagAux>,
+                                    SmemLayoutAtom, CopyOpS2R, ActivationFn, float, float, E, void, float>>>;
+    using Operation = ::dst::cuda::gemm_gelu::DeEltActColPartials<GmemLayoutTagAux, ActivationFn, E>;
+
+    struct Arguments {
+        float alpha = 1.0f;
+        float beta = 0.0f;
+        using StrideAlpha = cute::Stride<cute::_0, cute::_0, int64_t>;
+        using StrideBeta = cute::Stride<cute::_0, cute::_0, int64_t>;
+        StrideAlpha dAlpha = {cute::_0{}, cute::_0{}, 0};
+        StrideBeta dBeta = {cute::_0{}, cute::_0{}, 0};
+        using ActivationArguments =
+            typename Sm90Compute<ActivationFn, float, float, FloatRoundStyle::round_to_nearest>::Arguments;
+        ActivationArguments activation = ActivationArguments();
+        using StrideAux = cutlass::gemm::TagToStrideC_t<GmemLayoutTagAux>;
+        E const *aux_ptr = nullptr;
+        StrideAux dAux = {};
+        float *partial_ptr = nullptr;  // null: no sums (the reduction is skipped)
+
+        operator typename Impl::Arguments() const {
+            return {
+                // unary op: convert to E
+                {
+                    // unary op: the column sums of the activation's output (passed on unchanged)
+                    {
+                        // binary op: activation(beta * C + alpha * acc, aux)
+                        {
+                            // ternary op: beta * C + alpha * acc
+                            {{beta}, {nullptr}, {dBeta}},  // leaf: beta
+                            {},                            // leaf: C
+                            {
+                                // binary op: alpha * acc
+                                {{alpha}, {nullptr}, {dAlpha}},  // leaf: alpha
+                                {},                              // leaf: acc
+                                {}                               // multiplies
+                            },
+                            {}  // multiply_add
+                        },
+                        {aux_ptr, E(0), dAux},  // leaf: aux
+                        activation              // activation
+                    },
+                    {partial_ptr, 0.0f, {}}  // the reduction
+                },
+                {}  // identity
+            };
+        }
+    };
+
+    using Impl::Impl;
+};
+
+}  // namespace fusion
+}  // namespace epilogue
+}  // namespace cutlass
+
+namespace dst {
+namespace cuda {
+namespace gemm_gelu {
 
 // The GEMM of one kind (kernels/gemm_gelu.cuh's GemmGeluKind) for storage type T, a configuration and
 // the GELU's form.
@@ -144,11 +249,14 @@ struct GemmGelu {
     using Act = std::conditional_t<kMath == 1, IdentityAct<V>, GeluAct<T, Form, V>>;
     template <typename V>
     using DAct = std::conditional_t<kMath == 1, ProductAct<V>, DGeluAct<T, Form, V>>;
+    static constexpr bool kColSums = kBwd && Cfg::kColSums && kMath != 2;
     // No C operand (void source): D = f(acc, …) only.
     using Fusion = std::conditional_t<
         kMath == 2, cutlass::epilogue::fusion::LinearCombination<E, float, void, float>,
         std::conditional_t<
-        kBwd, cutlass::epilogue::fusion::LinCombDeEltAct<LayoutD, DAct, E, float, E, void>,
+        kBwd,
+        std::conditional_t<kColSums, DeEltActColPartials<LayoutD, DAct, E>,
+                           cutlass::epilogue::fusion::LinCombDeEltAct<LayoutD, DAct, E, float, E, void>>,
         std::conditional_t<kKind == kGeluForwardAux,
                            cutlass::epilogue::fusion::LinCombPerColBiasEltActAux<LayoutD, Act, E, float, E, E, void>,
                            cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Act, E, float, E, void>>>>;
@@ -166,7 +274,7 @@ struct GemmGelu {
 
     // CUTLASS's problem (M, N, K) of a call: forward (n, m, k), backward (n, k, m).
     static typename Gemm::Arguments arguments(const void *a, const void *w, const void *bias, void *d, void *aux,
-                                              int M, int N, int K, int sm_count) {
+                                              float *partial, int M, int N, int K, int sm_count) {
         using SA = typename Kernel::StrideA;
         using SB = typename Kernel::StrideB;
         using SD = typename Kernel::StrideD;
@@ -183,6 +291,7 @@ struct GemmGelu {
         } else if constexpr (kBwd) {
             args.epilogue.thread.aux_ptr = static_cast<const E *>(aux);
             args.epilogue.thread.dAux = sd;
+            if constexpr (kColSums) args.epilogue.thread.partial_ptr = partial;
         } else {
             args.epilogue.thread.bias_ptr = static_cast<const E *>(bias);
             if constexpr (kKind == kGeluForwardAux) {
@@ -200,16 +309,17 @@ struct GemmGelu {
     // arguments with stand-in 16-byte aligned pointers.
     static bool implementable(int M, int N, int K) {
         void *p = reinterpret_cast<void *>(uintptr_t(1) << 20);
-        const typename Gemm::Arguments args = arguments(p, p, p, p, p, M, N, K, 1);
+        const typename Gemm::Arguments args = arguments(p, p, p, p, p, static_cast<float *>(p), M, N, K, 1);
         return Gemm::can_implement(args) == cutlass::Status::kSuccess && Gemm::get_workspace_size(args) == 0;
     }
 
     // Runs the GEMM on the stream. The kernels need no workspace with these schedules; a configuration
     // that asks for one (or that CUTLASS cannot run on this problem) is refused, never run half-set.
     static cudaError_t run(cudaStream_t stream, const void *a, const void *w, const void *bias, void *d, void *aux,
-                           int M, int N, int K, dst_gelu form, int sm_count) {
+                           float *partial, int M, int N, int K, dst_gelu form, int sm_count) {
         if (kMath == 0 && form != Form) return cudaErrorInvalidValue;
-        const typename Gemm::Arguments args = arguments(a, w, bias, d, aux, M, N, K, sm_count);
+        if (partial && !kColSums) return cudaErrorInvalidValue;  // a configuration without the sums
+        const typename Gemm::Arguments args = arguments(a, w, bias, d, aux, partial, M, N, K, sm_count);
         if (Gemm::get_workspace_size(args) != 0) return cudaErrorInvalidValue;
         Gemm gemm;
         if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
@@ -242,17 +352,19 @@ cudaError_t launch_fwd(cudaStream_t stream, dst_gelu form, const void *x, const 
     if constexpr (kTanh && F == DST_GELU_ERF)
         if (form == DST_GELU_TANH)
             return launch_fwd<T, Cfg, kTanh, DST_GELU_TANH>(stream, form, x, w, b, y, u, n, k, m, sm_count);
-    return u ? GemmGelu<T, kGeluForwardAux, Cfg, F>::run(stream, x, w, b, y, u, int(n), int(m), int(k), form, sm_count)
-             : GemmGelu<T, kGeluForward, Cfg, F>::run(stream, x, w, b, y, nullptr, int(n), int(m), int(k), form,
-                                                      sm_count);
+    return u ? GemmGelu<T, kGeluForwardAux, Cfg, F>::run(stream, x, w, b, y, u, nullptr, int(n), int(m), int(k), form,
+                                                         sm_count)
+             : GemmGelu<T, kGeluForward, Cfg, F>::run(stream, x, w, b, y, nullptr, nullptr, int(n), int(m), int(k),
+                                                      form, sm_count);
 }
 template <typename T, typename Cfg, bool kTanh, dst_gelu F = DST_GELU_ERF>
 cudaError_t launch_bwd(cudaStream_t stream, dst_gelu form, const void *dy, const void *w, const void *u, void *du,
-                       int64_t n, int64_t k, int64_t m, int sm_count) {
+                       int64_t n, int64_t k, int64_t m, int sm_count, float *partial) {
     if constexpr (kTanh && F == DST_GELU_ERF)
-        if (form == DST_GELU_TANH) return launch_bwd<T, Cfg, kTanh, DST_GELU_TANH>(stream, form, dy, w, u, du, n, k, m, sm_count);
-    return GemmGelu<T, kGeluBackward, Cfg, F>::run(stream, dy, w, nullptr, du, const_cast<void *>(u), int(n), int(k),
-                                                   int(m), form, sm_count);
+        if (form == DST_GELU_TANH)
+            return launch_bwd<T, Cfg, kTanh, DST_GELU_TANH>(stream, form, dy, w, u, du, n, k, m, sm_count, partial);
+    return GemmGelu<T, kGeluBackward, Cfg, F>::run(stream, dy, w, nullptr, du, const_cast<void *>(u), partial, int(n),
+                                                   int(k), int(m), form, sm_count);
 }
 // Whether CUTLASS takes the problem (the kernels of both forms share their tiling: the erf form's answer).
 template <typename T, typename Cfg>
@@ -278,8 +390,9 @@ bool implementable(int kind, int64_t n, int64_t k, int64_t m) {
         return ::dst::cuda::gemm_gelu::launch_fwd<T, CFG, TANH>(stream, form, x, w, b, y, u, n, k, m, sm_count);     \
     }                                                                                                               \
     cudaError_t BWD(cudaStream_t stream, dst_gelu form, const void *dy, const void *w, const void *u, void *du,      \
-                    int64_t n, int64_t k, int64_t m, int sm_count) {                                                \
-        return ::dst::cuda::gemm_gelu::launch_bwd<T, CFG, TANH>(stream, form, dy, w, u, du, n, k, m, sm_count);      \
+                    int64_t n, int64_t k, int64_t m, int sm_count, float *partial) {                                \
+        return ::dst::cuda::gemm_gelu::launch_bwd<T, CFG, TANH>(stream, form, dy, w, u, du, n, k, m, sm_count,       \
+                                                                partial);                                           \
     }                                                                                                               \
     bool OK(int kind, int64_t n, int64_t k, int64_t m) {                                                            \
         return ::dst::cuda::gemm_gelu::implementable<T, CFG>(kind, n, k, m);                                        \

@@ -2,7 +2,8 @@
 // BERT-Large shapes, `rows` tokens), as the CUDA backend runs them unfused (a cuBLASLt GEMM, the
 // heuristic's first algorithm, with the bias epilogue, then the GELU map; a cuBLASLt GEMM, then the
 // fused GELU backward with the bias sums) and fused (DST_FUSED_GEMM: one CUTLASS kernel each,
-// kernels/gemm_gelu.cuh, then the bias column sums), through the kernels' launchers (kernels/*.cuh),
+// kernels/gemm_gelu.cuh; the backward's bias column sums from its epilogue's per-tile partials, then
+// column_sum_finalize_chunks), through the kernels' launchers (kernels/*.cuh),
 // and, in FP16, the other CUTLASS configurations of kernels/dev/gemm_gelu_variant*.cu. It answers
 // whether the fused kernels beat the GEMM plus the pass they replace, and by how much they exceed the
 // cuBLASLt GEMM alone (the floor for the fused form).
@@ -195,8 +196,10 @@ int main(int argc, char **argv) {
         void *u[2] = {buffer(dt, n * I), buffer(dt, n * I)}, *y[2] = {buffer(dt, n * I), buffer(dt, n * I)};
         void *du[2] = {buffer(dt, n * I), buffer(dt, n * I)}, *db[2] = {buffer(dt, I), buffer(dt, I)};
         void *dg = buffer(dt, n * I), *chk = buffer(dt, n * I), *uv = buffer(dt, n * I), *yv = buffer(dt, n * I);
-        void *cs_ws = nullptr;
+        void *cs_ws = nullptr, *tile_ws = nullptr;
         LAB_CUDA(cudaMalloc(&cs_ws, dst::cuda::column_sum_workspace(dt, n, I)));
+        LAB_CUDA(cudaMalloc(&tile_ws, dst::cuda::dgelu_partial_bytes(n, I)));
+        float *tile_partial = static_cast<float *>(tile_ws);
         const LtGemm fc1(type, true, w1, x, b1, u[0], n, H, I), fc1_plain(type, true, w1, x, b1, uv, n, H, I);
         const LtGemm fc2(type, false, w2, dy, nullptr, dg, n, I, H);
         // The four paths: unfused / fused, forward / backward (the backward takes the unfused u).
@@ -210,6 +213,12 @@ int main(int argc, char **argv) {
             LAB_CUDA(dst::cuda::gelu_bwd_bias_grad(stream, dt, erf, dg, u[0], du[0], n, I, db[0], false, cs_ws));
         };
         auto fused_bwd = [&] {
+            LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], du[1], n, I, H, sms, tile_partial));
+            LAB_CUDA(dst::cuda::column_sum_finalize_chunks(stream, dt, tile_ws, dst::cuda::dgelu_partial_ld(I),
+                                                           dst::cuda::dgelu_partial_chunks(n), db[1], I, false));
+        };
+        // The form before the epilogue's sums: the kernel, then column_sum's two passes over du.
+        auto fused_bwd_pass = [&] {
             LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], du[1], n, I, H, sms));
             LAB_CUDA(dst::cuda::column_sum(stream, dt, du[1], db[1], n, I, false, cs_ws));
         };
@@ -222,7 +231,7 @@ int main(int argc, char **argv) {
                 const int v = std::atoi(pv);
                 if (v >= 1 && v <= lab::kVariants) {
                     LAB_CUDA(lab::kFwd[v](stream, erf, x, w1, b1, yv, uv, n, H, I, sms));
-                    LAB_CUDA(lab::kBwd[v](stream, erf, dy, w2, u[0], chk, n, I, H, sms));
+                    LAB_CUDA(lab::kBwd[v](stream, erf, dy, w2, u[0], chk, n, I, H, sms, nullptr));
                 }
             }
             LAB_CUDA(cudaStreamSynchronize(stream));
@@ -241,12 +250,20 @@ int main(int argc, char **argv) {
         compare("fused u against unfused u", fetch(dt, u[1], n * I), fetch(dt, u[0], n * I), tol);
         compare("fused du against unfused du", fetch(dt, du[1], n * I), fetch(dt, du[0], n * I), tol);
         compare("fused bias gradient against unfused", fetch(dt, db[1], I), fetch(dt, db[0], I), tol);
+        {  // the epilogue's sums against column_sum's over the same stored du (other order), and run to run
+            const std::vector<double> tiles = fetch(dt, db[1], I);
+            fused_bwd();
+            compare("fused bias gradient, second run, bit for bit", fetch(dt, db[1], I), tiles, -1);
+            LAB_CUDA(dst::cuda::column_sum(stream, dt, du[1], chk, n, I, false, cs_ws));
+            compare("fused bias gradient against column_sum of fused du", tiles, fetch(dt, chk, I),
+                    dt == DST_DTYPE_FP16 ? 1e-3 : 8e-3);
+        }
         if (dt == DST_DTYPE_FP16)
             for (int v = 1; v <= lab::kVariants; ++v) {
                 const auto fwd = lab::kFwd[v];
                 const auto bwd = lab::kBwd[v];
                 LAB_CUDA(fwd(stream, erf, x, w1, b1, yv, uv, n, H, I, sms));
-                LAB_CUDA(bwd(stream, erf, dy, w2, u[0], chk, n, I, H, sms));
+                LAB_CUDA(bwd(stream, erf, dy, w2, u[0], chk, n, I, H, sms, nullptr));
                 char what[64];
                 if (lab::kVariantMath[v] == 2) {  // the GEMM alone: D = x·Wᵀ without the bias
                     std::printf("  (variant %d: the GEMM alone, not checked)\n", v);
@@ -261,8 +278,10 @@ int main(int argc, char **argv) {
         // ---- timing ----
         const double gemm_f = time_us([&] { fc1_plain.run(); }), gemm_b = time_us([&] { fc2.run(); });
         const double unf_f = time_us(unfused_fwd), fus_f = time_us(fused_fwd);
-        const double unf_b = time_us(unfused_bwd), fus_b = time_us(fused_bwd);
+        const double unf_b = time_us(unfused_bwd), fus_b = time_us(fused_bwd), fus_bp = time_us(fused_bwd_pass);
         const double kb = time_us([&] { LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], chk, n, I, H, sms)); });
+        const double kbs = time_us(
+            [&] { LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], chk, n, I, H, sms, tile_partial)); });
         // The inference form: no pre-activation kept (unfused: the GEMM into y, then GELU in place).
         const LtGemm fc1_into_y(type, true, w1, x, b1, yv, n, H, I);
         const double unf_i = time_us([&] {
@@ -277,6 +296,8 @@ int main(int argc, char **argv) {
         std::printf("  %-58s %9.1f %9.1f   (%.3fx / %.3fx unfused; %.3fx / %.3fx GEMM alone)\n",
                     "fused (library configuration; backward + bias sums)", fus_f, fus_b, fus_f / unf_f, fus_b / unf_b,
                     fus_f / gemm_f, fus_b / gemm_b);
+        std::printf("  %-58s %9s %9.1f   (kernel with the tile sums %.1f, without %.1f)\n",
+                    "fused, bias sums by column_sum over du instead", "", fus_bp, kbs, kb);
         std::printf("  %-58s %9.1f %9s   (%.3fx unfused %.1f)\n", "fused, inference form (u not stored)", fus_i, "",
                     fus_i / unf_i, unf_i);
         std::printf("  %-58s %9.1f %9.1f   (unfused: %.1f / %.1f)\n", "host us to enqueue: fused forward / backward",
@@ -288,11 +309,11 @@ int main(int argc, char **argv) {
                 const auto fwd = lab::kFwd[v];
                 const auto bwd = lab::kBwd[v];
                 const double f = time_us([&] { LAB_CUDA(fwd(stream, erf, x, w1, b1, yv, uv, n, H, I, sms)); });
-                const double b = time_us([&] { LAB_CUDA(bwd(stream, erf, dy, w2, u[0], chk, n, I, H, sms)); });
+                const double b = time_us([&] { LAB_CUDA(bwd(stream, erf, dy, w2, u[0], chk, n, I, H, sms, nullptr)); });
                 std::printf("  variant %d: %-47s %9.1f %9.1f   (backward: kernel only, no bias sums)\n", v,
                             lab::kVariantNames[v], f, b);
             }
-        for (void *p : {x, w1, b1, dy, w2, u[0], u[1], y[0], y[1], du[0], du[1], db[0], db[1], dg, chk, uv, yv, cs_ws})
+        for (void *p : {x, w1, b1, dy, w2, u[0], u[1], y[0], y[1], du[0], du[1], db[0], db[1], dg, chk, uv, yv, cs_ws, tile_ws})
             LAB_CUDA(cudaFree(p));
     }
     std::printf("\ngemm_gelu_lab: %s\n", failures ? "CHECKS FAILED" : "checks ok");

@@ -21,7 +21,7 @@ extern const int kVariantMath[kVariants + 1];
     cudaError_t variant##v##_fwd(cudaStream_t s, dst_gelu form, const void *x, const void *w, const void *b, void *y, \
                                  void *u, int64_t n, int64_t k, int64_t m, int sms);                                 \
     cudaError_t variant##v##_bwd(cudaStream_t s, dst_gelu form, const void *dy, const void *w, const void *u,         \
-                                 void *du, int64_t n, int64_t k, int64_t m, int sms);                             \
+                                 void *du, int64_t n, int64_t k, int64_t m, int sms, float *partial);             \
     bool variant##v##_ok(int kind, int64_t n, int64_t k, int64_t m);
 LAB_VARIANT(1)
 LAB_VARIANT(2)

@@ -93,6 +93,7 @@ struct ScratchNeeds {
     int64_t rows = 0;            // token rows of the LayerNorms and bias gradients
     int64_t ln_width = 0;        // LayerNorm backward row length (0: none)
     int64_t colsum_width = 0;    // widest bias gradient (0: none)
+    int64_t dgelu_width = 0;     // FC2's data gradient with GELU' (linear_bwd_data_gelu): its k (0: none)
     bool attention = false;      // attention fwd/bwd of shape `attn` (its mask kind and dtype count)
     AttentionParams attn;
     bool stochastic = false;     // attention backward in stochastic mode

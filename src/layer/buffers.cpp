@@ -93,6 +93,7 @@ ScratchNeeds scratch_needs(const dst_layer_config &cfg, int64_t B, int64_t S, ds
     n.attn.packed_tokens = packed_tokens;
     n.ln_width = dm.H;
     n.colsum_width = std::max<int64_t>(3 * dm.H, dm.I);
+    n.dgelu_width = dm.I;
     n.attention = true;
     n.attn.batch = B;
     n.attn.seq = S;

@@ -1651,9 +1651,12 @@ TEST(CudaBackend, FusedGeluGemmShapesAreWhatCutlassAccepts) {
 // The fused GELU GEMMs (CudaBackend::set_fused_gemm, kernels/gemm_gelu.cuh) against the unfused ops on
 // inputs whose GEMM sums are exact in fp32 in any order (multiples of 1/32 below 8 in magnitude, exact
 // in BF16 too): since the epilogues compute GELU and GELU' with the elementwise maps' code on the same
-// stored values, u, y = GELU(u) (also from the inference form, which stores no u), du = dg·GELU'(u) and
-// the bias gradient (written and accumulated) must be the same bits. Shapes that leave the 128×256
-// tiles partly empty and give a block several tiles.
+// stored values, u, y = GELU(u) (also from the inference form, which stores no u) and du = dg·GELU'(u)
+// must be the same bits. The bias gradient (written and accumulated) sums the same stored du in another
+// order (the fused kernel's per-tile sums, then the tiles; the unfused path column_sum's chunks): both
+// must lie within fp32 summation's bound, plus one rounding to the storage type, of the exact column
+// sums of du, and the fused one must be the same bits when the call is repeated. Shapes that leave the
+// 128×256 tiles partly empty (rows and columns) and give a block several tiles.
 TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
@@ -1734,8 +1737,41 @@ TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
                     EXPECT_EQ(get(u[1], n * m).bytes, get(u[0], n * m).bytes) << "u (pre-activation)";
                     EXPECT_EQ(get(y[1], n * m).bytes, get(y[0], n * m).bytes) << "y = GELU(u)";
                     EXPECT_EQ(get(y_only, n * m).bytes, get(y[0], n * m).bytes) << "y = GELU(u), u not stored";
-                    EXPECT_EQ(get(du[1], n * m).bytes, get(du[0], n * m).bytes) << "du = dg·GELU'(u)";
-                    EXPECT_EQ(get(db[1], m).bytes, get(db[0], m).bytes) << "bias gradient";
+                    const HostBuf du_f = get(du[1], n * m);
+                    EXPECT_EQ(du_f.bytes, get(du[0], n * m).bytes) << "du = dg·GELU'(u)";
+                    // The fused call again, into a fresh gradient (the same bits), and with the bias gradient
+                    // from column_sum over du instead of the tile sums (the unfused path's bits).
+                    void *db_again = dev(nullptr, m), *db_pass = dev(nullptr, m), *du_again = dev(nullptr, n * m);
+                    be->set_fused_gemm(true);
+                    for (void *d : {db_again, db_pass}) {
+                        ASSERT_EQ(be->copy(d, db0.data(), db0.bytes.size(), CopyKind::HostToDevice), DST_OK);
+                        be->set_dgelu_tile_sums(d == db_again);
+                        ASSERT_EQ(be->linear_bwd_data_gelu(dt, form, ddy, dw2, du2, dg, du_again, n, m, k, d, acc),
+                                  DST_OK)
+                            << dst::last_error();
+                    }
+                    be->set_dgelu_tile_sums(true);
+                    be->set_fused_gemm(false);
+                    const HostBuf db_f = get(db[1], m), db_u = get(db[0], m);
+                    EXPECT_EQ(get(db_again, m).bytes, db_f.bytes) << "the fused bias gradient, run twice";
+                    EXPECT_EQ(get(db_pass, m).bytes, db_u.bytes) << "the fused path's column_sum bias gradient";
+                    // fp32 sums of n + 1 terms: |error| ≤ (n + 1)·2⁻²⁴·Σ|terms| (a loose form of γ_n), then
+                    // one rounding to the storage type (half an ulp: 2⁻¹¹ or 2⁻⁸ relative, 2⁻²⁵ absolute
+                    // below FP16's normal range).
+                    const double half_ulp = dt == DST_DTYPE_FP16 ? 0x1p-11 : 0x1p-8;
+                    int64_t off_f = 0, off_u = 0;
+                    for (int64_t j = 0; j < m; ++j) {
+                        double ref = acc ? db0.get(j) : 0.0, mag = std::fabs(ref);
+                        for (int64_t i = 0; i < n; ++i) {
+                            ref += du_f.get(i * m + j);
+                            mag += std::fabs(du_f.get(i * m + j));
+                        }
+                        const double bound = double(n + 1) * 0x1p-24 * mag + half_ulp * std::fabs(ref) + 0x1p-25;
+                        off_f += !(std::fabs(db_f.get(j) - ref) <= bound);
+                        off_u += !(std::fabs(db_u.get(j) - ref) <= bound);
+                    }
+                    EXPECT_EQ(off_f, 0) << "fused bias gradient: columns beyond the summation bound";
+                    EXPECT_EQ(off_u, 0) << "unfused bias gradient: columns beyond the summation bound";
                 }
                 for (void *p : bufs) be->free(p);
             }

@@ -13,7 +13,9 @@
 // since cuBLASLt's GELU epilogue is the tanh form only, except where the fused GELU GEMMs take the call:
 // the FC1 forward with GELU and the FC2 data gradient with GELU' as CUTLASS kernels with those
 // epilogues (kernels/gemm_gelu.cuh), where the build has them and the call fits; on by default,
-// DST_FUSED_GEMM=0 in the environment (or set_fused_gemm(false)) keeps the separate kernels.
+// DST_FUSED_GEMM=0 in the environment (or set_fused_gemm(false)) keeps the separate kernels. The fused
+// FC2 data gradient's bias gradient comes from its epilogue's per-tile column sums
+// (set_dgelu_tile_sums).
 // Determinism: cuBLASLt is bit-reproducible for a fixed problem, algorithm and workspace size; the
 // workspace offered to it is a fixed size (kGemmWorkspace, or the caller's workspace if smaller),
 // so the algorithm of a problem is always the same (chosen once per problem, then cached: choose_algo).
@@ -93,6 +95,8 @@ dst_status CudaBackend::create(int device, CudaBackend **out) {
         be->gemm_tuning_ = !(tune && std::strcmp(tune, "0") == 0);
         const char *fused = std::getenv("DST_FUSED_GEMM");
         be->fused_gemm_ = !(fused && std::strcmp(fused, "0") == 0);
+        const char *tiles = std::getenv("DST_DGELU_TILE_SUMS");
+        be->dgelu_tile_sums_ = !(tiles && std::strcmp(tiles, "0") == 0);
         const char *ln = std::getenv("DST_LN_ONE_PASS");
         if (ln) be->set_layernorm_one_pass(std::atoi(ln));
     }
@@ -379,6 +383,8 @@ size_t cuda_scratch_bytes(const ScratchNeeds &n) {
     auto need = [&s](size_t v) { s = v > s ? v : s; };
     if (n.gemm) need(kGemmWorkspace);
     if (n.colsum_width > 0 && n.rows > 0) need(cuda::column_sum_workspace(n.dt, n.rows, n.colsum_width));
+    if (n.dgelu_width > 0 && n.rows > 0 && CudaBackend::fused_gemm_built())
+        need(cuda::dgelu_partial_bytes(n.rows, n.dgelu_width));
     if (n.ln_width > 0 && n.rows > 0) need(cuda::layernorm_bwd_workspace(n.dt, n.rows, n.ln_width, true));
     if (n.attention) need(CudaBackend::attention_scratch(n.dt, n.attn, n.stochastic));
     if (n.index_check) need(cuda::check_indices_workspace(n.index_range, n.index_range > 0));
@@ -868,13 +874,22 @@ dst_status CudaBackend::linear_bwd_data_gelu(dst_dtype dt, dst_gelu form, const 
     const void *ptrs[] = {dy, w, u, du};
     if (fused_gemm_) DST_TRY(activate());  // gemm_gelu_runs asks about the current device
     if (fused_gemm_ && cuda::gemm_gelu_runs(dt, cuda::kGeluBackward, n, k, m, ptrs, 4)) {
-        // The bias gradient: the column sums of du as stored, the order gelu_bwd_bias_grad sums in (their
-        // scratch taken first, so that a failure to get it writes nothing).
+        // The bias gradient: the column sums of du as stored, each 128-row tile's from the kernel's
+        // epilogue, then those rows added in order; or (set_dgelu_tile_sums(false)) column_sum over du,
+        // the order gelu_bwd_bias_grad sums in. Their scratch is taken first, so that a failure to get it
+        // writes nothing.
+        const bool tiles = db && dgelu_tile_sums_;
         void *ws = nullptr;
-        if (db) DST_TRY(workspace(cuda::column_sum_workspace(dt, n, k), &ws));
-        DST_CUDA_CHECK(cuda::gemm_dgelu(stream_, dt, form, dy, w, u, du, n, k, m, sm_count_));
+        if (db)
+            DST_TRY(workspace(tiles ? cuda::dgelu_partial_bytes(n, k) : cuda::column_sum_workspace(dt, n, k), &ws));
+        DST_CUDA_CHECK(cuda::gemm_dgelu(stream_, dt, form, dy, w, u, du, n, k, m, sm_count_,
+                                        tiles ? static_cast<float *>(ws) : nullptr));
         fused_gemm_calls_ += 1;
-        if (db) DST_CUDA_CHECK(cuda::column_sum(stream_, dt, du, db, n, k, accumulate, ws));
+        if (tiles)
+            DST_CUDA_CHECK(cuda::column_sum_finalize_chunks(stream_, dt, ws, cuda::dgelu_partial_ld(k),
+                                                            cuda::dgelu_partial_chunks(n), db, k, accumulate));
+        else if (db)
+            DST_CUDA_CHECK(cuda::column_sum(stream_, dt, du, db, n, k, accumulate, ws));
         return DST_OK;
     }
 #endif
@@ -901,7 +916,7 @@ cudaError_t gemm_bias_gelu(cudaStream_t, dst_dtype, dst_gelu, const void *, cons
     return cudaErrorNotSupported;
 }
 cudaError_t gemm_dgelu(cudaStream_t, dst_dtype, dst_gelu, const void *, const void *, const void *, void *, int64_t,
-                       int64_t, int64_t, int) {
+                       int64_t, int64_t, int, float *) {
     return cudaErrorNotSupported;
 }
 }  // namespace cuda

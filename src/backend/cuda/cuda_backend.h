@@ -163,6 +163,11 @@ public:
     // fused_gemm_built(): whether this build has them at all.
     // fused_gemm_calls(): how many calls they ran (for tests and benchmarks).
     void set_fused_gemm(bool on) { fused_gemm_ = on; }
+    // Where the fused FC2 data gradient (linear_bwd_data_gelu) takes its bias gradient from: on (the
+    // default), the kernel's epilogue sums each 128-row tile's columns and a small kernel adds the tiles
+    // in order; off (DST_DGELU_TILE_SUMS=0 in the environment), column_sum's two passes over the stored
+    // du, which give the unfused path's bits. Both are bit-reproducible; they sum in different orders.
+    void set_dgelu_tile_sums(bool on) { dgelu_tile_sums_ = on; }
     // The LayerNorm backward in one pass (kernels/layernorm.cuh, layernorm_bwd's one_pass_split): 4 (the
     // default) or 2 warps per row where the one-pass form applies, 0 for the separate dx, γ/β and bias
     // passes. DST_LN_ONE_PASS=0, 2 or 4 in the environment sets it for a backend created after it is
@@ -225,6 +230,7 @@ private:
     int threads_ = 0;
     bool allow_tf32_ = false;
     bool fused_gemm_ = false;
+    bool dgelu_tile_sums_ = true;
     int ln_split_ = 4;  // set_layernorm_one_pass
     int64_t ln_one_pass_calls_ = 0;
     int64_t fused_gemm_calls_ = 0;
