@@ -1648,6 +1648,28 @@ TEST(CudaBackend, FusedGeluGemmShapesAreWhatCutlassAccepts) {
             }
 }
 
+// The scratch a layer call is counted for (dst_layer_config_workspace_bytes adds cuda_scratch_bytes) covers
+// the fused FC2 data gradient's per-tile column sums, which outgrow every other need at large token
+// counts (at 2^20 tokens and I = 4096: 128 MiB against the GEMM library's 32), and the need follows the
+// token count. Host code: runs without a GPU.
+TEST(CudaBackend, ScratchCountsTheDgeluTileSums) {
+    if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
+    dst::ScratchNeeds n;
+    n.dt = DST_DTYPE_FP16;
+    n.gemm = true;
+    n.rows = int64_t(1) << 20;
+    n.colsum_width = 4096;
+    const size_t without = dst::cuda_scratch_bytes(n);
+    n.dgelu_width = 4096;
+    const size_t with = dst::cuda_scratch_bytes(n), tiles = dst::cuda::dgelu_partial_bytes(n.rows, 4096);
+    EXPECT_EQ(tiles, size_t(8192) * 4096 * sizeof(float));
+    EXPECT_GE(with, tiles);
+    EXPECT_LT(without, tiles) << "the case no longer tells whether the tile sums are counted";
+    // Partial tiles: 129 rows and k = 264 take two row tiles of 512 floats.
+    EXPECT_EQ(dst::cuda::dgelu_partial_bytes(129, 264), size_t(2) * 512 * sizeof(float));
+    EXPECT_EQ(dst::cuda::dgelu_partial_bytes(0, 264), size_t(0));
+}
+
 // The fused GELU GEMMs (CudaBackend::set_fused_gemm, kernels/gemm_gelu.cuh) against the unfused ops on
 // inputs whose GEMM sums are exact in fp32 in any order (multiples of 1/32 below 8 in magnitude, exact
 // in BF16 too): since the epilogues compute GELU and GELU' with the elementwise maps' code on the same
