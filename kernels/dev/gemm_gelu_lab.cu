@@ -14,8 +14,9 @@
 // Checks first (printed, and the exit status is 1 if one fails): the fused forward's y is GELU of its
 // own u bit for bit (the map run on it); u and du against the unfused path (relative L2 and the count
 // of differing elements: the GEMMs sum in other orders); each variant's outputs against the library
-// configuration's. Timing: CUDA events around 30 launches after 5 warm-up ones, µs per call; and the
-// host's µs to enqueue a call, fused and unfused.
+// configuration's. Timing: CUDA events around 30 launches after 5 warm-up ones, µs per call (the
+// backward's two bias-gradient forms, and its kernel with and without the tile sums, as medians of
+// seven rounds timed in alternation); and the host's µs to enqueue a call, fused and unfused.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -25,8 +26,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <chrono>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/bias.cuh"
@@ -71,6 +74,21 @@ double time_us(F &&f) {
     LAB_CUDA(cudaEventDestroy(a));
     LAB_CUDA(cudaEventDestroy(b));
     return ms * 1e3 / 30;
+}
+
+// Two forms timed in alternation (seven rounds of time_us each, A then B), the medians of their µs per
+// call: a comparison that the GPU's clock drift over the lab's run (later timings run slower under
+// sustained load) cannot bias toward the form timed first.
+template <typename FA, typename FB>
+std::pair<double, double> time_pair_us(FA &&fa, FB &&fb) {
+    std::vector<double> ta, tb;
+    for (int r = 0; r < 7; ++r) {
+        ta.push_back(time_us(fa));
+        tb.push_back(time_us(fb));
+    }
+    std::sort(ta.begin(), ta.end());
+    std::sort(tb.begin(), tb.end());
+    return {ta[3], tb[3]};
 }
 
 // A cuBLASLt GEMM as the backend issues the layer's (row-major y[n,m] = x[n,k]·W[m,k]ᵀ + b is the
@@ -278,10 +296,12 @@ int main(int argc, char **argv) {
         // ---- timing ----
         const double gemm_f = time_us([&] { fc1_plain.run(); }), gemm_b = time_us([&] { fc2.run(); });
         const double unf_f = time_us(unfused_fwd), fus_f = time_us(fused_fwd);
-        const double unf_b = time_us(unfused_bwd), fus_b = time_us(fused_bwd), fus_bp = time_us(fused_bwd_pass);
-        const double kb = time_us([&] { LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], chk, n, I, H, sms)); });
-        const double kbs = time_us(
-            [&] { LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], chk, n, I, H, sms, tile_partial)); });
+        const double unf_b = time_us(unfused_bwd);
+        // The bias gradient's two forms, and the kernel with and without its tile sums, each pair in alternation.
+        const auto [fus_b, fus_bp] = time_pair_us(fused_bwd, fused_bwd_pass);
+        const auto [kbs, kb] = time_pair_us(
+            [&] { LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], chk, n, I, H, sms, tile_partial)); },
+            [&] { LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], chk, n, I, H, sms)); });
         // The inference form: no pre-activation kept (unfused: the GEMM into y, then GELU in place).
         const LtGemm fc1_into_y(type, true, w1, x, b1, yv, n, H, I);
         const double unf_i = time_us([&] {
