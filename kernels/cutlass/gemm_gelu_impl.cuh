@@ -158,25 +158,27 @@ namespace fusion {
 // The callbacks of gemm_gelu::DeEltActColPartials, as CUTLASS's own LinCombDeEltActDePerRowBias is built
 // (sm90_callbacks_tma_warpspecialized.hpp) with the row-vector reduction (over M: one sum per column of
 // D) in place of its column-vector one, and no final reduction.
+template <class CtaTileShapeMNK, class EpilogueTile, int Stages, class StrideAux, class SmemLayoutAtom, class CopyOpS2R,
+          template <class> class ActivationFn, class E>
+using Sm90DeEltActColPartials =
+    Sm90EVT<Sm90Compute<epilogue::thread::Identity, E, float, FloatRoundStyle::round_to_nearest>,  // to E
+            Sm90EVT<Sm90RowReduction<plus, plus, plus, 0, CtaTileShapeMNK, float, float,
+                                     FloatRoundStyle::round_to_nearest, cute::Stride<cute::_0, cute::_1, cute::_0>, 4,
+                                     /*EnableNullptr=*/true, /*FinalReduction=*/false>,  // column sums, per tile
+                    Sm90LinCombDeEltAct<CtaTileShapeMNK, EpilogueTile, Stages, StrideAux, SmemLayoutAtom, CopyOpS2R,
+                                        ActivationFn, float, float, E, void, float>>>;  // DAct(acc, aux)
+
 template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, class GmemLayoutTagAux,
           template <class> class ActivationFn, class E, class CtaTileShapeMNK, class EpilogueTile, class SmemLayoutAtom,
           class CopyOpS2R>
 struct FusionCallbacks<epilogue::Sm90TmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore>,
                        ::dst::cuda::gemm_gelu::DeEltActColPartials<GmemLayoutTagAux, ActivationFn, E>, CtaTileShapeMNK,
                        EpilogueTile, SmemLayoutAtom, CopyOpS2R>
-    : Sm90EVT<Sm90Compute<epilogue::thread::Identity, E, float, FloatRoundStyle::round_to_nearest>,
-              Sm90EVT<Sm90RowReduction<plus, plus, plus, 0, CtaTileShapeMNK, float, float,
-                                       FloatRoundStyle::round_to_nearest, cute::Stride<cute::_0, cute::_1, cute::_0>, 4,
-                                       /*EnableNullptr=*/true, /*FinalReduction=*/false>,
-                      Sm90LinCombDeEltAct<CtaTileShapeMNK, EpilogueTile, StagesC,
-                                          cutlass::gemm::TagToStrideC_t<GmemLayoutTagAux>, SmemLayoutAtom, CopyOpS2R,
-                                          ActivationFn, float, float, E, void, float>>> {
-    using Impl = Sm90EVT<
-        Sm90Compute<epilogue::thread::Identity, E, float, FloatRoundStyle::round_to_nearest>,
-        Sm90EVT<Sm90RowReduction<plus, plus, plus, 0, CtaTileShapeMNK, float, float, FloatRoundStyle::round_to_nearest,
-                                 cute::Stride<cute::_0, cute::_1, cute::_0>, 4, true, false>,
-                Sm90LinCombDeEltAct<CtaTileShapeMNK, EpilogueTile, StagesC, cutlass::gemm::TagToStrideC_t<GmemLayoutTagAux>,
-                                    SmemLayoutAtom, CopyOpS2R, ActivationFn, float, float, E, void, float>>>;
+    : Sm90DeEltActColPartials<CtaTileShapeMNK, EpilogueTile, StagesC, cutlass::gemm::TagToStrideC_t<GmemLayoutTagAux>,
+                              SmemLayoutAtom, CopyOpS2R, ActivationFn, E> {
+    using Impl = Sm90DeEltActColPartials<CtaTileShapeMNK, EpilogueTile, StagesC,
+                                         cutlass::gemm::TagToStrideC_t<GmemLayoutTagAux>, SmemLayoutAtom, CopyOpS2R,
+                                         ActivationFn, E>;
     using Operation = ::dst::cuda::gemm_gelu::DeEltActColPartials<GmemLayoutTagAux, ActivationFn, E>;
 
     struct Arguments {
