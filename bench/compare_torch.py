@@ -37,6 +37,11 @@ case, in the order of the table:
                                   with DST_DGELU_TILE_SUMS=0: the FC1 bias gradient by column_sum's two
                                   passes over du (the default: the fused FC2 data gradient's epilogue
                                   sums each tile's columns, a small kernel adds the tiles)
+  The three optional rows are A/B rows: each is timed in alternation with a second stack of the
+  key-length row's (repetition by repetition, training and inference), and the case's summary gains
+  a line "A/B in alternation: row / ours, key lengths" with both times and their ratio, which a drift
+  of the GPU's clocks over the case (sustained load) cannot bias; the row's own columns are its
+  times from that alternation.
 torch.compile runs first in each case, so that every row printed as it is measured has its ratio.
 Torch and the library share one CUDA stream, created for the run: torch's default stream is the
 legacy NULL stream, which dst_context_set_stream would take as "the context's own stream", a
@@ -525,11 +530,15 @@ def row_specs(lib, kind, dname, B, S, args):
     if not args.skip_eager:
         specs.append((PLAIN, functools.partial(TorchStack, dname, B, S, "plain", False) if S <= PLAIN_MAX_S else None,
                       f"not run: S > {PLAIN_MAX_S}"))
-    ours = OURS + ([FUSED_GEMM] if getattr(args, "unfused_gemm_row", False) else [])
-    ours += [LN_PASSES] if getattr(args, "ln_passes_row", False) else []
-    ours += [DGELU_COLSUM] if getattr(args, "dgelu_colsum_row", False) else []
     specs += [(name, functools.partial(Ours, lib, dname, B, S, use_key_lengths, switches), None)
-              for name, use_key_lengths, switches in ours]
+              for name, use_key_lengths, switches in OURS]
+    # The optional A/B rows, each timed in alternation with a stack of DENSE_REF's of its own (Paired).
+    ab = [FUSED_GEMM] if getattr(args, "unfused_gemm_row", False) else []
+    ab += [LN_PASSES] if getattr(args, "ln_passes_row", False) else []
+    ab += [DGELU_COLSUM] if getattr(args, "dgelu_colsum_row", False) else []
+    specs += [(name, Paired(functools.partial(Ours, lib, dname, B, S, use_key_lengths, switches),
+                            functools.partial(Ours, lib, dname, B, S, True, {})), None)
+              for name, use_key_lengths, switches in ab]
     return specs
 
 
@@ -551,6 +560,9 @@ class Row:
     workspace_mib: float | None = None  # the library's workspace (dst_layer_config_workspace_bytes), whole call
     setup_s: float | None = None  # construction, compilation included
     wall_s: float | None = None  # the whole row
+    # A/B rows (Paired): DENSE_REF's stack timed in alternation with this row's, per layer
+    pair_base_train_ms: float | None = None
+    pair_base_infer_ms: float | None = None
     note: str = ""
 
 
@@ -589,6 +601,40 @@ def time_ms(fn, plan, budget):
     return statistics.median(times)
 
 
+class Paired:
+    """An A/B row's constructors: its own stack (`make`) and a stack of the row it is compared with
+    (`make_base`, DENSE_REF's), timed in alternation (time_pair_ms) so that a drift of the GPU's clocks
+    over the case (sustained load) cannot favour the row measured first."""
+
+    def __init__(self, make, make_base):
+        self.make, self.make_base = make, make_base
+
+
+def time_pair_ms(fa, fb, plan, budget):
+    """(median ms of fa, median ms of fb) as time_ms measures them, each repetition timing plan.iters
+    calls of fa and then plan.iters calls of fb."""
+    for _ in range(plan.warmup - 1):
+        fa()
+        fb()
+    torch.cuda.synchronize()
+    t0 = time.monotonic()
+    fa()
+    fb()
+    torch.cuda.synchronize()
+    budget.need((time.monotonic() - t0) * plan.reps * plan.iters)
+    times = ([], [])
+    for _ in range(plan.reps):
+        for fn, out in zip((fa, fb), times):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(plan.iters):
+                fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / plan.iters)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 class Runner:
     """Measures rows within a time budget."""
 
@@ -608,8 +654,11 @@ class Runner:
         t0 = time.monotonic()
         try:
             plan = plan_for(row.S)
-            self.budget.need(self.predict(row, plan))
-            self.measure(row, make, plan)
+            self.budget.need(self.predict(row, plan) * (2 if isinstance(make, Paired) else 1))
+            if isinstance(make, Paired):
+                self.measure_pair(row, make, plan)
+            else:
+                self.measure(row, make, plan)
         except OutOfBudget:
             row.note = SKIPPED if row.train_ms is None else "(inference skipped: time budget)"
         except Exception as e:  # out of memory, a library error: noted in the row, the run goes on
@@ -621,6 +670,30 @@ class Runner:
         row.wall_s = time.monotonic() - t0
         gc.collect()  # what the row allocated is unreachable now that the exception, if any, is gone
         torch.cuda.empty_cache()
+
+    def measure_pair(self, row, pair, plan):
+        t0 = time.monotonic()
+        bench = pair.make()
+        try:
+            base = pair.make_base()
+        except BaseException:
+            bench.close()
+            raise
+        try:
+            row.setup_s = time.monotonic() - t0
+            row.compile_s, row.workspace_mib = bench.compile_s, bench.workspace_mib
+            a, b = time_pair_ms(bench.train, base.train, plan, self.budget)
+            row.train_ms, row.pair_base_train_ms = a / bench.layers, b / base.layers
+            row.saved_counted_mib, row.saved_measured_mib = bench.saved_mib()
+            infer_a, infer_b = bench.inference(), base.inference()
+            if infer_a is not None and infer_b is not None:
+                a, b = time_pair_ms(infer_a, infer_b, plan, self.budget)
+                row.infer_ms, row.pair_base_infer_ms = a / bench.layers, b / base.layers
+        finally:
+            base.close()
+            bench.close()
+        call_s = (row.train_ms + (row.infer_ms or 0.0)) * bench.layers / 1e3  # one stack's, as measure's
+        self.last[row.impl] = (row.B, row.S, row.setup_s, call_s)
 
     def measure(self, row, make, plan):
         t0 = time.monotonic()
@@ -701,7 +774,14 @@ def speedups(rows):
 def speedup_line(rows):
     r = rows[0]
     parts = ", ".join(f"{'-' if v is None else f'{v:.2f}×'} ({name})" for name, v in speedups(rows).items())
-    return f"{r.dtype:5} {f'{r.B}×{r.S}':9} speedup vs compile: {parts}"
+    line = f"{r.dtype:5} {f'{r.B}×{r.S}':9} speedup vs compile: {parts}"
+    pairs = [p for p in rows if p.pair_base_train_ms is not None]
+    for p in pairs:  # the A/B rows: against DENSE_REF's stack timed in alternation with them
+        line += (f"\n{r.dtype:5} {f'{r.B}×{r.S}':9} A/B in alternation: {p.impl} / {DENSE_REF} = fwd+bwd "
+                 f"{p.train_ms:.3f} / {p.pair_base_train_ms:.3f} ms ({ratio_text(p.train_ms, p.pair_base_train_ms)})"
+                 f", inference {fmt(p.infer_ms, '.3f')} / {fmt(p.pair_base_infer_ms, '.3f')} ms "
+                 f"({ratio_text(p.infer_ms, p.pair_base_infer_ms)})")
+    return line
 
 
 def ratio_text(num, den):
@@ -941,7 +1021,8 @@ class Report:
 # ---- self-test: the table from made-up numbers, without a GPU or the library -------------------------
 
 def fake_measure(row, make):
-    """Fills a row with made-up numbers; the last case gets an error and a skipped row."""
+    """Fills a row with made-up numbers; the last case gets an error and a skipped row; an A/B row
+    (Paired) its pair's base too."""
     base = 1.5 + layer_flops(row.B, row.S) / layer_flops(64, 128) * (1.0 if row.dtype == "fp16" else 0.97)
     if row.S >= 16384 and row.impl == "ours, additive":
         row.note = "error: DstError: status 6: cuda backend: cannot allocate 34359738368 bytes on device 0"
@@ -963,6 +1044,8 @@ def fake_measure(row, make):
     if row.impl == COMPILE:
         row.compile_s = 38.0 + row.S / 1000
         row.infer_compile_s = 20.0 + row.S / 1000
+    if isinstance(make, Paired):
+        row.pair_base_train_ms, row.pair_base_infer_ms = row.train_ms * 0.99, row.infer_ms * 1.01
 
 
 def fake_sweep(dname, emit):
