@@ -582,49 +582,25 @@ class Budget:
 def time_ms(fn, plan, budget):
     """Median over plan.reps of the mean ms of plan.iters calls of fn (CUDA events), after
     plan.warmup calls; raises OutOfBudget when the last warm-up call says the timed calls won't fit."""
+    return time_each_ms((fn,), plan, budget)[0]
+
+
+def time_each_ms(fns, plan, budget):
+    """time_ms of each of fns, measured in alternation: every repetition times plan.iters calls of each
+    fn in turn (warm-up calls likewise), so a drift of the GPU's clocks over the measurement reaches
+    them all alike. A tuple of medians, in the order of fns."""
     for _ in range(plan.warmup - 1):
+        for fn in fns:
+            fn()
+    torch.cuda.synchronize()
+    t0 = time.monotonic()
+    for fn in fns:
         fn()
     torch.cuda.synchronize()
-    t0 = time.monotonic()
-    fn()
-    torch.cuda.synchronize()
     budget.need((time.monotonic() - t0) * plan.reps * plan.iters)
-    times = []
+    times = tuple([] for _ in fns)
     for _ in range(plan.reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(plan.iters):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / plan.iters)
-    return statistics.median(times)
-
-
-class Paired:
-    """An A/B row's constructors: its own stack (`make`) and a stack of the row it is compared with
-    (`make_base`, DENSE_REF's), timed in alternation (time_pair_ms) so that a drift of the GPU's clocks
-    over the case (sustained load) cannot favour the row measured first."""
-
-    def __init__(self, make, make_base):
-        self.make, self.make_base = make, make_base
-
-
-def time_pair_ms(fa, fb, plan, budget):
-    """(median ms of fa, median ms of fb) as time_ms measures them, each repetition timing plan.iters
-    calls of fa and then plan.iters calls of fb."""
-    for _ in range(plan.warmup - 1):
-        fa()
-        fb()
-    torch.cuda.synchronize()
-    t0 = time.monotonic()
-    fa()
-    fb()
-    torch.cuda.synchronize()
-    budget.need((time.monotonic() - t0) * plan.reps * plan.iters)
-    times = ([], [])
-    for _ in range(plan.reps):
-        for fn, out in zip((fa, fb), times):
+        for fn, out in zip(fns, times):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(plan.iters):
@@ -632,7 +608,16 @@ def time_pair_ms(fa, fb, plan, budget):
             end.record()
             end.synchronize()
             out.append(start.elapsed_time(end) / plan.iters)
-    return statistics.median(times[0]), statistics.median(times[1])
+    return tuple(statistics.median(t) for t in times)
+
+
+class Paired:
+    """An A/B row's constructors: its own stack (`make`) and a stack of the row it is compared with
+    (`make_base`, DENSE_REF's), timed in alternation (time_each_ms) so that a drift of the GPU's clocks
+    over the case (sustained load) cannot favour the row measured first."""
+
+    def __init__(self, make, make_base):
+        self.make, self.make_base = make, make_base
 
 
 class Runner:
@@ -682,12 +667,12 @@ class Runner:
         try:
             row.setup_s = time.monotonic() - t0
             row.compile_s, row.workspace_mib = bench.compile_s, bench.workspace_mib
-            a, b = time_pair_ms(bench.train, base.train, plan, self.budget)
+            a, b = time_each_ms((bench.train, base.train), plan, self.budget)
             row.train_ms, row.pair_base_train_ms = a / bench.layers, b / base.layers
             row.saved_counted_mib, row.saved_measured_mib = bench.saved_mib()
             infer_a, infer_b = bench.inference(), base.inference()
             if infer_a is not None and infer_b is not None:
-                a, b = time_pair_ms(infer_a, infer_b, plan, self.budget)
+                a, b = time_each_ms((infer_a, infer_b), plan, self.budget)
                 row.infer_ms, row.pair_base_infer_ms = a / bench.layers, b / base.layers
         finally:
             base.close()
