@@ -34,14 +34,19 @@
 #                                            # ones, then the CudaLayer tests
 #                                            # with the forms other than the default's 4 warps per row
 #                                            # (DST_LN_ONE_PASS=0: the separate passes, then 2)
+#   bash tools/gpu-session.sh profile OUTDIR # bench/profile_layer.py: the kernels of one fwd+bwd step
+#                                            # and of one inference forward of the 4-layer stack, per
+#                                            # kernel (DST_PROFILE_ARGS: its options, default
+#                                            # "--shapes 64x128,16x512 --dtypes fp16")
 #   bash tools/gpu-session.sh multi OUTDIR   # on a host with several GPUs (carry .gpu-deps): dst-pretrain
 #                                            # and test_cuda_layer built, the two-device layer tests, then
 #                                            # bench/multi_gpu.py (correctness against one GPU, scaling
 #                                            # with and without overlap, a killed rank and the resume;
 #                                            # DST_MULTI_ARGS: more arguments for it, e.g. "--parts scale")
 #
-# Both share the build folder DST_GPU_BUILD_DIR (default /tmp/dst-gpu-build); `bench` builds it when
-# missing; `pretrain` reconfigures it with dst-pretrain on (the library's objects stay). Each step has a
+# Both share the build folder DST_GPU_BUILD_DIR (default /tmp/dst-gpu-build); `bench` and `profile` build
+# it when missing (`profile` with DST_LIB set to a library built elsewhere, e.g. on the development
+# machine for sm_90 and carried, builds nothing: the device's build time saved); `pretrain` reconfigures it with dst-pretrain on (the library's objects stay). Each step has a
 # time limit so that the whole call returns inside the device's 10-minute limit. OUTDIR receives a few
 # files (the device returns at most 8): summary.txt and one log per step (pretrain: and pretrain_vs_hf.json).
 set -u -o pipefail
@@ -55,7 +60,7 @@ lib=$DST_GPU_BUILD_DIR/libdstransformer.so
 tmp=/tmp/dst-gpu-session
 mkdir -p "$tmp"
 summary=()
-cd "$root"
+cd "$root" || exit 1
 
 step() {  # step NAME SECONDS LOG CMD...: runs CMD under a time limit, output to LOG
     local name=$1 limit=$2 log=$3; shift 3
@@ -184,7 +189,22 @@ pretrain|multi)
             ${DST_PRETRAIN_ARGS:-}
     fi
     ;;
-*) echo "usage: $0 tests|bench|gemm-gelu|layernorm-lab|pretrain|multi [OUTDIR] [CASES]" >&2; exit 2 ;;
+profile)
+    plib=${DST_LIB:-$lib}
+    if [ ! -f "$plib" ]; then
+        step build 200 "$out/build.log" bash -c "cmake -S . -B '$DST_GPU_BUILD_DIR' -G Ninja \
+            -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDST_BUILD_EXAMPLES=OFF -DDST_BUILD_PRETRAIN=OFF \
+            -DDST_BUILD_TESTS=OFF -DPython_EXECUTABLE=\$(command -v python3) && \
+            ninja -C '$DST_GPU_BUILD_DIR' -j16 dstransformer"
+    fi
+    # shellcheck disable=SC2086  # DST_PROFILE_ARGS is a list of options
+    step profile-train 150 "$out/profile_train.txt" env DST_LIB="$plib" PYTHONUNBUFFERED=1 \
+        python3 bench/profile_layer.py ${DST_PROFILE_ARGS:---shapes 64x128,16x512 --dtypes fp16}
+    # shellcheck disable=SC2086
+    step profile-infer 120 "$out/profile_infer.txt" env DST_LIB="$plib" PYTHONUNBUFFERED=1 \
+        python3 bench/profile_layer.py ${DST_PROFILE_ARGS:---shapes 64x128,16x512 --dtypes fp16} --inference
+    ;;
+*) echo "usage: $0 tests|bench|profile|gemm-gelu|layernorm-lab|pretrain|multi [OUTDIR] [CASES]" >&2; exit 2 ;;
 esac
 {
     echo "== gpu-session $mode: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
