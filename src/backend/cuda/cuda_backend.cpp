@@ -226,7 +226,14 @@ dst_status CudaBackend::take_deferred_error(const char *fn) {
                      w.what.c_str(), index, w.detail.c_str(), tail);
 }
 
+// Every op makes the context's device current first. cudaSetDevice is a driver call with locks even
+// when the device is already current (each layer step makes ~40 such calls); the thread's current
+// device is a cheap read, so the call is made only when it differs (as PyTorch's device guards do).
 dst_status CudaBackend::activate() const {
+    int current = -1;
+    const cudaError_t query = cudaGetDevice(&current);
+    if (query == cudaSuccess && current == device_) return DST_OK;
+    if (query != cudaSuccess) (void)cudaGetLastError();  // not to be reported by a later launch's check
     DST_CUDA_CHECK(cudaSetDevice(device_));
     return DST_OK;
 }

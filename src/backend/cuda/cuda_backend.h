@@ -187,7 +187,7 @@ public:
 
 private:
     CudaBackend() = default;
-    dst_status activate() const;  // cudaSetDevice(device_)
+    dst_status activate() const;  // device_ made current (cudaSetDevice when it is not)
     // A pointer to at least `bytes` of workspace (nullptr for 0 bytes); grows the owned one.
     dst_status workspace(size_t bytes, void **ptr);
     // One column-major cuBLASLt GEMM, strided-batched when batch > 1, k < batch:
