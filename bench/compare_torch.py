@@ -640,10 +640,7 @@ class Runner:
         try:
             plan = plan_for(row.S)
             self.budget.need(self.predict(row, plan) * (2 if isinstance(make, Paired) else 1))
-            if isinstance(make, Paired):
-                self.measure_pair(row, make, plan)
-            else:
-                self.measure(row, make, plan)
+            self.measure(row, make, plan)
         except OutOfBudget:
             row.note = SKIPPED if row.train_ms is None else "(inference skipped: time budget)"
         except Exception as e:  # out of memory, a library error: noted in the row, the run goes on
@@ -656,47 +653,37 @@ class Runner:
         gc.collect()  # what the row allocated is unreachable now that the exception, if any, is gone
         torch.cuda.empty_cache()
 
-    def measure_pair(self, row, pair, plan):
-        t0 = time.monotonic()
-        bench = pair.make()
-        try:
-            base = pair.make_base()
-        except BaseException:
-            bench.close()
-            raise
-        try:
-            row.setup_s = time.monotonic() - t0
-            row.compile_s, row.workspace_mib = bench.compile_s, bench.workspace_mib
-            a, b = time_each_ms((bench.train, base.train), plan, self.budget)
-            row.train_ms, row.pair_base_train_ms = a / bench.layers, b / base.layers
-            row.saved_counted_mib, row.saved_measured_mib = bench.saved_mib()
-            infer_a, infer_b = bench.inference(), base.inference()
-            if infer_a is not None and infer_b is not None:
-                a, b = time_each_ms((infer_a, infer_b), plan, self.budget)
-                row.infer_ms, row.pair_base_infer_ms = a / bench.layers, b / base.layers
-        finally:
-            base.close()
-            bench.close()
-        call_s = (row.train_ms + (row.infer_ms or 0.0)) * bench.layers / 1e3  # one stack's, as measure's
-        self.last[row.impl] = (row.B, row.S, row.setup_s, call_s)
-
     def measure(self, row, make, plan):
+        """Fills row from make's bench; for an A/B row (Paired), its bench and its base's stack are timed
+        in alternation and the base's times go to the row's pair_base_* fields."""
+        pair = make if isinstance(make, Paired) else None
         t0 = time.monotonic()
-        bench = make()
+        benches = []
         try:
+            benches.append(pair.make() if pair else make())
+            if pair:
+                benches.append(pair.make_base())
+            bench = benches[0]
             row.setup_s = time.monotonic() - t0
             row.compile_s, row.workspace_mib = bench.compile_s, bench.workspace_mib
-            row.train_ms = time_ms(bench.train, plan, self.budget) / bench.layers
+            train = time_each_ms(tuple(b.train for b in benches), plan, self.budget)
+            row.train_ms = train[0] / bench.layers
             row.saved_counted_mib, row.saved_measured_mib = bench.saved_mib()
             if getattr(bench, "compiled", False):  # inference is a second compilation: about half the first
                 self.budget.need(0.5 * (bench.compile_s or 0.0))
-            infer = bench.inference()
+            infer = tuple(b.inference() for b in benches)
             row.infer_compile_s = getattr(bench, "infer_compile_s", None)
-            if infer is not None:
-                row.infer_ms = time_ms(infer, plan, self.budget) / bench.layers
+            if all(f is not None for f in infer):
+                infer_ms = time_each_ms(infer, plan, self.budget)
+                row.infer_ms = infer_ms[0] / bench.layers
+                if pair:
+                    row.pair_base_infer_ms = infer_ms[1] / benches[1].layers
+            if pair:
+                row.pair_base_train_ms = train[1] / benches[1].layers
         finally:
-            bench.close()
-        call_s = (row.train_ms + (row.infer_ms or 0.0)) * bench.layers / 1e3
+            for b in reversed(benches):
+                b.close()
+        call_s = (row.train_ms + (row.infer_ms or 0.0)) * bench.layers / 1e3  # one stack's
         self.last[row.impl] = (row.B, row.S, row.setup_s, call_s)
 
 

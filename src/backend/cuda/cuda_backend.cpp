@@ -91,12 +91,14 @@ dst_status CudaBackend::create(int device, CudaBackend **out) {
     be->stream_ = be->own_stream_;
     DST_CUBLASLT_CHECK(cublasLtCreate(&be->lt_));
     {
-        const char *tune = std::getenv("DST_GEMM_TUNE");
-        be->gemm_tuning_ = !(tune && std::strcmp(tune, "0") == 0);
-        const char *fused = std::getenv("DST_FUSED_GEMM");
-        be->fused_gemm_ = !(fused && std::strcmp(fused, "0") == 0);
-        const char *tiles = std::getenv("DST_DGELU_TILE_SUMS");
-        be->dgelu_tile_sums_ = !(tiles && std::strcmp(tiles, "0") == 0);
+        // The switches that default to on: off only when the variable is "0".
+        auto on_unless_zero = [](const char *name) {
+            const char *v = std::getenv(name);
+            return !(v && std::strcmp(v, "0") == 0);
+        };
+        be->gemm_tuning_ = on_unless_zero("DST_GEMM_TUNE");
+        be->fused_gemm_ = on_unless_zero("DST_FUSED_GEMM");
+        be->dgelu_tile_sums_ = on_unless_zero("DST_DGELU_TILE_SUMS");
         const char *ln = std::getenv("DST_LN_ONE_PASS");
         if (ln) be->set_layernorm_one_pass(std::atoi(ln));
     }
