@@ -1941,6 +1941,65 @@ TEST(CudaBackend, TunedGemmAlgorithmsGiveTheHeuristicsBits) {
                 t->gemm_classes_timed(), t->gemm_classes_changed());
 }
 
+// The backend keeps each GEMM problem's cuBLASLt descriptors (and empties the cache after 1024 problems);
+// only the bias pointer is set per call. Problems of one shape alternate between two biases (same
+// alignment, so the same cached problem), across more distinct shapes than the cache holds, and then
+// again after it was emptied: every output is the exact x·Wᵀ + b of its own call (small integers, so
+// exact in every dtype).
+TEST(CudaBackend, CachedGemmDescriptorsTakeEachCallsBias) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    Backend *raw = nullptr;
+    ASSERT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
+    std::unique_ptr<Backend> be(raw);
+    const int64_t k = 8, m = 24, shapes = 1032;  // more than the cache's 1024 problems
+    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_FP32}) {
+        SCOPED_TRACE("dtype " + std::to_string(static_cast<int>(dt)));
+        HostBuf x(dt, shapes * k), w(dt, m * k), bias[2] = {HostBuf(dt, m), HostBuf(dt, m)};
+        std::mt19937_64 rng(11);
+        std::uniform_int_distribution<int> small(-2, 2);
+        for (int64_t i = 0; i < x.count; ++i) x.set(i, small(rng));
+        for (int64_t i = 0; i < w.count; ++i) w.set(i, small(rng));
+        for (int64_t j = 0; j < m; ++j) {
+            bias[0].set(j, 100 + j);
+            bias[1].set(j, -50 - 2 * j);
+        }
+        const size_t es = dst_dtype_size(dt);
+        void *px = nullptr, *pw = nullptr, *pb[2] = {}, *py = nullptr;
+        ASSERT_EQ(be->alloc(x.bytes.size(), &px), DST_OK);
+        ASSERT_EQ(be->alloc(w.bytes.size(), &pw), DST_OK);
+        for (int i = 0; i < 2; ++i) ASSERT_EQ(be->alloc(bias[i].bytes.size(), &pb[i]), DST_OK);
+        ASSERT_EQ(be->alloc(size_t(shapes * m) * es, &py), DST_OK);
+        ASSERT_EQ(be->copy(px, x.data(), x.bytes.size(), CopyKind::HostToDevice), DST_OK);
+        ASSERT_EQ(be->copy(pw, w.data(), w.bytes.size(), CopyKind::HostToDevice), DST_OK);
+        for (int i = 0; i < 2; ++i)
+            ASSERT_EQ(be->copy(pb[i], bias[i].data(), bias[i].bytes.size(), CopyKind::HostToDevice), DST_OK);
+        HostBuf y(dt, shapes * m);
+        std::vector<double> xw(size_t(shapes * m), 0.0);  // x·Wᵀ, exact
+        for (int64_t r = 0; r < shapes; ++r)
+            for (int64_t j = 0; j < m; ++j)
+                for (int64_t t = 0; t < k; ++t) xw[size_t(r * m + j)] += x.get(r * k + t) * w.get(j * k + t);
+        int64_t wrong = 0, checked = 0;
+        auto run = [&](int64_t n, int which) {
+            ASSERT_EQ(be->linear_fwd(dt, px, pw, pb[which], py, n, k, m, nullptr, nullptr), DST_OK);
+            ASSERT_EQ(be->copy(y.data(), py, size_t(n * m) * es, CopyKind::DeviceToHost), DST_OK);
+            for (int64_t r = 0; r < n; ++r)
+                for (int64_t j = 0; j < m; ++j) {
+                    const double want = bias[which].get(j) + xw[size_t(r * m + j)];
+                    const double got = y.get(r * m + j);
+                    if (got != want && wrong++ < 5)
+                        ADD_FAILURE() << "n " << n << " bias " << which << " row " << r << " col " << j << ": " << got
+                                      << ", expected " << want;
+                    ++checked;
+                }
+        };
+        for (int64_t n = 1; n <= shapes; ++n)
+            for (int which : {0, 1}) run(n, which);
+        for (int which : {1, 0}) run(3, which);  // a shape met before the cache was emptied
+        EXPECT_EQ(wrong, 0) << "of " << checked << " outputs";
+        for (void *q : {px, pw, pb[0], pb[1], py}) be->free(q);
+    }
+}
+
 // Kernels launched as programmatic dependents (kernels/launch.cuh) wait for the kernel before them on
 // the device. A chain in which every op reads what the previous one wrote, several in place, gives
 // the same bits with no synchronisation between the ops as with one after each (the host then

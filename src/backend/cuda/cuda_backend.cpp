@@ -470,6 +470,13 @@ constexpr size_t kDigestBytes = 256;
 
 }  // namespace
 
+// FNV-1a over the key's words.
+size_t CudaBackend::LtKeyHash::operator()(const std::array<int64_t, kLtKey> &k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : k) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+}
+
 // The algorithm of a problem not seen before. cuBLASLt's heuristic costs up to a few milliseconds of
 // host time per query, and some callers meet a new size at every call (the masked rows of an MLM head
 // change from batch to batch), so the heuristic runs once per size class: on the representative
@@ -483,7 +490,7 @@ constexpr size_t kDigestBytes = 256;
 // or on the order in which problems arrive (run-to-run determinism); the timing chooses the speed.
 dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataType_t d_type, const Gemm &g,
                                     size_t ws_bytes, void *ws_ptr, uint32_t al_a, uint32_t al_b, uint32_t al_d,
-                                    const int64_t (&key)[kLtKey], cublasLtMatmulAlgo_t *algo, size_t *ws) {
+                                    const std::array<int64_t, kLtKey> &key, cublasLtMatmulAlgo_t *algo, size_t *ws) {
     const uint64_t ws_limit = ws_bytes;
     DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&mm.pref));
     DST_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(mm.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -499,7 +506,7 @@ dst_status CudaBackend::choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataT
 
     // The class entry: the key with every extent (M, N, K, the leading dimensions, strides, batch) classed.
     int64_t ckey[kLtKey];
-    std::memcpy(ckey, key, sizeof ckey);
+    std::memcpy(ckey, key.data(), sizeof ckey);
     for (int i = 3; i <= 12; ++i) ckey[i] = size_class(key[i]);
     LtAlgoEntry *cls = nullptr;
     for (LtAlgoEntry &e : lt_classes_)
@@ -639,58 +646,57 @@ dst_status CudaBackend::gemm(dst_dtype dt, const Gemm &g) {
                              static_cast<int>(dt));
     }
     const cudaDataType_t d_type = g.d_fp32 ? CUDA_R_32F : type;
-
-    LtMatmul mm;
-    DST_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&mm.op, compute, scale_type));
     const int32_t ta = g.ta, tb = g.tb;
-    DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    // Epilogue: 0 none, 1 BIAS (part of the key).
     const void *vec = g.bias;
-    const int epilogue = g.bias ? 1 : 0;
-    if (epilogue > 0) {
-        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        const int32_t bias_type = type;
-        DST_CUBLASLT_CHECK(
-            cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                          &vec, sizeof vec));
-        DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                          &bias_type, sizeof bias_type));
-    }
-    const bool an = g.ta == CUBLAS_OP_N, bn = g.tb == CUBLAS_OP_N;
-    DST_TRY(make_layout(&mm.a, type, an ? g.M : g.K, an ? g.K : g.M, g.lda, g.batch, g.sa));
-    DST_TRY(make_layout(&mm.b, type, bn ? g.K : g.N, bn ? g.N : g.K, g.ldb, g.batch, g.sb));
-    DST_TRY(make_layout(&mm.d, d_type, g.M, g.N, g.ldd, g.batch, g.sd));
-
+    const int epilogue = g.bias ? 1 : 0;  // 0 none, 1 BIAS
     const size_t ws_bytes = gemm_workspace_bytes();
     void *ws = nullptr;
     DST_TRY(workspace(ws_bytes, &ws));
     const void *c = g.C ? g.C : g.D;
     const uint32_t al_a = pointer_alignment(g.A), al_b = pointer_alignment(g.B),
                    al_d = std::min(pointer_alignment(g.D), pointer_alignment(c));  // C and D share a layout
-    const int64_t key[kLtKey] = {static_cast<int64_t>(dt), ta, tb, g.M, g.N, g.K, g.lda, g.sa, g.ldb, g.sb,
-                                 g.ldd, g.sd, g.batch, g.d_fp32, al_a, al_b, al_d,
-                                 static_cast<int64_t>(ws_bytes), allow_tf32_, vec ? pointer_alignment(vec) : 0,
-                                 epilogue};
-    const LtAlgoEntry *hit = nullptr;
-    for (const LtAlgoEntry &e : lt_algos_)
-        if (std::memcmp(e.key, key, sizeof key) == 0) hit = &e;
-    if (!hit) {
-        LtAlgoEntry e;
-        std::memcpy(e.key, key, sizeof key);
-        DST_TRY(choose_algo(mm, type, d_type, g, ws_bytes, ws, al_a, al_b, al_d, key, &e.algo, &e.ws));
-        if (lt_algos_.size() >= kLtAlgosKept) lt_algos_.erase(lt_algos_.begin(), lt_algos_.begin() + kLtAlgosKept / 2);
-        lt_algos_.push_back(e);
-        hit = &lt_algos_.back();
+    // Everything the descriptors and the algorithm depend on (the bias pointer aside, set per call).
+    const std::array<int64_t, kLtKey> key = {static_cast<int64_t>(dt), ta, tb, g.M, g.N, g.K, g.lda, g.sa, g.ldb,
+                                             g.sb, g.ldd, g.sd, g.batch, g.d_fp32, al_a, al_b, al_d,
+                                             static_cast<int64_t>(ws_bytes), allow_tf32_,
+                                             vec ? pointer_alignment(vec) : 0, epilogue};
+    auto found = lt_problems_.find(key);
+    if (found == lt_problems_.end()) {
+        LtProblem p;
+        p.mm = std::make_unique<LtMatmul>();
+        LtMatmul &mm = *p.mm;
+        DST_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&mm.op, compute, scale_type));
+        DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+        DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+        if (epilogue > 0) {
+            const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+            const int32_t bias_type = type;
+            DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+            DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec,
+                                                              sizeof vec));
+            DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                              sizeof bias_type));
+        }
+        const bool an = g.ta == CUBLAS_OP_N, bn = g.tb == CUBLAS_OP_N;
+        DST_TRY(make_layout(&mm.a, type, an ? g.M : g.K, an ? g.K : g.M, g.lda, g.batch, g.sa));
+        DST_TRY(make_layout(&mm.b, type, bn ? g.K : g.N, bn ? g.N : g.K, g.ldb, g.batch, g.sb));
+        DST_TRY(make_layout(&mm.d, d_type, g.M, g.N, g.ldd, g.batch, g.sd));
+        DST_TRY(choose_algo(mm, type, d_type, g, ws_bytes, ws, al_a, al_b, al_d, key, &p.algo, &p.ws));
+        if (lt_problems_.size() >= kLtAlgosKept) lt_problems_.clear();
+        found = lt_problems_.emplace(key, std::move(p)).first;
+    } else if (epilogue > 0) {
+        DST_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(found->second.mm->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                          &vec, sizeof vec));
     }
+    const LtProblem &hit = found->second;
+    const LtMatmul &mm = *hit.mm;
     const float alpha_f = g.alpha, beta_f = g.accumulate ? 1.0f : 0.0f;
     const double alpha_d = g.alpha, beta_d = g.accumulate ? 1.0 : 0.0;
     const bool dbl = scale_type == CUDA_R_64F;
     const void *alpha = dbl ? static_cast<const void *>(&alpha_d) : static_cast<const void *>(&alpha_f);
     const void *beta = dbl ? static_cast<const void *>(&beta_d) : static_cast<const void *>(&beta_f);
-    DST_CUBLASLT_CHECK(cublasLtMatmul(lt_, mm.op, alpha, g.A, mm.a, g.B, mm.b, beta, c, mm.d, g.D, mm.d,
-                                      &hit->algo, ws, hit->ws, stream_));
+    DST_CUBLASLT_CHECK(cublasLtMatmul(lt_, mm.op, alpha, g.A, mm.a, g.B, mm.b, beta, c, mm.d, g.D, mm.d, &hit.algo,
+                                      ws, hit.ws, stream_));
     return DST_OK;
 }
 

@@ -16,7 +16,9 @@
 #include <cstddef>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -258,8 +260,9 @@ private:
     uint32_t next_check_ = 1;
     dst_status note_check(CheckKind kind, int32_t lo, int32_t hi, const char *what, const char *detail, uint32_t *id);
     bool stochastic_ = false;
-    // cuBLASLt algorithms of the GEMMs, by problem (same problem: same algorithm), and the choice per
-    // size class (choose_algo); each list keeps its newest kLtAlgosKept entries.
+    // cuBLASLt algorithms of the GEMMs, by problem (same problem: same algorithm: lt_problems_, emptied
+    // when it reaches kLtAlgosKept problems), and the choice per size class (choose_algo; the list keeps
+    // its newest kLtAlgosKept classes, so a problem dropped from lt_problems_ finds its class again).
     static constexpr int kLtKey = 21;  // the problem's description (gemm)
     // A class's tuning candidates: the heuristic's first algorithm and the others it offers of the same
     // kernel family (same algorithm id, no split-K), which compute every output element in the same
@@ -273,13 +276,24 @@ private:
         cublasLtMatmulAlgo_t cand[kTuneCandidates];
     };
     static constexpr size_t kLtAlgosKept = 1024;
-    std::vector<LtAlgoEntry> lt_algos_, lt_classes_;
+    std::vector<LtAlgoEntry> lt_classes_;
+    // A problem seen before: its descriptors (the matmul with its epilogue, the three layouts), kept so
+    // that a repeated GEMM makes no descriptor calls but the bias pointer's, and its algorithm.
+    struct LtKeyHash {
+        size_t operator()(const std::array<int64_t, kLtKey> &k) const;
+    };
+    struct LtProblem {
+        std::unique_ptr<LtMatmul> mm;
+        cublasLtMatmulAlgo_t algo;
+        size_t ws = 0;
+    };
+    std::unordered_map<std::array<int64_t, kLtKey>, LtProblem, LtKeyHash> lt_problems_;
     bool gemm_tuning_ = true;  // DST_GEMM_TUNE=0 turns the timing of candidates off
     int classes_timed_ = 0, classes_changed_ = 0;
     cudaEvent_t tune_events_[2 * kTuneCandidates] = {};
     dst_status choose_algo(LtMatmul &mm, cudaDataType_t type, cudaDataType_t d_type, const Gemm &g, size_t ws_bytes,
-                           void *ws_ptr, uint32_t al_a, uint32_t al_b, uint32_t al_d, const int64_t (&key)[kLtKey],
-                           cublasLtMatmulAlgo_t *algo, size_t *ws);
+                           void *ws_ptr, uint32_t al_a, uint32_t al_b, uint32_t al_d,
+                           const std::array<int64_t, kLtKey> &key, cublasLtMatmulAlgo_t *algo, size_t *ws);
     // Times a class's candidates on this call's problem (in place: the call writes D, β = 0) and keeps
     // the fastest whose output has the first candidate's bits.
     dst_status tune_class(LtMatmul &mm, const Gemm &g, bool d_fp32, void *ws_ptr, size_t ws_bytes, LtAlgoEntry *cls);
