@@ -4,7 +4,12 @@
  * memory-switch combination. Uses only the public C API; timings use host clocks around
  * dst_context_synchronize(), median of R repetitions of N iterations.
  *
- *   bench_layer [--backend cuda|cpu] [--quick] [--json FILE]
+ *   bench_layer [--backend cuda|cpu] [--quick] [--shapes BxS,...] [--json FILE]
+ *
+ * "host us/step" is the host's own work per step: the calling thread's CPU time for the first three
+ * steps after a synchronisation (the device's queue far from full, so no launch waits), divided by
+ * three, median over the repetitions. Where it approaches the step's time (small batches), the host's
+ * launches bound the layer.
  *
  * Ratios against PyTorch come from bench/compare_torch.py, which runs in the same process as the
  * baselines; this program gives the library's own view and works without Python.
@@ -26,11 +31,13 @@
         }                                                                                    \
     } while (0)
 
-static double now_ms(void) {
+static double clock_ms(clockid_t id) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(id, &t);
     return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
+
+static double now_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -50,18 +57,24 @@ static void run_once(bench_case *c) {
     if (c->training) CHECK(dst_layer_backward(c->layer, NULL, &c->dy, &c->dx, DST_GRAD_WRITE));
 }
 
-static double time_case(bench_case *c, int reps, int iters) {
-    double t[16];
+/* Median ms per step over `reps` runs of `iters` steps; *host_us: median thread CPU µs per step of a
+ * run's first three steps. */
+static double time_case(bench_case *c, int reps, int iters, double *host_us) {
+    double t[16], h[16];
     int r, i;
     for (i = 0; i < 2; ++i) run_once(c);
     CHECK(dst_context_synchronize(c->ctx));
     for (r = 0; r < reps; ++r) {
-        double t0 = now_ms();
-        for (i = 0; i < iters; ++i) run_once(c);
+        double t0 = now_ms(), c0 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
+        for (i = 0; i < 3 && i < iters; ++i) run_once(c);
+        h[r] = (clock_ms(CLOCK_THREAD_CPUTIME_ID) - c0) * 1e3 / i;
+        for (; i < iters; ++i) run_once(c);
         CHECK(dst_context_synchronize(c->ctx));
         t[r] = (now_ms() - t0) / iters;
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    qsort(h, (size_t)reps, sizeof h[0], cmp_double);
+    *host_us = h[reps / 2];
     return t[reps / 2];
 }
 
@@ -109,15 +122,42 @@ static dst_tensor act(void *p, dst_dtype dt, int64_t B, int64_t S, int64_t H) {
 int main(int argc, char **argv) {
     const char *json = NULL;
     dst_backend backend = DST_BACKEND_AUTO;
-    int quick = 0, i;
+    int quick = 0, i, nshapes = 2;
+    int64_t shapes[8][2] = {{64, 128}, {16, 512}};
     for (i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) {
+            const char *p = argv[++i];
+            nshapes = 0;
+            while (*p) {
+                long long b = 0, s = 0;
+                int used = 0;
+                if (nshapes == 8 || sscanf(p, "%lldx%lld%n", &b, &s, &used) != 2 || b < 1 || s < 1) {
+                    fprintf(stderr, "--shapes: expected up to 8 comma-separated BxS with B, S >= 1, got '%s'\n",
+                            argv[i]);
+                    return 2;
+                }
+                shapes[nshapes][0] = b;
+                shapes[nshapes][1] = s;
+                ++nshapes;
+                p += used;
+                if (*p == ',') ++p;
+                else if (*p) {
+                    fprintf(stderr, "--shapes: expected ',' after '%lldx%lld' in '%s'\n", b, s, argv[i]);
+                    return 2;
+                }
+            }
+            if (nshapes == 0) {
+                fprintf(stderr, "--shapes: expected at least one BxS\n");
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
             ++i;
             backend = !strcmp(argv[i], "cpu") ? DST_BACKEND_CPU : DST_BACKEND_CUDA;
         } else {
-            fprintf(stderr, "usage: %s [--backend cuda|cpu] [--quick] [--json FILE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--backend cuda|cpu] [--quick] [--shapes BxS,...] [--json FILE]\n", argv[0]);
             return 2;
         }
     }
@@ -127,7 +167,10 @@ int main(int argc, char **argv) {
     const int on_gpu = backend == DST_BACKEND_CUDA;
     /* BERT-Large on a GPU; a BERT-Base-sized layer with small batches on the CPU reference. */
     const int64_t H = on_gpu ? 1024 : 768, heads = on_gpu ? 16 : 12, I = 4 * H;
-    const int64_t shapes[2][2] = {{on_gpu ? 64 : 2, 128}, {on_gpu ? 16 : 1, 512}};
+    if (!on_gpu && nshapes == 2 && shapes[0][0] == 64 && shapes[1][0] == 16) { /* the defaults, made small */
+        shapes[0][0] = 2;
+        shapes[1][0] = 1;
+    }
     const dst_dtype dtypes[3] = {DST_DTYPE_FP16, DST_DTYPE_BF16, DST_DTYPE_FP32};
     const int ndt = on_gpu ? (quick ? 1 : 2) : 1;
     const int reps = quick ? 3 : 7, iters = on_gpu ? (quick ? 5 : 20) : 1;
@@ -138,12 +181,13 @@ int main(int argc, char **argv) {
     }
     printf("libdstransformer %s, backend %s, H=%lld heads=%lld I=%lld, dropout 0.1, padding mask\n",
            dst_version_string(), on_gpu ? "cuda" : "cpu", (long long)H, (long long)heads, (long long)I);
-    printf("%-5s %4s %4s  %14s %14s %12s\n", "dtype", "B", "S", "fwd+bwd ms/lyr", "infer ms/lyr", "tokens/s");
+    printf("%-5s %4s %5s  %14s %14s %12s %14s %14s\n", "dtype", "B", "S", "fwd+bwd ms/lyr", "infer ms/lyr",
+           "tokens/s", "host us/step", "host us/infer");
     if (jf) fprintf(jf, "{\"backend\": \"%s\", \"timings\": [", on_gpu ? "cuda" : "cpu");
     int first = 1, d, k;
     for (d = 0; d < ndt; ++d) {
         dst_dtype dt = on_gpu ? dtypes[d] : dtypes[2];
-        for (k = 0; k < 2; ++k) {
+        for (k = 0; k < nshapes; ++k) {
             const int64_t B = shapes[k][0], S = shapes[k][1];
             dst_layer_config cfg;
             bench_case c;
@@ -178,15 +222,19 @@ int main(int argc, char **argv) {
             c.mask.tensor.ndim = 1;
             c.mask.tensor.shape[0] = B;
             c.training = 1;
-            double t_train = time_case(&c, reps, iters);
+            double h_train, h_inf;
+            double t_train = time_case(&c, reps, iters, &h_train);
             CHECK(dst_layer_set_training(c.layer, 0));
             c.training = 0;
-            double t_inf = time_case(&c, reps, iters);
-            printf("%-5s %4lld %4lld  %14.3f %14.3f %12.0f\n", dst_dtype_string(dt), (long long)B, (long long)S,
-                   t_train, t_inf, (double)(B * S) / (t_train * 1e-3));
+            double t_inf = time_case(&c, reps, iters, &h_inf);
+            printf("%-5s %4lld %5lld  %14.3f %14.3f %12.0f %14.1f %14.1f\n", dst_dtype_string(dt), (long long)B,
+                   (long long)S, t_train, t_inf, (double)(B * S) / (t_train * 1e-3), h_train, h_inf);
             if (jf)
-                fprintf(jf, "%s{\"dtype\": \"%s\", \"B\": %lld, \"S\": %lld, \"train_ms\": %.4f, \"infer_ms\": %.4f}",
-                        first ? "" : ", ", dst_dtype_string(dt), (long long)B, (long long)S, t_train, t_inf);
+                fprintf(jf,
+                        "%s{\"dtype\": \"%s\", \"B\": %lld, \"S\": %lld, \"train_ms\": %.4f, \"infer_ms\": %.4f, "
+                        "\"host_train_us\": %.2f, \"host_infer_us\": %.2f}",
+                        first ? "" : ", ", dst_dtype_string(dt), (long long)B, (long long)S, t_train, t_inf, h_train,
+                        h_inf);
             first = 0;
             dst_free(ctx, c.x.data);
             dst_free(ctx, c.dy.data);
