@@ -385,6 +385,25 @@ void Layer::pack(AttentionParams &ap, DropoutSite &d1, DropoutSite &d2, void *le
     }
 }
 
+// A residual branch's end: z = residual + dropout(a·Wᵀ + b), y = LN(z). With the dropout inactive
+// (inference, or a ratio of 0) the residual is the GEMM's added term (linear_fwd_add: one rounding)
+// and the LayerNorm a plain one, which reads z alone; otherwise the GEMM writes t and one pass adds,
+// drops and normalises (dropout_residual_layernorm_fwd).
+dst_status Layer::branch_residual_layernorm(const void *a, int w, int b, int64_t k, const void *residual, void *t,
+                                            void *z, int nw, int nb, void *y, void *mean, void *rstd, int64_t N,
+                                            const DropoutSite &d) {
+    Backend &be = backend();
+    const dst_dtype dt = cfg_.dtype;
+    const int64_t H = dims_.H;
+    if (!d.active()) {
+        DST_TRY(be.linear_fwd_add(dt, a, param(w), param(b), residual, z, N, k, H));
+        return be.layernorm_fwd(dt, z, param(nw), param(nb), y, mean, rstd, N, H, cfg_.layer_norm_eps);
+    }
+    DST_TRY(be.linear_fwd(dt, a, param(w), param(b), t, N, k, H, nullptr, nullptr));
+    return be.dropout_residual_layernorm_fwd(dt, t, residual, z, param(nw), param(nb), y, mean, rstd, N, H,
+                                             cfg_.layer_norm_eps, d);
+}
+
 // h = LN1(x); qkv = h·Wqkvᵀ + b; ctx = attention(qkv); r = x + dropout(ctx·Woᵀ + bo);
 // h2 = LN2(r); g = GELU(h2·Wiᵀ + bi); y = r + dropout(g·Woutᵀ + bout).
 dst_status Layer::forward_pre_ln(const Plan &p, char *sv, char *ws, const void *x, const AttentionParams &ap,
@@ -403,11 +422,9 @@ dst_status Layer::forward_pre_ln(const Plan &p, char *sv, char *ws, const void *
     DST_TRY(be.linear_fwd(dt, h, param(DST_PARAM_ATTN_QKVW), param(DST_PARAM_ATTN_QKVB), qkv, N, H, 3 * H,
                           nullptr, nullptr));
     DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, at(p, sv, ws, kSlotLse)));
-    DST_TRY(be.linear_fwd(dt, ctx, param(DST_PARAM_ATTN_OW), param(DST_PARAM_ATTN_OB), t, N, H, H, nullptr,
-                          nullptr));
-    DST_TRY(be.dropout_residual_layernorm_fwd(dt, t, x, r, param(DST_PARAM_ATTN_NW), param(DST_PARAM_ATTN_NB), h2,
-                                              at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), N, H, eps,
-                                              d1));
+    DST_TRY(branch_residual_layernorm(ctx, DST_PARAM_ATTN_OW, DST_PARAM_ATTN_OB, H, x, t, r, DST_PARAM_ATTN_NW,
+                                      DST_PARAM_ATTN_NB, h2, at(p, sv, ws, kSlotLn2Mean),
+                                      at(p, sv, ws, kSlotLn2Rstd), N, d1));
     // Inference keeps no pre-activation (a backend may then skip storing it).
     DST_TRY(be.linear_fwd(dt, h2, param(DST_PARAM_INTER_W), param(DST_PARAM_INTER_B), g, N, H, I, &act,
                           training_ ? u : nullptr));
@@ -426,7 +443,6 @@ dst_status Layer::forward_post_ln(const Plan &p, char *sv, char *ws, const void 
     Backend &be = backend();
     const dst_dtype dt = cfg_.dtype;
     const int64_t N = ap.tokens(), H = dims_.H, I = dims_.I;
-    const double eps = cfg_.layer_norm_eps;
     void *qkv = at(p, sv, ws, kSlotQkv), *ctx = at(p, sv, ws, kSlotCtx);
     void *r = at(p, sv, ws, kSlotResid), *h2 = at(p, sv, ws, kSlotLn2Out);
     void *u = at(p, sv, ws, kSlotPreGelu), *g = at(p, sv, ws, kSlotGelu), *t = at(p, sv, ws, kSlotTmpH);
@@ -436,19 +452,15 @@ dst_status Layer::forward_post_ln(const Plan &p, char *sv, char *ws, const void 
     DST_TRY(be.linear_fwd(dt, x, param(DST_PARAM_ATTN_QKVW), param(DST_PARAM_ATTN_QKVB), qkv, N, H, 3 * H,
                           nullptr, nullptr));
     DST_TRY(be.attention_fwd(dt, ap, qkv, ctx, at(p, sv, ws, kSlotLse)));
-    DST_TRY(be.linear_fwd(dt, ctx, param(DST_PARAM_ATTN_OW), param(DST_PARAM_ATTN_OB), t, N, H, H, nullptr,
-                          nullptr));
-    DST_TRY(be.dropout_residual_layernorm_fwd(dt, t, x, r, param(DST_PARAM_ATTN_NW), param(DST_PARAM_ATTN_NB), h2,
-                                              at(p, sv, ws, kSlotLn2Mean), at(p, sv, ws, kSlotLn2Rstd), N, H, eps,
-                                              d1));
+    DST_TRY(branch_residual_layernorm(ctx, DST_PARAM_ATTN_OW, DST_PARAM_ATTN_OB, H, x, t, r, DST_PARAM_ATTN_NW,
+                                      DST_PARAM_ATTN_NB, h2, at(p, sv, ws, kSlotLn2Mean),
+                                      at(p, sv, ws, kSlotLn2Rstd), N, d1));
     // Inference keeps no pre-activation (a backend may then skip storing it).
     DST_TRY(be.linear_fwd(dt, h2, param(DST_PARAM_INTER_W), param(DST_PARAM_INTER_B), g, N, H, I, &act,
                           training_ ? u : nullptr));
-    DST_TRY(be.linear_fwd(dt, g, param(DST_PARAM_OUTPUT_W), param(DST_PARAM_OUTPUT_B), t, N, I, H, nullptr,
-                          nullptr));
-    DST_TRY(be.dropout_residual_layernorm_fwd(dt, t, h2, z, param(DST_PARAM_NORM_W), param(DST_PARAM_NORM_B), y,
-                                              at(p, sv, ws, kSlotLn3Mean), at(p, sv, ws, kSlotLn3Rstd), N, H, eps,
-                                              d2));
+    DST_TRY(branch_residual_layernorm(g, DST_PARAM_OUTPUT_W, DST_PARAM_OUTPUT_B, I, h2, t, z, DST_PARAM_NORM_W,
+                                      DST_PARAM_NORM_B, y, at(p, sv, ws, kSlotLn3Mean), at(p, sv, ws, kSlotLn3Rstd),
+                                      N, d2));
     if (p.slot[kSlotOut].used)
         DST_TRY(be.copy(at(p, sv, ws, kSlotOut), y, static_cast<size_t>(N * H) * dtype_size(dt),
                         CopyKind::DeviceToDevice));

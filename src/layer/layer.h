@@ -109,6 +109,10 @@ private:
     AttentionParams attention_params(int64_t B, int64_t S) const;
     dst_status workspace(const Plan &p, int64_t B, int64_t S, dst_mask_kind mask, dst_dtype mask_dtype,
                          int64_t packed_tokens, char **ws);
+    // z = residual + dropout(a·Wᵀ + b), y = LN(z) (W: [H, k]; t: an N×H temporary).
+    dst_status branch_residual_layernorm(const void *a, int w, int b, int64_t k, const void *residual, void *t,
+                                         void *z, int nw, int nb, void *y, void *mean, void *rstd, int64_t N,
+                                         const DropoutSite &d);
     dst_status forward_pre_ln(const Plan &p, char *sv, char *ws, const void *x, const AttentionParams &ap,
                               const DropoutSite &d1, const DropoutSite &d2, void *y);
     dst_status forward_post_ln(const Plan &p, char *sv, char *ws, const void *x, const AttentionParams &ap,
