@@ -50,6 +50,23 @@ cudaError_t gemm_dgelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const v
                        const void *u, void *du, int64_t n, int64_t k, int64_t m, int sm_count,
                        float *partial = nullptr);
 
+// Which of the two compiled configurations a call takes. Both use 128×256 tiles and the persistent
+// cooperative schedule over `sm_count` blocks; the library's pairs the blocks in clusters of two along
+// the rows (each weight tile multicast to both), which rounds the row tiles up to an even count. Where
+// that rounding costs one more round of tiles than single blocks need (an odd row-tile count whose pairs
+// just pass a multiple of the clusters that run at once, e.g. 5203 rows × 4096 columns on 132
+// multiprocessors: 6 rounds against 5), the call runs the kernels without a cluster (kernels/cutlass/
+// gemm_gelu_*_single.cu): the same tiles and summation order, so the same bits. `cols` is the output's
+// width (the forward's m, the backward's k). Host arithmetic only.
+inline bool gemm_gelu_unclustered(int64_t rows, int64_t cols, int sm_count) {
+    if (rows <= 0 || cols <= 0 || sm_count < 2) return false;
+    const int64_t mt = (rows + 127) / 128, nt = (cols + 255) / 256;
+    const int64_t pairs = sm_count / 2;
+    const int64_t rounds_paired = ((mt + 1) / 2 * nt + pairs - 1) / pairs;
+    const int64_t rounds_single = (mt * nt + sm_count - 1) / sm_count;
+    return rounds_single < rounds_paired;
+}
+
 // gemm_dgelu's column partial sums (both storage types): row c (c < dgelu_partial_chunks(n)) holds, in
 // columns 0 … k − 1 of dgelu_partial_ld(k) floats, the sums over rows 128c … 128c + 127 of du as stored
 // (each tile's sum in CUTLASS's fixed order: per thread, then across lanes and warps; no atomics, so

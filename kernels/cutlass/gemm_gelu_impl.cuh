@@ -137,8 +137,12 @@ struct Config {
 // both blocks), the cooperative schedule. To be settled by kernels/dev/gemm_gelu_lab.cu on the H200.
 using DefaultConfig = Config<128, 256, 64, 2, 1, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                              cutlass::epilogue::TmaWarpSpecializedCooperative, 0, true>;
+// The same tiles without a cluster, for the row counts where the pairs cost a round of tiles
+// (gemm_gelu_unclustered): the same sums in the same order, so the same bits.
+using SingleConfig = Config<128, 256, 64, 1, 1, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                            cutlass::epilogue::TmaWarpSpecializedCooperative, 0, true>;
 static_assert(kDgeluPartialRows == 128 && kDgeluPartialColumns == 256,
-              "kernels/gemm_gelu.cuh's partial-sum layout is the library configuration's tile");
+              "kernels/gemm_gelu.cuh's partial-sum layout is the library configurations' tile");
 
 // The backward's fusion with the column sums: LinCombDeEltAct's tree (D = DAct(acc, aux)) under
 // CUTLASS's row-vector reduction in its per-tile form (FinalReduction false: each CTA tile writes its

@@ -6,7 +6,7 @@ namespace lab {
 using Variant1 = dst::cuda::gemm_gelu::Config<128, 128, 64, 2, 1>;
 DST_GEMM_GELU_DEFINE(variant1_fwd, variant1_bwd, variant1_ok, __half, Variant1, false)
 const char *const kVariantNames[kVariants + 1] = {
-    "library: 128x256x64, cluster 2x1, cooperative", "128x128x64, cluster 2x1, cooperative",
+    "library: 128x256x64, cluster 2x1 (1x1 where pairs cost a round)", "128x128x64, cluster 2x1, cooperative",
     "128x256x64, cluster 1x1, cooperative",           "128x128x64, cluster 2x1, ping-pong",
     "256x128x64, cluster 1x2, cooperative",           "128x256x64, cluster 1x2, cooperative",
     "128x128x64, cluster 1x1, cooperative",

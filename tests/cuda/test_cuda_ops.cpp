@@ -1631,6 +1631,26 @@ TEST(CudaBackend, LayerNormOnePassGivesThePassesSums) {
 // accepts for each of the three kernels, with no workspace, since gemm_gelu_shape_ok asks it; the
 // others are refused before CUTLASS is asked. A rule wider than CUTLASS's would make a call fail at
 // run time instead of taking the cuBLASLt path.
+// Which fused GELU GEMM configuration a call takes (host arithmetic): the kernels without a cluster only
+// where the library's pairs of blocks need one more round of 128×256 tiles than single blocks. The row
+// counts are those the lab timed on an H100 (132 multiprocessors, 4096 columns: 5203 rows took 101.7 µs
+// paired against 90.9 single, 5120 rows 85.8 against 93.1); an even row-tile count never takes them.
+TEST(CudaBackend, FusedGeluGemmsRunUnclusteredWhereThePairsCostARound) {
+    struct P { int64_t rows, cols; int sms; bool single; };
+    const P probs[] = {{5203, 4096, 132, true},  {5248, 4096, 132, true},  {5120, 4096, 132, false},
+                       {8192, 4096, 132, false}, {8195, 4096, 132, false}, {2100, 4096, 132, false},
+                       {4200, 4096, 132, true},  {4200, 4096, 114, false}, {1, 8, 132, false},
+                       {0, 4096, 132, false},    {5203, 0, 132, false},    {5203, 4096, 1, false}};
+    for (const P &p : probs)
+        EXPECT_EQ(dst::cuda::gemm_gelu_unclustered(p.rows, p.cols, p.sms), p.single)
+            << p.rows << " rows, " << p.cols << " columns, " << p.sms << " SMs";
+    for (int sms : {114, 132, 144})
+        for (int64_t tiles = 2; tiles <= 200; tiles += 2)
+            for (int64_t cols : {520, 1024, 3072, 4096})
+                EXPECT_FALSE(dst::cuda::gemm_gelu_unclustered(tiles * 128, cols, sms))
+                    << tiles << " row tiles (even), " << cols << " columns, " << sms << " SMs";
+}
+
 TEST(CudaBackend, FusedGeluGemmShapesAreWhatCutlassAccepts) {
     if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
     struct P { int64_t n, k, m; bool ok; };
@@ -1693,7 +1713,17 @@ TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
         return static_cast<int>(h % static_cast<uint64_t>(levels)) - levels / 2;
     };
     struct Shape { int64_t n, k, m; };  // the forward's; the backward's is (n, m, k): FC2 of the same layer
-    const Shape shapes[] = {{136, 72, 264}, {1032, 64, 520}};
+    std::vector<Shape> shapes = {{136, 72, 264}, {1032, 64, 520}};
+    // A row count at which this device's calls run the kernels without a cluster (gemm_gelu_unclustered):
+    // the smallest odd row-tile count for 4096 columns that takes them (4196 rows on 132 multiprocessors).
+    int sms = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+    for (int64_t rows = 100; rows < 128 * 512; rows += 256)  // 2j + 1 row tiles, the last one partial
+        if (dst::cuda::gemm_gelu_unclustered(rows, 4096, sms)) {
+            shapes.push_back({rows, 64, 4096});
+            break;
+        }
+    ASSERT_EQ(shapes.size(), 3u) << "no row count below 65536 takes the unclustered kernels on " << sms << " SMs";
     for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16})
         for (dst_gelu form : {DST_GELU_ERF, DST_GELU_TANH})
             for (const Shape &s : shapes) {
