@@ -83,8 +83,8 @@ More cases, after each dtype's dense shapes (each a part of the same table, with
 and last, for the first dtype, the batch-token sweep (--no-sweep: off): 1K, 2K, ... 64K tokens per call
 at S=128 and S=512, fwd+bwd µs per token per layer of "ours, key lengths" and of torch.compile + SDPA
 (one compilation per S with the batch dimension marked dynamic), (reps, iters, warm-up) = (3, 5, 2);
-printed, in the JSON ("sweep", and "sweep_cliffs": points slower per token than 1.3× the next smaller
-call), and plotted as --out/batch_token_sweep.svg (written by hand: no plotting library needed).
+printed, in the JSON ("sweep"; "sweep_cliffs": points slower per token than 1.3× the next smaller
+call; "sweep_steps": neighbouring points more than 1.3× apart per token either way), and plotted as --out/batch_token_sweep.svg (written by hand: no plotting library needed).
 Without a CUDA device the script says so and exits with status 1 before measuring anything; --help
 needs no GPU.
 
@@ -892,6 +892,22 @@ def cliffs(points):
     return out
 
 
+def steps(points):
+    """Issue 11's reading of the sweep: neighbouring measured calls of the same row and S whose per-token
+    times differ by more than CLIFF× in either direction, as (point, neighbour, ratio) with the slower
+    point first. Unlike cliffs(), a small call that is slower per token than the next larger one counts
+    (launch- and wave-bound small calls)."""
+    out = []
+    for key in sorted({(p.impl, p.S) for p in points}):
+        series = sorted((p for p in points if (p.impl, p.S) == key and p.us_per_token is not None),
+                        key=lambda p: p.tokens)
+        for p, q in zip(series, series[1:]):
+            slow, fast = (p, q) if p.us_per_token >= q.us_per_token else (q, p)
+            if slow.us_per_token > CLIFF * fast.us_per_token:
+                out.append((slow, fast, slow.us_per_token / fast.us_per_token))
+    return out
+
+
 def sweep_line(p):
     return (f"{p.dtype:5} S={p.S:<4} {p.tokens:>6} tokens (B={p.B:<4}) {p.impl:22} "
             f"{fmt(p.us_per_token, '.4f'):>8} µs/token/layer  {p.note}").rstrip()
@@ -962,6 +978,10 @@ class Report:
             flagged = cliffs(self.sweep)
             print(f"cliffs (per-token time > {CLIFF}× the next smaller call's): "
                   + (", ".join(f"{p.impl} S={p.S} {p.tokens}" for p in flagged) if flagged else "none"))
+            apart = steps(self.sweep)
+            print(f"neighbours more than {CLIFF}× apart per token: "
+                  + (", ".join(f"{a.impl} S={a.S} {a.tokens} ({r:.2f}× its {b.tokens}-token neighbour)"
+                               for a, b, r in apart) if apart else "none"))
         print("\n".join(LEGEND), flush=True)
 
     def write(self, wall_s):
@@ -976,7 +996,9 @@ class Report:
                            for kind, rows in self.cases],
                     rows=[dict(dataclasses.asdict(r), kind=kind) for kind, rows in self.cases for r in rows],
                     sweep=[dataclasses.asdict(p) for p in self.sweep],
-                    sweep_cliffs=[dataclasses.asdict(p) for p in cliffs(self.sweep)])
+                    sweep_cliffs=[dataclasses.asdict(p) for p in cliffs(self.sweep)],
+                    sweep_steps=[{"impl": a.impl, "S": a.S, "tokens": a.tokens, "neighbour_tokens": b.tokens,
+                                  "ratio": r} for a, b, r in steps(self.sweep)])
         os.makedirs(self.out, exist_ok=True)
         path = os.path.join(self.out, "compare_torch.json")
         with open(path + ".tmp", "w") as f:
