@@ -26,7 +26,7 @@ template <bool kGauss>
 __device__ __forceinline__ float cdf16(float x, float *gauss) {
     constexpr float kLog2e = 1.4426950408889634f;
     const float z = fabsf(x) * 0.7071067811865476f;
-    const float t = __fdividef(1.0f, fmaf(0.5f, z, 1.0f));
+    const float t = rcp_approx(fmaf(0.5f, z, 1.0f));  // ≥ 1: no rescaling needed
     float p = 0.17087277f * kLog2e;  // P(t)·log2(e), Horner
     p = fmaf(p, t, -0.82215223f * kLog2e);
     p = fmaf(p, t, 1.48851587f * kLog2e);
