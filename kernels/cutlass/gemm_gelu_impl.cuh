@@ -20,6 +20,14 @@
 
 #include <type_traits>
 
+// The kernels as programmatic dependents (kernels/launch.cuh): CUTLASS's producer warps wait for the
+// previous kernel (griddepcontrol.wait) before their first load of its output, and the consumers let
+// the next kernel launch once they start their last tile. Without the launch attribute (DST_PDL=0,
+// run() below) the wait returns at once and the kernels behave as before.
+#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#endif
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -32,6 +40,7 @@
 #include "kernels/dispatch.cuh"
 #include "kernels/gelu_math.cuh"
 #include "kernels/gemm_gelu.cuh"
+#include "kernels/launch.cuh"
 
 namespace dst {
 namespace cuda {
@@ -333,7 +342,7 @@ struct GemmGelu {
             const cudaError_t e = cudaGetLastError();
             return e != cudaSuccess ? e : cudaErrorInvalidValue;
         }
-        if (gemm.run(stream) != cutlass::Status::kSuccess) {
+        if (gemm.run(stream, nullptr, dependent_launch_enabled()) != cutlass::Status::kSuccess) {
             const cudaError_t e = cudaGetLastError();
             return e != cudaSuccess ? e : cudaErrorLaunchFailure;
         }
