@@ -984,6 +984,15 @@ bool have_gpu() {
     return dst::cuda_device_count(&n) == DST_OK && n > 0;
 }
 
+// A CUDA backend on device 0 for the tests that call its ops directly (null, with a failure recorded,
+// when it cannot be made).
+std::unique_ptr<dst::CudaBackend> cuda_backend() {
+    Backend *raw = nullptr;
+    const dst_status st = dst::make_cuda_backend(0, &raw);
+    EXPECT_EQ(st, DST_OK) << dst::last_error();
+    return std::unique_ptr<dst::CudaBackend>(st == DST_OK ? static_cast<dst::CudaBackend *>(raw) : nullptr);
+}
+
 std::vector<HostBuf> make_inputs(const OpCase &c, uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::vector<HostBuf> bufs;
@@ -1401,9 +1410,8 @@ TEST(CudaBackend, FusedDropoutLayerNormIsItsTwoOps) {
 // gelu_bwd_bias_grad's du is gelu_bwd's. Each against the fp64 sum, writing and accumulating.
 TEST(CudaBackend, BiasGradientPathsSameBits) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-    Backend *raw = nullptr;
-    ASSERT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
-    std::unique_ptr<Backend> be(raw);
+    auto be = cuda_backend();
+    ASSERT_TRUE(be);
     const int64_t n = 1031, m = 520;
     for (dst_dtype dt : {DST_DTYPE_FP32, DST_DTYPE_FP16, DST_DTYPE_BF16}) {
         SCOPED_TRACE("dtype " + std::to_string(static_cast<int>(dt)));
@@ -1702,10 +1710,8 @@ TEST(CudaBackend, ScratchCountsTheDgeluTileSums) {
 TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
-    Backend *raw = nullptr;
-    ASSERT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
-    std::unique_ptr<Backend> owner(raw);
-    auto *be = static_cast<dst::CudaBackend *>(raw);
+    auto be = cuda_backend();
+    ASSERT_TRUE(be);
     // Dyadic values from a hash of the index: x, dy in {0, ±1/4, ±1/2}, W in {0, ±1/8}, b in {0, ±1/16, ±1/8}.
     auto level = [](int64_t i, uint64_t salt, int levels) {
         uint64_t h = (static_cast<uint64_t>(i) + salt) * 0x9E3779B97F4A7C15ull;
@@ -1978,9 +1984,8 @@ TEST(CudaBackend, TunedGemmAlgorithmsGiveTheHeuristicsBits) {
 // exact in every dtype).
 TEST(CudaBackend, CachedGemmDescriptorsTakeEachCallsBias) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-    Backend *raw = nullptr;
-    ASSERT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
-    std::unique_ptr<Backend> be(raw);
+    auto be = cuda_backend();
+    ASSERT_TRUE(be);
     const int64_t k = 8, m = 24, shapes = 1032;  // more than the cache's 1024 problems
     for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_FP32}) {
         SCOPED_TRACE("dtype " + std::to_string(static_cast<int>(dt)));
@@ -2036,9 +2041,8 @@ TEST(CudaBackend, CachedGemmDescriptorsTakeEachCallsBias) {
 // launches every kernel only after the previous one has finished).
 TEST(CudaBackend, DependentLaunchChainSameBitsAsSynchronized) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-    Backend *raw = nullptr;
-    ASSERT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
-    std::unique_ptr<Backend> be(raw);
+    auto be = cuda_backend();
+    ASSERT_TRUE(be);
     const int64_t n = 4096, h = 1024, rounds = 12;
     for (dst_dtype dt : {DST_DTYPE_FP32, DST_DTYPE_BF16}) {
         SCOPED_TRACE("dtype " + std::to_string(static_cast<int>(dt)));
@@ -2100,11 +2104,92 @@ TEST(CudaBackend, DependentLaunchChainSameBitsAsSynchronized) {
     }
 }
 
+// The fused GELU GEMMs (CUTLASS) as programmatic dependents: a chain in which our kernels read what a
+// fused GEMM wrote and overwrite what it read, and a fused GEMM reads and overwrites what ours did, must
+// give the same bits with no synchronisation as with one after each op (the kernels' own dependency
+// waits are all that orders them).
+TEST(CudaBackend, FusedGemmDependentChainSameBitsAsSynchronized) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
+    auto be = cuda_backend();
+    ASSERT_TRUE(be);
+    be->set_fused_gemm(true);
+    const int64_t n = 2056, h = 512, rounds = 6;
+    const dst_dtype dt = DST_DTYPE_BF16;
+    const dst_gelu form = DST_GELU_ERF;
+    const size_t es = dst_dtype_size(dt);
+    HostBuf x0(dt, n * h), w0(dt, h * h), w20(dt, h * h), b0(dt, h), g0(dt, h), bt0(dt, h);
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> uni(-1.0, 1.0);
+    for (int64_t i = 0; i < n * h; ++i) x0.set(i, uni(rng));
+    for (int64_t i = 0; i < h * h; ++i) w0.set(i, 0.08 * uni(rng)), w20.set(i, 0.08 * uni(rng));
+    for (int64_t j = 0; j < h; ++j) b0.set(j, 0.1 * uni(rng)), g0.set(j, 1.0 + 0.25 * uni(rng)), bt0.set(j, 0.1 * uni(rng));
+    std::vector<void *> bufs;
+    auto dev = [&](const HostBuf *src, int64_t count) {
+        void *p = nullptr;
+        EXPECT_EQ(be->alloc(static_cast<size_t>(count) * es, &p), DST_OK);
+        if (p && src) {
+            EXPECT_EQ(be->copy(p, src->bytes.data(), src->bytes.size(), CopyKind::HostToDevice), DST_OK);
+        }
+        bufs.push_back(p);
+        return p;
+    };
+    void *x = dev(nullptr, n * h), *y = dev(nullptr, n * h), *u = dev(nullptr, n * h), *dg = dev(nullptr, n * h),
+         *w = dev(&w0, h * h), *w2 = dev(&w20, h * h), *b = dev(&b0, h), *gamma = dev(&g0, h), *beta = dev(&bt0, h),
+         *db = dev(nullptr, h), *mean = nullptr, *rstd = nullptr;
+    ASSERT_EQ(be->alloc(static_cast<size_t>(n) * 4, &mean), DST_OK);
+    ASSERT_EQ(be->alloc(static_cast<size_t>(n) * 4, &rstd), DST_OK);
+    const void *ptrs[] = {x, w, b, y, u};
+    if (!dst::cuda::gemm_gelu_runs(dt, dst::cuda::kGeluForwardAux, n, h, h, ptrs, 5)) {
+        for (void *p : {mean, rstd}) bufs.push_back(p);
+        for (void *p : bufs) be->free(p);
+        GTEST_SKIP() << "the fused GELU GEMMs do not run on this device (compute capability 9.0 only)";
+    }
+    std::vector<unsigned char> out[2];
+    for (int sync = 0; sync < 2; ++sync) {
+        auto step = [&](dst_status st) {
+            ASSERT_EQ(st, DST_OK) << dst::last_error();
+            if (sync) {
+                ASSERT_EQ(be->synchronize(), DST_OK);
+            }
+        };
+        ASSERT_EQ(be->copy(x, x0.data(), x0.bytes.size(), CopyKind::HostToDevice), DST_OK);
+        ASSERT_EQ(be->zero(db, h * es), DST_OK);
+        ASSERT_EQ(be->synchronize(), DST_OK);
+        const int64_t before = be->fused_gemm_calls();
+        for (int64_t r = 0; r < rounds; ++r) {
+            step(be->linear_fwd(dt, x, w, b, y, n, h, h, &form, u));  // y = GELU(u), u = x·Wᵀ + b (fused)
+            DropoutSite ds;
+            ds.seed = 3;
+            ds.offset = static_cast<uint64_t>(r);
+            ds.threshold = dst::dropout_threshold(0.1);
+            ds.scale = 1.0 / 0.9;
+            step(be->dropout_residual_fwd(dt, y, x, x, n * h, ds));  // x += dropout(y): reads the GEMM's y
+            // y = (x·W2)·GELU'(u) (fused; y overwritten after the pass above read it), db += Σ rows
+            step(be->linear_bwd_data_gelu(dt, form, x, w2, u, dg, y, n, h, h, db, true));
+            step(be->layernorm_fwd(dt, y, gamma, beta, x, mean, rstd, n, h, 1e-5));  // x = LN(y): x read by the GEMM
+        }
+        ASSERT_EQ(be->synchronize(), DST_OK);
+        EXPECT_EQ(be->fused_gemm_calls(), before + 2 * rounds) << "the fused kernels ran every GEMM of the chain";
+        HostBuf hx(dt, n * h), hdb(dt, h);
+        ASSERT_EQ(be->copy(hx.data(), x, hx.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+        ASSERT_EQ(be->copy(hdb.data(), db, hdb.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+        bool finite = true;
+        for (int64_t i = 0; i < n * h && finite; ++i) finite = std::isfinite(hx.get(i));
+        for (int64_t j = 0; j < h && finite; ++j) finite = std::isfinite(hdb.get(j));
+        EXPECT_TRUE(finite) << "the chain stays finite (else the comparison below is weak)";
+        out[sync] = hx.bytes;
+        out[sync].insert(out[sync].end(), hdb.bytes.begin(), hdb.bytes.end());
+    }
+    EXPECT_TRUE(out[0] == out[1]) << "no synchronisation between the ops vs one after each";
+    for (void *p : {mean, rstd}) bufs.push_back(p);
+    for (void *p : bufs) be->free(p);
+}
+
 TEST(CudaBackend, CallerStreamAndWorkspace) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-    Backend *raw = nullptr;
-    ASSERT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
-    std::unique_ptr<dst::CudaBackend> be(static_cast<dst::CudaBackend *>(raw));
+    auto be = cuda_backend();
+    ASSERT_TRUE(be);
     cudaStream_t s = nullptr;
     ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
     ASSERT_EQ(be->set_stream(s), DST_OK);
