@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine_util.h"
+#include "../common/scratch_dir.h"
 #include "test_util.h"
 
 using namespace dsttest;
@@ -35,9 +36,10 @@ bool exists(const std::string &path) {
 }
 
 std::string fresh_dir(const std::string &name) {
-    const std::string d = ::testing::TempDir() + "dst_engine_" + std::to_string(::getpid()) + "_" + name;
-    const std::string cmd = "rm -rf '" + d + "'";
-    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    const std::string d = dst_test::scratch_path("engine_" + name);
+    std::error_code ec;
+    std::filesystem::remove_all(d, ec);
+    EXPECT_FALSE(ec) << "removing " << d << ": " << ec.message();
     return d;
 }
 

@@ -16,6 +16,7 @@
 #include "capi/handles.h"
 #include "kernels/philox.h"
 #include "test_util.h"
+#include "../common/scratch_dir.h"
 
 using namespace dsttest;
 
@@ -211,7 +212,7 @@ TEST_P(GraphDropout, CounterReadAndSetThroughTheApi) {
 // the next run draws what the third run of an uninterrupted sequence draws.
 TEST_P(GraphDropout, CheckpointsResumeTheCounter) {
     const int pre = GetParam();
-    const std::string path = ::testing::TempDir() + "graph_dropout_" + std::to_string(pre) + ".safetensors";
+    const std::string path = dst_test::scratch_path("graph_dropout_" + std::to_string(pre) + ".safetensors");
     dst_checkpoint_options o;
     ASSERT_EQ(dst_checkpoint_options_default(&o), DST_OK);
     {

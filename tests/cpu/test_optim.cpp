@@ -18,6 +18,7 @@
 #include "engine_util.h"
 #include "optim_ref.h"
 #include "test_util.h"
+#include "../common/scratch_dir.h"
 
 using namespace dsttest;
 
@@ -412,7 +413,7 @@ TEST(Optim, StepsAreBitIdenticalForAnyThreadCount) {
 // ================================ files ==========================================================
 
 std::string temp_path(const std::string &name) {
-    return ::testing::TempDir() + "dst_optim_" + std::to_string(::getpid()) + "_" + name;
+    return dst_test::scratch_path("optim_" + name);
 }
 
 TEST(Optim, SaveAndLoadRoundTrip) {

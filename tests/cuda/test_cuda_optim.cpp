@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../cpu/engine_util.h"
+#include "../common/scratch_dir.h"
 #include "../cpu/test_util.h"
 
 using namespace dsttest;
@@ -208,7 +209,7 @@ TEST(CudaOptim, StepsAreBitReproducibleAndFilesCrossBackends) {
         }
     };
     Ctx gpu = make_cuda_ctx();
-    const std::string path = ::testing::TempDir() + "dst_cuda_optim_" + std::to_string(::getpid()) + ".safetensors";
+    const std::string path = dst_test::scratch_path("cuda_optim.safetensors");
     std::vector<unsigned char> a, b;
     run(gpu.get(), &a, path);
     run(gpu.get(), &b, "");
@@ -327,7 +328,7 @@ class CudaEngineResume : public ::testing::TestWithParam<const char *> {};
 TEST_P(CudaEngineResume, ContinuesBitIdentically) {
     SKIP_WITHOUT_GPU();
     expect_resume_bit_identical(make_cuda_ctx, resume_config(GetParam()),
-                                ::testing::TempDir() + "dst_cuda_resume_" + std::to_string(::getpid()) + "_" + GetParam());
+                                dst_test::scratch_path(std::string("cuda_resume_") + GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, CudaEngineResume, ::testing::Values("adam", "lamb"));

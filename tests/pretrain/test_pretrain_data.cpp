@@ -17,11 +17,12 @@
 #include <vector>
 
 #include "pretrain_data.h"
+#include "../common/scratch_dir.h"
 
 namespace {
 
 std::string temp_path(const std::string &name) {
-    return std::string(::testing::TempDir()) + "dstp_" + std::to_string(getpid()) + "_" + name;
+    return dst_test::scratch_path(name);
 }
 
 std::string write_file(const std::string &name, const std::string &content) {

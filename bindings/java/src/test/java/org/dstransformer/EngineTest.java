@@ -5,11 +5,11 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Random;
 
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 /**
  * The training engine: the loss of one layer falls under LAMB, config errors, the zeroGradsOnStep setting,
@@ -85,8 +85,7 @@ class EngineTest {
     }
 
     @Test
-    void lossScalerStateGroupsAndCheckpoint() throws Exception {
-        Path dir = Files.createTempDirectory("dst-java-engine");
+    void lossScalerStateGroupsAndCheckpoint(@TempDir Path dir) throws Exception {
         try (Context ctx = Context.cpu(); Layer layer = new Layer(ctx, small(DType.FP16));
                 Engine engine = new Engine(ctx, "{\"train_batch_size\": 2, \"gradient_accumulation_steps\": 2,"
                         + " \"optimizer\": {\"type\": \"adamw\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.1}},"
