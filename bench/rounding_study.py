@@ -20,8 +20,10 @@ make them), inputs as in the test's first layer (standard normal hidden state an
 
     python3 bench/rounding_study.py [--dtype fp16|bf16] [--layer 0] [--weights PATH]
 
-Prints the error with every rounding, with each one left out, and with only a few kept. Needs torch and
-safetensors (no GPU, no transformers, not the library).
+Prints the error (y, dX and attn_qkvw's gradient) with every rounding, with each one left out, and with
+only a few kept; then with the CUDA attention kernels' 16-bit operands rounded too (FLASH below: the CPU
+backend keeps them in fp32), and with each of those left out. Needs torch and safetensors (no GPU, no
+transformers, not the library).
 """
 import argparse
 import math
@@ -33,6 +35,13 @@ from safetensors.torch import load_file
 FORWARD = ["qkv", "ctx", "t", "r", "h2", "u", "g", "t2", "z", "y"]
 BACKWARD = ["dz", "dg", "du", "dh2", "dr", "dctx", "dqkv", "dx"]
 ALL = set(FORWARD + BACKWARD)
+# The tensor-core attention's own 16-bit operands, rounded in registers (not stored): the forward's
+# exp(s − row max) as the P·V operand, normalised after the product by the sum of the unrounded values
+# ("P"), the backward's recomputed normalised P as the Pᵀ·dctx operand ("Pb") and dS as the dS·K and
+# dSᵀ·Q operand ("dS"). The CPU backend keeps them in fp32; the CUDA kernels
+# round them (kernels/attention_flash_*.cuh).
+FLASH = ["P", "Pb", "dS"]
+GPU = ALL | set(FLASH)
 
 
 class Layer:
@@ -74,8 +83,11 @@ class Layer:
 
         qkv = R("qkv", x @ self.wqkv.T + self.bqkv)
         q, k, v = (split(qkv[..., j * H:(j + 1) * H]) for j in range(3))
-        P = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d) + mask[:, None, None, :], -1)
-        ctx = R("ctx", merge(P @ v))
+        logits = q @ k.transpose(-1, -2) / math.sqrt(d) + mask[:, None, None, :]
+        E = torch.exp(logits - logits.amax(-1, keepdim=True))  # the forward's P before 1/l: the row max is 1
+        l = E.sum(-1, keepdim=True)  # summed from the unrounded values (fp32 in the kernels)
+        P = E / l
+        ctx = R("ctx", merge((R("P", E) @ v) / l))
         t = R("t", ctx @ self.wo.T + self.bo)
         r = R("r", x + t)
         h2u, xh2, rs2 = ln(r, self.g2, self.b2)
@@ -95,11 +107,13 @@ class Layer:
         dr = R("dr", ln_bwd(dh2, self.g2, xh2, rs2))
         dctx = R("dctx", dr @ self.wo)
         do = split(dctx)
-        dS = P * (do @ v.transpose(-1, -2) - (do * split(ctx)).sum(-1, keepdim=True))
-        dq, dk, dv = dS @ k / math.sqrt(d), dS.transpose(-1, -2) @ q / math.sqrt(d), P.transpose(-1, -2) @ do
+        dS = R("dS", P * (do @ v.transpose(-1, -2) - (do * split(ctx)).sum(-1, keepdim=True)))
+        dq, dk = dS @ k / math.sqrt(d), dS.transpose(-1, -2) @ q / math.sqrt(d)
+        dv = R("Pb", P).transpose(-1, -2) @ do
         dqkv = R("dqkv", torch.cat([merge(a) for a in (dq, dk, dv)], -1))
         dx = R("dx", dqkv @ self.wqkv + dr)
-        return y, dx
+        dwqkv = dqkv.reshape(B * S, 3 * H).T @ x.reshape(B * S, H)  # attn_qkvw's gradient (fp32 accumulation)
+        return y, dx, dwqkv
 
 
 def rel(a, b):
@@ -121,14 +135,18 @@ def main():
     dy = torch.randn(B, S, H, dtype=torch.float64).to(dtype).double()
     mask = torch.zeros(B, S, dtype=torch.float64)
     mask[1, 13:] = -10000.0
-    y_ref, dx_ref = layer.run(x, dy, mask, set())
+    y_ref, dx_ref, dw_ref = layer.run(x, dy, mask, set())
 
     def report(label, rounded):
-        y, dx = layer.run(x, dy, mask, rounded)
-        print("%-58s y %.3e  dX %.3e" % (label, rel(y, y_ref), rel(dx, dx_ref)))
+        y, dx, dw = layer.run(x, dy, mask, rounded)
+        print("%-58s y %.3e  dX %.3e  dWqkv %.3e" % (label, rel(y, y_ref), rel(dx, dx_ref), rel(dw, dw_ref)))
 
     print("MiniLM layer %d, %s: relative L2 error against the unrounded dataflow" % (a.layer, a.dtype))
-    report("every storage point rounded (the library)", ALL)
+    report("every storage point rounded (the CPU backend)", ALL)
+    report("and the attention's 16-bit operands (the CUDA kernels)", GPU)
+    for name in FLASH:
+        report("  all but %s" % name, GPU - {name})
+    report("  all but P and dS", GPU - {"P", "dS"})
     for name in FORWARD + BACKWARD:
         report("  all but %s" % name, ALL - {name})
     report("  all but the backward's gradients (kept in fp32)", ALL - set(BACKWARD[:-1]))
