@@ -7,6 +7,9 @@
 # that the headers are that revision's) and says, per kernel, whether the SASS is identical: a change
 # meant to leave the kernels as they were (a refactor) shows that it does without a device run.
 # SASS_ARCH (default 90a) picks the target, e.g. 90 for the objects the library builds for sm_90.
+# FILE may also be an object a build made (FILE.o, e.g. build/CMakeFiles/dst_cutlass.dir/kernels/
+# cutlass/gemm_gelu_fp16.cu.o, whose CUTLASS includes this script does not pass): its SASS is read as
+# it is, nothing compiled (no SASS_BASE then).
 # Static counts: what ptxas made of the code (moves it added, spills, a loop's instruction mix), not
 # what runs. cuobjdump comes from the CUDA toolkit when it has one, else from NVIDIA's
 # nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels (PyPI), unpacked once under ${XDG_CACHE_HOME:-~/.cache}/dst-sass.
@@ -40,7 +43,13 @@ listing() {  # listing OBJ: the SASS without the encodings; anonymous namespaces
 }
 opts=("$@")
 root=$(pwd)
-compile "$root" "$tmp/new.o"
+if [[ "$file" == *.o ]]; then
+    [ -f "$file" ] || { echo "sass.sh: no object $file" >&2; exit 1; }
+    [ -z "${SASS_BASE:-}" ] || { echo "sass.sh: SASS_BASE compiles sources; $file is an object" >&2; exit 1; }
+    cp "$file" "$tmp/new.o"
+else
+    compile "$root" "$tmp/new.o"
+fi
 if [ -n "${SASS_BASE:-}" ]; then
     mkdir "$tmp/base"
     git -C "$root" archive "$SASS_BASE" | tar -x -C "$tmp/base"
