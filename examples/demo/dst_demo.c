@@ -13,8 +13,8 @@
  *   (c) the activation memory a training forward keeps, per sample and layer at S=128, for each
  *       combination of the memory switches.
  *
- * Run:   ./run.sh demo                (builds everything, then runs build/examples/demo/dst_demo)
- *        build/examples/demo/dst_demo [--quick] [--iters N] [--threads N]
+ * Run:   build/examples/demo/dst_demo [--quick] [--iters N] [--threads N]   (after ./run.sh test or a
+ *        build; the test example_demo runs it with --quick)
  * Exit status 0 on success; on any failure the failing call, its status and dst_last_error().
  */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
