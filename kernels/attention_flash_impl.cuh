@@ -1306,7 +1306,7 @@ __global__ void __launch_bounds__(NW * 32, MB) flash_bwd_kernel(const Params p) 
 
 // ================================ tile shapes and launches ======================================
 
-// Tile shapes per padded head dim D (HABITS 13): forward 16·kFwdNW queries × kFwdBN keys;
+// Tile shapes per padded head dim D, in one place: forward 16·kFwdNW queries × kFwdBN keys;
 // backward 16·kBwdNW keys per block × kBwdBM queries per step; kFwdMB/kBwdMB are the blocks per
 // SM the register budget is capped for (__launch_bounds__). Chosen in the lab
 // (kernels/dev/attention_lab.cu; H200, fp16, d = 64, 8×2048, dropout 0.1, 2026-12-01): forward f1

@@ -1,7 +1,7 @@
 // The scalar math of an optimizer step, written once for the host (the CPU twin, src/backend/cpu/
 // optim.cpp, and the optimizer's queries) and the device (kernels/optim.cu): the loss-scale state
 // machines, the learning-rate schedules, the finalize step, and the per-element Adam and LAMB rules.
-// The formulas follow DeepSpeed (shared/spec/deepspeed_engine.md §4–§6); docs/engine.md restates them.
+// The formulas follow DeepSpeed's FusedAdam and FusedLamb; docs/engine.md states them.
 // Element math is fp32; schedules and bias corrections run in double and are rounded to fp32 once.
 #ifndef DST_KERNELS_OPTIM_MATH_H
 #define DST_KERNELS_OPTIM_MATH_H

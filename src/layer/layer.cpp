@@ -1,5 +1,6 @@
-// The layer's dataflow (DESIGN.md §2), written once over the Backend op table: two functions for
-// forward (Pre-LN, Post-LN) and two for backward. Buffers come from the plan in layer/buffers.h.
+// The layer's dataflow (docs/api.md, "What a layer computes"), written once over the Backend op table:
+// two functions for forward (Pre-LN, Post-LN) and two for backward. Buffers come from the plan in
+// layer/buffers.h.
 #include "layer/layer.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // One Transformer layer: its parameters and gradients (two arenas), its workspace, and the dataflow
-// of DESIGN.md §2 written once over the Backend op table.
+// of docs/api.md ("What a layer computes") written once over the Backend op table.
 #ifndef DST_LAYER_LAYER_H
 #define DST_LAYER_LAYER_H
 

@@ -1,5 +1,5 @@
-// The training engine's configuration: DeepSpeed's JSON keys (shared/spec/deepspeed_engine.md §2,
-// docs/engine.md lists every key), parsed strictly — an unknown key, a duplicate key, a wrong type or a
+// The training engine's configuration: DeepSpeed's JSON keys (docs/engine.md lists
+// every key), parsed strictly — an unknown key, a duplicate key, a wrong type or a
 // value out of range is an error naming its JSON path — and resolved (the batch-size triad, the
 // loss-scaler defaults of DeepSpeed's fp16 wrappers, the schedule).
 #ifndef DST_TRAIN_CONFIG_H

@@ -1,4 +1,4 @@
-// The accuracy bounds of DESIGN.md §5, shared by the test suites.
+// The accuracy bounds of the layer and its ops (relative L2 against FP64), shared by the test suites.
 #ifndef DST_TESTS_COMMON_BOUNDS_H
 #define DST_TESTS_COMMON_BOUNDS_H
 

@@ -1,5 +1,5 @@
 // Reference implementations of DeepSpeed's FusedAdam and FusedLamb steps in double precision, written
-// from shared/spec/deepspeed_engine.md §4 independently of the library (tests/cpu/test_optim.cpp and the
+// from DeepSpeed's update rules (docs/engine.md) independently of the library (tests/cpu/test_optim.cpp and the
 // engine tests compare the library's fp32 kernels with them). One RefTensor is one parameter tensor
 // with its state; a step takes the true gradients (already unscaled and clipped).
 #ifndef DST_TESTS_CPU_OPTIM_REF_H

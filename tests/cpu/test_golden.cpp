@@ -1,6 +1,6 @@
 // The whole layer against golden files computed in float64 by the independent NumPy reference
 // (tests/reference/make_golden.py → tests/data/golden_*.safetensors), in every layer dtype on the CPU
-// backend. Tolerances are relative L2 errors per tensor (DESIGN.md §5):
+// backend. Tolerances are relative L2 errors per tensor (tests/common/bounds.h):
 //   FP64 ≤ 1e-10 (same maths, different summation order), FP32 ≤ 1e-5, FP16 ≤ 1e-3, BF16 ≤ 1e-2.
 // NaN never passes. FP64 and FP32 layers are compared with the float64 reference of the file's
 // inputs. FP16 and BF16 layers round their inputs and parameters on the way in, which alone moves the
@@ -132,7 +132,7 @@ std::vector<GoldenParam> golden_params() {
     return v;
 }
 
-// DESIGN.md §5, except fp64: the NumPy reference sums in another order over longer chains.
+// tests/common/bounds.h, except fp64: the NumPy reference sums in another order over longer chains.
 double tolerance(dst_dtype dt) { return dt == DST_DTYPE_FP64 ? 1e-10 : design_tolerance(dt); }
 
 class GoldenTest : public ::testing::TestWithParam<GoldenParam> {};

@@ -118,7 +118,7 @@ TEST(LayerNormApi, ReducedPrecisionAgainstFp64) {
         ASSERT_EQ(lo.backward(ctx.get()), DST_OK) << dst_last_error();
         ASSERT_EQ(hi.forward(ctx.get()), DST_OK);
         ASSERT_EQ(hi.backward(ctx.get()), DST_OK);
-        // One rounding of each output (DESIGN.md §5 bounds; measured errors are ~3x below them).
+        // One rounding of each output (tests/common/bounds.h bounds; measured errors are ~3x below them).
         const double tol = design_tolerance(dt);
         EXPECT_LE(rel_l2(lo.y.doubles(), hi.y.doubles()), tol) << dst_dtype_string(dt);
         EXPECT_LE(rel_l2(lo.dx.doubles(), hi.dx.doubles()), tol) << dst_dtype_string(dt);

@@ -1,6 +1,6 @@
 // The model ops of BERT pre-training on the CPU reference backend, through the public C API:
 // the formulas, every gradient by central finite differences in FP64, the 16/32-bit paths against
-// FP64 on the same rounded inputs (DESIGN.md §5 bounds), write/accumulate, and bad arguments
+// FP64 on the same rounded inputs (tests/common/bounds.h bounds), write/accumulate, and bad arguments
 // (status, a message naming the argument or element, outputs untouched).
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The optimizers through the public C API on the CPU backend: DeepSpeed's FusedAdam and FusedLamb
-// against the numeric oracles of shared/spec/deepspeed_engine.md §9 and against the double-precision
+// against numeric oracles computed from DeepSpeed's formulas and against the double-precision
 // reference of optim_ref.h (groups, weight decay, bias correction on and off, clipping, loss scales,
 // fp32/fp16/bf16 parameters with fp32 masters, several chunks), layers as tensors, the state as
 // tensors, saved files, determinism, and bad input on every entry point.

@@ -140,10 +140,11 @@ INSTANTIATE_TEST_SUITE_P(Switches, SwitchEquivalence, ::testing::ValuesIn(sw_gri
                          });
 
 // ---- saved bytes ------------------------------------------------------------------------------------
-// What a training forward keeps, counted from the layer contract (DESIGN.md §2 and the table of
-// docs/memory.md), not from the library's buffer plan: N = B·S tokens, e = dtype size, s = statistics
-// size (4, or 8 for fp64), every tensor starting on a 256-byte boundary. Attention keeps its row
-// log-sum-exp [B, heads, S] and never the S×S probabilities, with or without attn_dropout_checkpoint.
+// What a training forward keeps, counted from the layer contract (docs/api.md "What a layer computes"
+// and the table of docs/memory.md), not from the library's buffer plan: N = B·S tokens, e = dtype size,
+// s = statistics size (4, or 8 for fp64), every tensor starting on a 256-byte boundary. Attention keeps
+// its row log-sum-exp [B, heads, S] and never the S×S probabilities, with or without
+// attn_dropout_checkpoint.
 size_t contract_saved_bytes(const dst_layer_config &cfg, int64_t B, int64_t S) {
     const size_t N = static_cast<size_t>(B * S), H = static_cast<size_t>(cfg.hidden_size);
     const size_t I = cfg.intermediate_size ? static_cast<size_t>(cfg.intermediate_size) : 4 * H;

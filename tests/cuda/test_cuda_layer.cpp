@@ -4,7 +4,7 @@
 // runs forward and backward on the GPU and on the CPU. The CPU layer computes in FP64 from the very
 // values the GPU layer holds (inputs, mask and parameters rounded to the GPU dtype), so the relative
 // L2 error per tensor (output, dX, 12 gradients) measures the GPU computation alone: FP64 ≤ 1e-12
-// (summation order only), FP32 ≤ 1e-5 (TF32 off), FP16 ≤ 1e-3, BF16 ≤ 1e-2 (DESIGN.md §5; for
+// (summation order only), FP32 ≤ 1e-5 (TF32 off), FP16 ≤ 1e-3, BF16 ≤ 1e-2 (tests/common/bounds.h; for
 // FP16/BF16 at most twice the CPU backend's own error in that dtype where that is larger, capped at fixed
 // ceilings of 2.5e-3 and 2e-2, see below). With
 // dropout on, the same (seed, offset) must give the CPU's masks, or these bounds fail by orders of
@@ -224,17 +224,17 @@ TEST_P(CudaLayer, MatchesCpuFp64) {
     Result g, r, same;
     run_layer(gctx.get(), true, c, c.dt, in, &g);
     run_layer(cctx.get(), false, c, DST_DTYPE_FP64, in, &r);
-    // FP16/BF16: a whole layer forward and backward stores every activation and activation gradient
-    // in 16 bits, and on some tensors (the deepest gradients: norm_w/norm_b, dX) that alone comes to
-    // the DESIGN.md bound (the CPU backend in the same dtype measured up to 1.0e-3 in fp16 here). As
-    // HABITS.md #5 has it for GEMM chains, the GPU must then be no worse than twice the same-dtype
-    // CPU reference: bound = max(DESIGN bound, 2 × CPU-in-dtype error), per tensor, but never above a
-    // fixed ceiling. The ceilings: the CPU backend in the same dtype, measured against FP64 on every case
-    // of this grid (inputs of make_inputs, worst tensor of each case), reached at most 1.0e-3 in fp16
-    // (pre_sw0_drop_nomask, B3 S13 H48; BERT-Base/Large shapes 7.3e-4 / 8.3e-4) and 8.1e-3 in bf16
-    // (pre_sw1_drop_additive, B3 S13 H48; BERT-Base/Large 5.8e-3 / 6.7e-3). Twice those, rounded up:
-    // 2.5e-3 and 2e-2. A GPU error above them is more than 16-bit storage rounding, whatever the CPU's
-    // error was in that case.
+    // FP16/BF16: a whole layer forward and backward stores every activation and activation gradient in
+    // 16 bits, and on some tensors (the deepest gradients: norm_w/norm_b, dX) that alone comes to the
+    // tests/common/bounds.h bound (the CPU backend in the same dtype measured up to 1.0e-3 in fp16
+    // here). As for fused GEMM chains generally, the GPU must then be no worse than twice the
+    // same-dtype CPU reference: bound = max(tests/common/bounds.h bound, 2 × CPU-in-dtype error), per
+    // tensor, but never above a fixed ceiling. The ceilings: the CPU backend in the same dtype,
+    // measured against FP64 on every case of this grid (inputs of make_inputs, worst tensor of each
+    // case), reached at most 1.0e-3 in fp16 (pre_sw0_drop_nomask, B3 S13 H48; BERT-Base/Large shapes
+    // 7.3e-4 / 8.3e-4) and 8.1e-3 in bf16 (pre_sw1_drop_additive, B3 S13 H48; BERT-Base/Large 5.8e-3 /
+    // 6.7e-3). Twice those, rounded up: 2.5e-3 and 2e-2. A GPU error above them is more than 16-bit
+    // storage rounding, whatever the CPU's error was in that case.
     const bool reduced = c.dt == DST_DTYPE_FP16 || c.dt == DST_DTYPE_BF16;
     if (reduced) run_layer(cctx.get(), false, c, c.dt, in, &same);
     const double tol = design_tolerance(c.dt);
@@ -921,7 +921,7 @@ TEST(CudaLayerNormApi, MatchesCpuFp64) {
                 return o;
             };
             const Out got = run(gpu.get(), true, dt), ref = run(cpu.get(), false, DST_DTYPE_FP64);
-            // One rounding of each output: DESIGN.md §5 (fp64: summation order only). dgamma/dbeta are
+            // One rounding of each output: tests/common/bounds.h (fp64: summation order only). dgamma/dbeta are
             // two accumulated sums, each rounded.
             const double tol = design_tolerance(dt);
             EXPECT_LE(rel_l2(got.y, ref.y), tol);

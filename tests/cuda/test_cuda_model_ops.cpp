@@ -1,7 +1,7 @@
 // The model ops of BERT pre-training on the CUDA backend, through the public C API, against the CPU
 // reference backend (the twin, same dtype, same inputs): every output by relative L2 error
-// ‖gpu − cpu‖/‖cpu‖ ≤ DESIGN.md §5 bounds (FP64 1e-12, FP32 1e-5, FP16 1e-3, BF16 1e-2); outputs are
-// poisoned with NaN first, so an unwritten element fails; NaN never passes. Every case runs twice on
+// ‖gpu − cpu‖/‖cpu‖ within tests/common/bounds.h (FP64 1e-12, FP32 1e-5, FP16 1e-3, BF16 1e-2);
+// outputs are poisoned with NaN first, so an unwritten element fails; NaN never passes. Every case runs twice on
 // the GPU and must be bit-identical (no floating-point atomics). Shapes are awkward on purpose: odd
 // B, S = 1, 7, 129, V not a multiple of 8, H not a multiple of 64. Each case runs once more with deferred
 // index checks, which must give the same bytes. Bad indices on device memory give the same error as

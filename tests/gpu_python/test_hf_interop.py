@@ -8,8 +8,8 @@ the CPU backend.
 
 Reference: transformers' BertLayer (eager attention, exact-erf GELU, dropout 0) run in fp64 on the same
 inputs and the same weights as the library holds (the checkpoint's fp32 values rounded to the layer dtype),
-so the comparison measures the library's arithmetic alone. Tolerances are DESIGN.md §5's relative L2
-errors: fp32 1e-5, fp16 1e-3, bf16 1e-2, for the output, dX and all 12 parameter gradients.
+so the comparison measures the library's arithmetic alone. Tolerances are the relative L2 bounds of
+tests/common/bounds.h: fp32 1e-5, fp16 1e-3, bf16 1e-2, for the output, dX and all 12 parameter gradients.
 
 Cases:
   - a randomly initialised BertLayer (H 64, 4 heads, I 256, LayerNorm γ/β perturbed), with and without
@@ -219,8 +219,8 @@ def same_dtype_run(hf_layers, dtype, x, mask4d, dy):
 def same_dtype_bounds(hf_layer, ref, dtype, x, mask4d, dy, y_ref, dx_ref):
     """Bounds per tensor of one layer: max(TOL[dtype], 2 x the error of transformers itself in `dtype`).
 
-    A whole layer forward and backward in 16 bits reaches the DESIGN.md bound on its deepest gradients
-    whoever computes it; HABITS.md #5 asks a fused GEMM chain to be no worse than twice the naive
+    A whole layer forward and backward in 16 bits reaches the tests/common/bounds.h bound on its deepest
+    gradients whoever computes it; a fused GEMM chain is then held to no worse than twice the naive
     same-dtype implementation. `ref` is the fp64 reference layer after reference() ran (its parameter
     gradients are set).
     """

@@ -399,7 +399,7 @@ def hf_export(prog, out, configs):
     ref = numpy_bert_mlm(tensors, cfg, ids, types)
     e = rel_l2(prog_logits, ref)
     print("logits vs a NumPy BertForMaskedLM over the exported tensors (fp64): relative L2 %.2e" % e)
-    if not e <= 1e-5:  # DESIGN.md §5: fp32 against an fp64 reference
+    if not e <= 1e-5:  # tests/common/bounds.h: fp32 against an fp64 reference
         fail("the program's logits differ from the NumPy reference")
     try:
         import torch

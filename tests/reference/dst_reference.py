@@ -1,7 +1,8 @@
 """Independent float64 NumPy reference of one libdstransformer encoder layer (forward + hand-derived backward).
 
-Written from /work/shared/DESIGN.md §2 and spec/deepspeed_tk.md §2-§5 only (no C++ of this repository was
-consulted), so that it can check the library independently.  Everything is float64; no autograd is used: every
+Written from the layer's specification only (its dataflow, now in docs/api.md "What a layer computes", and
+the op definitions of DeepSpeed's kernel; no C++ of this repository was consulted), so that it can check
+the library independently.  Everything is float64; no autograd is used: every
 backward step is derived by hand in the comments next to it and checked by `finite_difference_check`.
 
 Conventions (shared bit for bit with the C++ library where stated):

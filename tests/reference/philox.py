@@ -11,7 +11,7 @@ Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'
 All arithmetic is done in uint64 arrays holding 32-bit values: the product of two values < 2^32 fits in 64 bits
 exactly, so the high/low split is a shift and a mask.  Every function is vectorised over the counters.
 
-libdstransformer convention (DESIGN.md §2, "Dropout and RNG"): for a dropout site with RNG state (seed, off),
+libdstransformer convention (docs/rng.md, "Dropout"): for a dropout site with RNG state (seed, off),
 element e draws word (e & 3) of philox(counter = (e>>2 & 0xffffffff, e>>34, off & 0xffffffff, off>>32),
 key = (seed & 0xffffffff, seed>>32)).  `philox_words` returns exactly these per-element words.
 """

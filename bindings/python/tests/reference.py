@@ -1,4 +1,5 @@
-"""Plain NumPy reference of the layer (fp64), written from DESIGN.md §2, for the CPU tests."""
+"""Plain NumPy reference of the layer (fp64), written from its dataflow (docs/api.md, "What a layer computes"),
+for the CPU tests."""
 
 import math
 

@@ -150,9 +150,9 @@ def run_resume_bit_identical(device, precision, tmp_path):
         assert torch.equal(v, ref_state[k]), k
 
 
-# DESIGN.md's fp32 bound. Measured: AdamW 1.8e-7, Adam-L2 1.0e-6 (its first update is lr·g'/(|g'| + eps)
-# with g' = g + wd·p: elements whose g' is near eps turn the last-bit difference of g' (the library adds in
-# fp32 with wd as a float, torch with a double alpha) into a visible share of lr).
+# The fp32 bound of tests/common/bounds.h. Measured: AdamW 1.8e-7, Adam-L2 1.0e-6 (its first update is
+# lr·g'/(|g'| + eps) with g' = g + wd·p: elements whose g' is near eps turn the last-bit difference of g'
+# (the library adds in fp32 with wd as a float, torch with a double alpha) into a visible share of lr).
 ADAM_TOL = 1e-5
 
 

@@ -32,7 +32,7 @@ def cases():
 
 
 class RefLayer(nn.Module):
-    """The same layer written with plain PyTorch modules (DESIGN.md §2), no dropout."""
+    """The same layer written with plain PyTorch modules (docs/api.md, "What a layer computes"), no dropout."""
 
     def __init__(self, H, heads, I, pre_ln, eps):
         super().__init__()
@@ -146,8 +146,8 @@ def test_matches_plain_pytorch(device, dtype, pre_ln, figures):
         errors[name] = rel(layer.param_grad(name), g)
     bounds = {k: tol for k in errors}
     if dtype in (torch.float16, torch.bfloat16):
-        # A whole layer forward and backward in 16 bits reaches the DESIGN.md bound on its deepest
-        # gradients whoever computes it. As HABITS.md #5 has it for GEMM chains: no worse than twice
+        # A whole layer forward and backward in 16 bits reaches the tests/common/bounds.h bound on its
+        # deepest gradients whoever computes it. The rule for fused GEMM chains then: no worse than twice
         # the plain PyTorch layer in the same dtype, where that is above the bound (per tensor).
         naive = RefLayer(H, 4, 96, pre_ln, cfg.layer_norm_eps).to(device=device, dtype=dtype)
         naive.load_deepspeed({k: v.to(dtype) for k, v in layer.state_dict().items()})
