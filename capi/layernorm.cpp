@@ -139,7 +139,7 @@ dst_status dst_layernorm_backward(dst_context *ctx, const dst_tensor *dy, const 
         const void *mean = stats->data;
         const void *rstd =
             static_cast<const char *>(stats->data) + static_cast<size_t>(d.n) * dst::stat_size(x->dtype);
-        // The γ/β reductions' scratch comes from the context's workspace (DESIGN §3).
+        // The γ/β reductions' scratch comes from the context's workspace (docs/api.md, "Memory of a context").
         dst::ScratchNeeds need;
         need.dt = x->dtype;
         need.rows = d.n;
