@@ -2,7 +2,7 @@
 // their derivatives, tanh and its derivative (the pooler of BERT), residual + dropout, dropout
 // backward, add, any-zero (the all_nonzero op).
 // Arithmetic in compute_t<T> (double for FP64, float otherwise), one rounding on store; the erf-form
-// GELU of the 16-bit types through cdf16 (below).
+// GELU of the 16-bit types through cdf16 (kernels/gelu_math.cuh).
 // Outputs may alias their inputs (each element is read before it is written, by the same thread).
 // Dropout: each thread owns whole Philox groups of 4 consecutive elements (e >> 2), so one Philox call
 // gives the keep decisions of all four, bit-identical with the CPU backend (kernels/philox.h).
