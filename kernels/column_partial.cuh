@@ -26,7 +26,7 @@ constexpr int kTileThreads = 32, kRowLanes = 8, kMaxChunks = 128;
 // Chunks of at least kMinChunkRows rows (one per row lane), at most kMaxChunks of them: 128 chunks from
 // 1024 rows on. The LayerNorm backward runs a block per chunk (kernels/layernorm.cu), so at small n the
 // chunk count is its grid: with chunks of 32 rows, 1024 rows kept 32 of an H100's 132 multiprocessors
-// busy (the batch-token sweep's 1K point). n ≥ 4096 gives the same chunks as 32-row chunks did.
+// busy (the batch-token sweep's 1K point). n ≥ 4065 gives the same chunks as 32-row chunks did.
 constexpr int kMinChunkRows = kRowLanes;
 
 inline int64_t chunk_count(int64_t n) {

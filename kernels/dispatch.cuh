@@ -111,9 +111,9 @@ DST_DEV float ex2_approx(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-// 1/x by the hardware's approximation, for x whose reciprocal is a normal number (cdf16's 1 + z/2 ≥ 1):
-// the bits of __fdividef(1.0f, x) there, without the range test and rescaling that __fdividef adds
-// around the reciprocal for subnormal x (four instructions per call).
+// 1/x by the hardware's approximation, for x ≥ 1 (cdf16's 1 + z/2), infinity and NaN included: the bits
+// of __fdividef(1.0f, x) there, without the range test and rescaling that __fdividef adds around the
+// reciprocal for subnormal x (four instructions per call).
 DST_DEV float rcp_approx(float x) {
     float y;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
