@@ -993,6 +993,33 @@ std::unique_ptr<dst::CudaBackend> cuda_backend() {
     return std::unique_ptr<dst::CudaBackend>(st == DST_OK ? static_cast<dst::CudaBackend *>(raw) : nullptr);
 }
 
+// Device buffers of one backend for a test, freed together when it goes out of scope: get(count) is
+// count elements of `elem` bytes, uploaded from `from` when given (a failure is a test failure and
+// gives nullptr).
+class DeviceBufs {
+  public:
+    DeviceBufs(Backend &be, size_t elem) : be_(be), elem_(elem) {}
+    ~DeviceBufs() {
+        for (void *p : ptrs_) be_.free(p);
+    }
+    DeviceBufs(const DeviceBufs &) = delete;
+    DeviceBufs &operator=(const DeviceBufs &) = delete;
+    void *get(int64_t count, const HostBuf *from = nullptr) {
+        void *p = nullptr;
+        EXPECT_EQ(be_.alloc(static_cast<size_t>(count) * elem_, &p), DST_OK);
+        if (p && from) {
+            EXPECT_EQ(be_.copy(p, from->bytes.data(), from->bytes.size(), CopyKind::HostToDevice), DST_OK);
+        }
+        if (p) ptrs_.push_back(p);
+        return p;
+    }
+
+  private:
+    Backend &be_;
+    size_t elem_;
+    std::vector<void *> ptrs_;
+};
+
 std::vector<HostBuf> make_inputs(const OpCase &c, uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::vector<HostBuf> bufs;
@@ -1745,26 +1772,16 @@ TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
                 std::mt19937_64 rng(7);
                 std::uniform_real_distribution<double> uni(-5.0, 5.0);
                 for (int64_t i = 0; i < n * m; ++i) u2.set(i, uni(rng));
-                std::vector<void *> bufs;
-                auto dev = [&](const HostBuf *h, int64_t count) {
-                    void *p = nullptr;
-                    EXPECT_EQ(be->alloc(static_cast<size_t>(count) * es, &p), DST_OK);
-                    if (p && h) {
-                        EXPECT_EQ(be->copy(p, h->bytes.data(), h->bytes.size(), CopyKind::HostToDevice), DST_OK);
-                    }
-                    bufs.push_back(p);
-                    return p;
-                };
-                void *dx = dev(&x, n * k), *dw = dev(&w, m * k), *dbias = dev(&b, m), *ddy = dev(&dy, n * k),
-                     *dw2 = dev(&w2, k * m), *du2 = dev(&u2, n * m);
-                void *y[2], *u[2], *du[2], *dg = dev(nullptr, n * m), *db[2], *y_only = dev(nullptr, n * m);
+                DeviceBufs bufs(*be, es);
+                void *dx = bufs.get(n * k, &x), *dw = bufs.get(m * k, &w), *dbias = bufs.get(m, &b),
+                     *ddy = bufs.get(n * k, &dy), *dw2 = bufs.get(k * m, &w2), *du2 = bufs.get(n * m, &u2);
+                void *y[2], *u[2], *du[2], *dg = bufs.get(n * m), *db[2], *y_only = bufs.get(n * m);
                 for (int f = 0; f < 2; ++f) {
-                    y[f] = dev(nullptr, n * m), u[f] = dev(nullptr, n * m), du[f] = dev(nullptr, n * m);
-                    db[f] = dev(nullptr, m);
+                    y[f] = bufs.get(n * m), u[f] = bufs.get(n * m), du[f] = bufs.get(n * m);
+                    db[f] = bufs.get(m);
                 }
                 const void *fwd_ptrs[] = {dx, dw, dbias, y[1], u[1]};
                 if (!dst::cuda::gemm_gelu_runs(dt, dst::cuda::kGeluForwardAux, n, k, m, fwd_ptrs, 5)) {
-                    for (void *p : bufs) be->free(p);
                     GTEST_SKIP() << "the fused GELU GEMMs do not run on this device (compute capability 9.0 only)";
                 }
                 auto get = [&](void *p, int64_t count) {
@@ -1799,7 +1816,7 @@ TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
                     EXPECT_EQ(du_f.bytes, get(du[0], n * m).bytes) << "du = dg·GELU'(u)";
                     // The fused call again, into a fresh gradient (the same bits), and with the bias gradient
                     // from column_sum over du instead of the tile sums (the unfused path's bits).
-                    void *db_again = dev(nullptr, m), *db_pass = dev(nullptr, m), *du_again = dev(nullptr, n * m);
+                    void *db_again = bufs.get(m), *db_pass = bufs.get(m), *du_again = bufs.get(n * m);
                     be->set_fused_gemm(true);
                     for (void *d : {db_again, db_pass}) {
                         ASSERT_EQ(be->copy(d, db0.data(), db0.bytes.size(), CopyKind::HostToDevice), DST_OK);
@@ -1831,7 +1848,6 @@ TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
                     EXPECT_EQ(off_f, 0) << "fused bias gradient: columns beyond the summation bound";
                     EXPECT_EQ(off_u, 0) << "unfused bias gradient: columns beyond the summation bound";
                 }
-                for (void *p : bufs) be->free(p);
             }
 }
 
@@ -2124,25 +2140,13 @@ TEST(CudaBackend, FusedGemmDependentChainSameBitsAsSynchronized) {
     for (int64_t i = 0; i < n * h; ++i) x0.set(i, uni(rng));
     for (int64_t i = 0; i < h * h; ++i) w0.set(i, 0.08 * uni(rng)), w20.set(i, 0.08 * uni(rng));
     for (int64_t j = 0; j < h; ++j) b0.set(j, 0.1 * uni(rng)), g0.set(j, 1.0 + 0.25 * uni(rng)), bt0.set(j, 0.1 * uni(rng));
-    std::vector<void *> bufs;
-    auto dev = [&](const HostBuf *src, int64_t count) {
-        void *p = nullptr;
-        EXPECT_EQ(be->alloc(static_cast<size_t>(count) * es, &p), DST_OK);
-        if (p && src) {
-            EXPECT_EQ(be->copy(p, src->bytes.data(), src->bytes.size(), CopyKind::HostToDevice), DST_OK);
-        }
-        bufs.push_back(p);
-        return p;
-    };
-    void *x = dev(nullptr, n * h), *y = dev(nullptr, n * h), *u = dev(nullptr, n * h), *dg = dev(nullptr, n * h),
-         *w = dev(&w0, h * h), *w2 = dev(&w20, h * h), *b = dev(&b0, h), *gamma = dev(&g0, h), *beta = dev(&bt0, h),
-         *db = dev(nullptr, h), *mean = nullptr, *rstd = nullptr;
-    ASSERT_EQ(be->alloc(static_cast<size_t>(n) * 4, &mean), DST_OK);
-    ASSERT_EQ(be->alloc(static_cast<size_t>(n) * 4, &rstd), DST_OK);
+    DeviceBufs bufs(*be, es), stats(*be, 4);
+    void *x = bufs.get(n * h), *y = bufs.get(n * h), *u = bufs.get(n * h), *dg = bufs.get(n * h),
+         *w = bufs.get(h * h, &w0), *w2 = bufs.get(h * h, &w20), *b = bufs.get(h, &b0), *gamma = bufs.get(h, &g0),
+         *beta = bufs.get(h, &bt0), *db = bufs.get(h), *mean = stats.get(n), *rstd = stats.get(n);
+    ASSERT_TRUE(mean && rstd);
     const void *ptrs[] = {x, w, b, y, u};
     if (!dst::cuda::gemm_gelu_runs(dt, dst::cuda::kGeluForwardAux, n, h, h, ptrs, 5)) {
-        for (void *p : {mean, rstd}) bufs.push_back(p);
-        for (void *p : bufs) be->free(p);
         GTEST_SKIP() << "the fused GELU GEMMs do not run on this device (compute capability 9.0 only)";
     }
     std::vector<unsigned char> out[2];
@@ -2182,8 +2186,6 @@ TEST(CudaBackend, FusedGemmDependentChainSameBitsAsSynchronized) {
         out[sync].insert(out[sync].end(), hdb.bytes.begin(), hdb.bytes.end());
     }
     EXPECT_TRUE(out[0] == out[1]) << "no synchronisation between the ops vs one after each";
-    for (void *p : {mean, rstd}) bufs.push_back(p);
-    for (void *p : bufs) be->free(p);
 }
 
 TEST(CudaBackend, CallerStreamAndWorkspace) {
