@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/attention_flash.cuh"
+#include "kernels/bias.cuh"
 #include "kernels/gemm_gelu.cuh"
 #include "kernels/philox.h"
 
@@ -2186,6 +2187,52 @@ TEST(CudaBackend, FusedGemmDependentChainSameBitsAsSynchronized) {
         out[sync].insert(out[sync].end(), hdb.bytes.begin(), hdb.bytes.end());
     }
     EXPECT_TRUE(out[0] == out[1]) << "no synchronisation between the ops vs one after each";
+}
+
+// The column sums' second pass (column_sum_finalize_chunks, kernels/column_partial.cuh) adds, per
+// column, chunks y, y + 8, y + 16, … into row lane y's sum in that order, then the 8 lanes in order
+// (then the old value, accumulating), in the compute type, rounded once. Its lanes load their chunks in
+// batches of 16 before adding them; this checks the bits against that order computed here, at chunk
+// counts that leave lanes empty (3), fill one batch exactly (128), spill into a second (129) and a
+// third (300), with a width that is not a multiple of the 32-column tile and ld > m.
+TEST(CudaBackend, ColumnFinalizeAddsEachLanesChunksInOrderThenTheLanes) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    auto be = cuda_backend();
+    ASSERT_TRUE(be);
+    const int64_t m = 1000, ld = 1032;
+    std::mt19937_64 rng(23);
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    for (dst_dtype dt : {DST_DTYPE_FP16, DST_DTYPE_BF16, DST_DTYPE_FP32})
+        for (int64_t chunks : {3, 128, 129, 300})
+            for (bool accumulate : {false, true}) {
+                SCOPED_TRACE(std::string(dst_dtype_string(dt)) + " chunks " + std::to_string(chunks) +
+                             (accumulate ? " accumulating" : ""));
+                std::vector<float> part(static_cast<size_t>(chunks * ld));
+                // Magnitudes over several binades, so that a changed order changes bits.
+                for (float &v : part) v = uni(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 12) - 6);
+                HostBuf old(dt, m), want(dt, m), got(dt, m);
+                for (int64_t j = 0; j < m; ++j) old.set(j, 4.0 * uni(rng));
+                for (int64_t j = 0; j < m; ++j) {
+                    float lane[8] = {};
+                    for (int64_t c = 0; c < chunks; ++c) lane[c % 8] += part[static_cast<size_t>(c * ld + j)];
+                    float t = lane[0];
+                    for (int k = 1; k < 8; ++k) t += lane[k];
+                    if (accumulate) t = static_cast<float>(old.get(j)) + t;
+                    want.set(j, t);
+                }
+                DeviceBufs f32(*be, sizeof(float)), out(*be, dst_dtype_size(dt));
+                void *dp = f32.get(chunks * ld), *db = out.get(m, &old);
+                ASSERT_TRUE(dp && db);
+                ASSERT_EQ(be->copy(dp, part.data(), part.size() * sizeof(float), CopyKind::HostToDevice), DST_OK);
+                ASSERT_EQ(dst::cuda::column_sum_finalize_chunks(static_cast<cudaStream_t>(be->stream()), dt, dp, ld,
+                                                                chunks, db, m, accumulate),
+                          cudaSuccess);
+                ASSERT_EQ(be->copy(got.data(), db, got.bytes.size(), CopyKind::DeviceToHost), DST_OK);
+                const size_t es = dst_dtype_size(dt);
+                int64_t differ = 0;
+                for (int64_t j = 0; j < m; ++j) differ += std::memcmp(&got.bytes[j * es], &want.bytes[j * es], es) != 0;
+                EXPECT_EQ(differ, 0) << "columns whose bits differ from the lane order's";
+            }
 }
 
 TEST(CudaBackend, CallerStreamAndWorkspace) {
