@@ -61,17 +61,9 @@ double time_us(cudaStream_t s, F launch) {
     LAB_CUDA(cudaStreamEndCapture(s, &g));
     LAB_CUDA(cudaGraphInstantiate(&ge, g, 0));
     for (int i = 0; i < 3; ++i) LAB_CUDA(cudaGraphLaunch(ge, s));
-    cudaEvent_t a, b;
-    LAB_CUDA(cudaEventCreate(&a));
-    LAB_CUDA(cudaEventCreate(&b));
-    LAB_CUDA(cudaEventRecord(a, s));
-    for (int i = 0; i < kReplays; ++i) LAB_CUDA(cudaGraphLaunch(ge, s));
-    LAB_CUDA(cudaEventRecord(b, s));
-    LAB_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    LAB_CUDA(cudaEventElapsedTime(&ms, a, b));
-    LAB_CUDA(cudaEventDestroy(a));
-    LAB_CUDA(cudaEventDestroy(b));
+    const float ms = lab_event_ms(s, [&] {
+        for (int i = 0; i < kReplays; ++i) LAB_CUDA(cudaGraphLaunch(ge, s));
+    });
     LAB_CUDA(cudaGraphExecDestroy(ge));
     LAB_CUDA(cudaGraphDestroy(g));
     return 1000.0 * ms / (kPerGraph * kReplays);

@@ -61,19 +61,10 @@ double host_us(F &&f) {
 
 template <typename F>
 double time_us(F &&f) {
-    cudaEvent_t a, b;
-    LAB_CUDA(cudaEventCreate(&a));
-    LAB_CUDA(cudaEventCreate(&b));
     for (int i = 0; i < 5; ++i) f();
-    LAB_CUDA(cudaEventRecord(a, stream));
-    for (int i = 0; i < 30; ++i) f();
-    LAB_CUDA(cudaEventRecord(b, stream));
-    LAB_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    LAB_CUDA(cudaEventElapsedTime(&ms, a, b));
-    LAB_CUDA(cudaEventDestroy(a));
-    LAB_CUDA(cudaEventDestroy(b));
-    return ms * 1e3 / 30;
+    return lab_event_ms(stream, [&] {
+               for (int i = 0; i < 30; ++i) f();
+           }) * 1e3 / 30;
 }
 
 // Two forms timed in alternation (seven rounds of time_us each, A then B), the medians of their µs per

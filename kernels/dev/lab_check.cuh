@@ -26,4 +26,21 @@
         if (s_ != CUBLAS_STATUS_SUCCESS) lab_fail(__FILE__, __LINE__, #x, "cuBLAS status", int(s_));  \
     } while (0)
 
+// Milliseconds between events recorded on stream s before and after `enqueue()` puts its work there.
+template <typename F>
+float lab_event_ms(cudaStream_t s, F &&enqueue) {
+    cudaEvent_t a, b;
+    LAB_CUDA(cudaEventCreate(&a));
+    LAB_CUDA(cudaEventCreate(&b));
+    LAB_CUDA(cudaEventRecord(a, s));
+    enqueue();
+    LAB_CUDA(cudaEventRecord(b, s));
+    LAB_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    LAB_CUDA(cudaEventElapsedTime(&ms, a, b));
+    LAB_CUDA(cudaEventDestroy(a));
+    LAB_CUDA(cudaEventDestroy(b));
+    return ms;
+}
+
 #endif  // DST_KERNELS_DEV_LAB_CHECK_CUH

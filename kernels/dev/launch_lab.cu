@@ -40,24 +40,11 @@ void launch(cudaStream_t s, const T *x, T *y, int64_t n) {
 
 template <typename F>
 float time_ms(cudaStream_t s, F &&f, int reps = 7) {
-    cudaEvent_t a, b;
-    LAB_CUDA(cudaEventCreate(&a));
-    LAB_CUDA(cudaEventCreate(&b));
     f();
     LAB_CUDA(cudaStreamSynchronize(s));
     std::vector<float> t;
-    for (int r = 0; r < reps; ++r) {
-        LAB_CUDA(cudaEventRecord(a, s));
-        f();
-        LAB_CUDA(cudaEventRecord(b, s));
-        LAB_CUDA(cudaEventSynchronize(b));
-        float ms = 0;
-        LAB_CUDA(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
-    }
+    for (int r = 0; r < reps; ++r) t.push_back(lab_event_ms(s, f));
     std::sort(t.begin(), t.end());
-    LAB_CUDA(cudaEventDestroy(a));
-    LAB_CUDA(cudaEventDestroy(b));
     return t[t.size() / 2];
 }
 
