@@ -112,29 +112,6 @@ __device__ __forceinline__ void partial_scalar(int64_t n, int64_t m, int64_t R, 
     }
 }
 
-// Row lane threadIdx.y's sum of column `col` over chunks y, y + kRowLanes, y + 2·kRowLanes, … in that
-// order: the finalisations' first step. The loads of kLaneBatch chunks are issued before their adds
-// (a lane of a 128-chunk sum has 16: one wait for memory instead of 16 in a row, which made a
-// finalisation ~7 µs at 128 chunks); the chunks past the end add +0, which leaves every sum as it was
-// (the sum starts at +0 and x + (+0) = x for every x but −0, which the sum never is), so the order and
-// the bits are those of one load per add.
-constexpr int kLaneBatch = kMaxChunks / kRowLanes;
-template <typename C>
-__device__ __forceinline__ C lane_chunk_sum(const C *__restrict__ partial, int64_t ld, int64_t chunks, int64_t col) {
-    C s = 0;
-    for (int64_t c0 = threadIdx.y; c0 < chunks; c0 += int64_t(kRowLanes) * kLaneBatch) {
-        C v[kLaneBatch];
-#pragma unroll
-        for (int i = 0; i < kLaneBatch; ++i) {
-            const int64_t c = c0 + int64_t(i) * kRowLanes;
-            v[i] = c < chunks ? partial[c * ld + col] : C(0);
-        }
-#pragma unroll
-        for (int i = 0; i < kLaneBatch; ++i) s += v[i];
-    }
-    return s;
-}
-
 // The second pass for column `col` (< m or not) of a block of kTileThreads columns × kRowLanes chunk
 // lanes, the partials of chunk c at partial[c · ld + column] (ld ≥ m): lane y adds the partials of
 // chunks y, y + kRowLanes, … in order, then the lanes are added in order. Thread (x, 0) of a column
@@ -144,7 +121,9 @@ template <typename C>
 __device__ __forceinline__ C finalize_column(const C *__restrict__ partial, int64_t m, int64_t ld, int64_t chunks,
                                              int64_t col) {
     __shared__ C red[kRowLanes][kTileThreads + 1];
-    const C s = col < m ? lane_chunk_sum(partial, ld, chunks, col) : C(0);
+    C s = 0;
+    if (col < m)
+        for (int64_t c = threadIdx.y; c < chunks; c += kRowLanes) s += partial[c * ld + col];
     __syncthreads();  // red may still be read by the block's previous call
     red[threadIdx.y][threadIdx.x] = s;
     __syncthreads();

@@ -382,10 +382,11 @@ __global__ void layernorm_param_finalize_kernel(const compute_t<T> *__restrict__
     __shared__ C red[2][kRowLanes][kTileCols + 1];
     const int64_t c = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
     C tg = 0, tb = 0;
-    if (c < h) {
-        tg = colsum::lane_chunk_sum(partial, h, chunks, c);
-        tb = colsum::lane_chunk_sum(partial + chunks * h, h, chunks, c);
-    }
+    if (c < h)
+        for (int64_t k = threadIdx.y; k < chunks; k += kRowLanes) {
+            tg += partial[k * h + c];
+            tb += partial[(chunks + k) * h + c];
+        }
     red[0][threadIdx.y][threadIdx.x] = tg;
     red[1][threadIdx.y][threadIdx.x] = tb;
     __syncthreads();

@@ -8,11 +8,13 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I. -Icapi/include kernels/dev/colsum_lab.cu -o /tmp/colsum_lab
 //   /tmp/colsum_lab            (fp16 and bf16)
 //
-// v0: one load per add (lane y: s += partial[c] for c = y, y + 8, …; the library's loop before
-//     colsum::lane_chunk_sum): a lane of a 128-chunk sum waits for memory 16 times in a row.
-// v1: the library's (colsum::lane_chunk_sum): the loads of 16 chunks issued before their adds.
-// Prediction (H100, 128 chunks): v0 ~6–8 µs per call at every width (latency: 16 dependent L2 round
-// trips of ~0.4 µs), v1 ~2–3 µs (one round trip, the launch); at 8 chunks both ~2 µs.
+// v0: the library's (colsum::finalize_column): lane y adds partial[c] for c = y, y + 8, … in a plain
+//     loop, which nvcc unrolls by 16 with the loads issued ahead of their adds.
+// v1: the loads of 16 chunks written out first, into an array, chunks past the end loading +0 (the
+//     same order and bits), then the adds. Measured on the H100 (2026-12-05): slower, 3.9 against 1.5 µs
+//     at 128 chunks and 1.7 against 1.2 at 8: ptxas gives every predicated load the same register and
+//     issues it after the previous add. Kept as the record of that try.
+// An empty kernel's time in the same graphs is the floor (0.8 µs on the H100).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -30,14 +32,24 @@ using namespace dst::cuda;
 constexpr int kTile = colsum::kTileThreads, kLanes = colsum::kRowLanes;
 
 template <typename T>
-__global__ void __launch_bounds__(kTile *kLanes) finalize_v0(const compute_t<T> *__restrict__ partial, T *db,
+__global__ void __launch_bounds__(kTile *kLanes) finalize_v1(const compute_t<T> *__restrict__ partial, T *db,
                                                               int64_t m, int64_t ld, int64_t chunks) {
     using C = compute_t<T>;
+    constexpr int kBatch = colsum::kMaxChunks / kLanes;
     __shared__ C red[kLanes][kTile + 1];
     const int64_t col = blockIdx.x * int64_t(kTile) + threadIdx.x;
     C s = 0;
     if (col < m)
-        for (int64_t c = threadIdx.y; c < chunks; c += kLanes) s += partial[c * ld + col];
+        for (int64_t c0 = threadIdx.y; c0 < chunks; c0 += int64_t(kLanes) * kBatch) {
+            C v[kBatch];
+#pragma unroll
+            for (int i = 0; i < kBatch; ++i) {
+                const int64_t c = c0 + int64_t(i) * kLanes;
+                v[i] = c < chunks ? partial[c * ld + col] : C(0);
+            }
+#pragma unroll
+            for (int i = 0; i < kBatch; ++i) s += v[i];
+        }
     red[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && col < m) {
@@ -85,10 +97,11 @@ int run(const char *name, dst_dtype dt, cudaStream_t s) {
             LAB_CUDA(cudaMalloc(&p, hp.size() * sizeof(C)));
             LAB_CUDA(cudaMalloc(&d0, size_t(m) * sizeof(T)));
             LAB_CUDA(cudaMalloc(&d1, size_t(m) * sizeof(T)));
-            LAB_CUDA(cudaMemcpy(p, hp.data(), hp.size() * sizeof(C), cudaMemcpyHostToDevice));
+            // On the lab's stream: it is non-blocking, and a pageable cudaMemcpy may return before its DMA is done.
+            LAB_CUDA(cudaMemcpyAsync(p, hp.data(), hp.size() * sizeof(C), cudaMemcpyHostToDevice, s));
             const unsigned grid = unsigned((m + kTile - 1) / kTile);
-            auto v0 = [&] { finalize_v0<T><<<grid, dim3(kTile, kLanes), 0, s>>>(p, d0, m, m, chunks); };
-            auto v1 = [&] { LAB_CUDA(column_sum_finalize_chunks(s, dt, p, m, chunks, d1, m, false)); };
+            auto v0 = [&] { LAB_CUDA(column_sum_finalize_chunks(s, dt, p, m, chunks, d0, m, false)); };
+            auto v1 = [&] { finalize_v1<T><<<grid, dim3(kTile, kLanes), 0, s>>>(p, d1, m, m, chunks); };
             v0();
             v1();
             LAB_CUDA(cudaStreamSynchronize(s));
@@ -115,7 +128,8 @@ int run(const char *name, dst_dtype dt, cudaStream_t s) {
             LAB_CUDA(cudaMalloc(&dy, hy.size() * sizeof(T)));
             LAB_CUDA(cudaMalloc(&db, size_t(m) * sizeof(T)));
             LAB_CUDA(cudaMalloc(&ws, column_sum_workspace(dt, n, m)));
-            LAB_CUDA(cudaMemcpy(dy, hy.data(), hy.size() * sizeof(T), cudaMemcpyHostToDevice));
+            LAB_CUDA(cudaMemcpyAsync(dy, hy.data(), hy.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+            LAB_CUDA(cudaStreamSynchronize(s));
             char label[64];
             std::snprintf(label, sizeof label, "column_sum n=%lld m=%lld", (long long)n, (long long)m);
             std::printf("  %-34s %10s %10.2f\n", label, "",

@@ -2191,10 +2191,10 @@ TEST(CudaBackend, FusedGemmDependentChainSameBitsAsSynchronized) {
 
 // The column sums' second pass (column_sum_finalize_chunks, kernels/column_partial.cuh) adds, per
 // column, chunks y, y + 8, y + 16, … into row lane y's sum in that order, then the 8 lanes in order
-// (then the old value, accumulating), in the compute type, rounded once. Its lanes load their chunks in
-// batches of 16 before adding them; this checks the bits against that order computed here, at chunk
-// counts that leave lanes empty (3), fill one batch exactly (128), spill into a second (129) and a
-// third (300), with a width that is not a multiple of the 32-column tile and ld > m.
+// (then the old value, accumulating), in the compute type, rounded once; the loop is unrolled by the
+// compiler (loads ahead of their adds). This checks the bits against that order computed here, at chunk
+// counts that leave lanes empty (3), fill 16 per lane (128, the unroll), go one past (129) and beyond
+// (300), with a width that is not a multiple of the 32-column tile and ld > m.
 TEST(CudaBackend, ColumnFinalizeAddsEachLanesChunksInOrderThenTheLanes) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     auto be = cuda_backend();
