@@ -8,7 +8,7 @@ the GPU µs per layer per step, sorted by time, with the share of the step's ker
 of the GEMM kernels (cuBLAS/cuBLASLt) against the rest; --json FILE writes the same rows.
 
     python3 bench/profile_layer.py [--shapes 64x128,16x512] [--dtypes fp16] [--steps 5] [--json FILE]
-       [--inference] [--padding alternate|uniform] [--packed]
+       [--inference] [--padding alternate|uniform] [--packed] [--own-times]
 
 --padding uniform gives the sequences compare_torch.py's padding-distribution lengths (uniform in
 [S/4, S]; default: its alternating S and S - S/4); --packed runs the same lengths as packed input
@@ -16,9 +16,15 @@ of the GEMM kernels (cuBLAS/cuBLASLt) against the rest; --json FILE writes the s
 packed call's time differs from the padded one's.
 
 Needs a CUDA GPU, torch and a CUDA build of the library (DST_LIB, as for compare_torch.py).
-Kernel times under the profiler are the kernels' own; launch gaps are not in them. The GPU's busy time
-(the union of the kernels' intervals) against the span of the profiled steps shows the time between
-kernels (the profiler's own cost per launch included).
+A kernel's time is its interval on the GPU; launch gaps are not in it. With programmatic dependent
+launch (the library's default on compute capability 9.0+, docs/api.md's DST_PDL) a kernel launched as
+a dependent is resident from its early launch and waits there for the kernel before it, and that wait
+is in its interval: the kernel times then add up to more than the GPU's busy time (the line's
+"overlap"), and a short kernel after a long one looks long. --own-times sets DST_PDL=0 for this
+process (before the library's first launch), so that every interval is a kernel's own time, at the
+cost of the boundaries PDL saves. The GPU's busy time (the union of the kernels' intervals) against
+the span of the profiled steps shows the time between kernels (the profiler's own cost per launch
+included).
 """
 import argparse
 import collections
@@ -90,11 +96,16 @@ def main(argv=None):
     ap.add_argument("--padding", choices=("alternate", "uniform"), default="alternate",
                     help="the sequences' lengths (compare_torch.py's key_lengths)")
     ap.add_argument("--packed", action="store_true", help="the same lengths as packed input (OursPacked)")
+    ap.add_argument("--own-times", action="store_true",
+                    help="plain launches (DST_PDL=0), so that each kernel's interval is its own time")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("profile_layer: needs a CUDA GPU")
         return 2
+    if a.own_times:
+        os.environ["DST_PDL"] = "0"  # read by the library at its first launch, which comes later
+    pdl = os.environ.get("DST_PDL", "1") != "0" and torch.cuda.get_device_capability() >= (9, 0)
     lib = ct.dc.Lib()
     stream = torch.cuda.Stream()
     out = []
@@ -107,14 +118,16 @@ def main(argv=None):
                 gemm = sum(r[2] for r in rows if GEMM_RE.search(r[0]))
                 what = ("inference forward" if a.inference else "fwd+bwd") + (", packed" if a.packed else "") + \
                     f", {a.padding} lengths"
+                launches = ("dependent launches: kernel times include their waits, overlap "
+                            f"{max(total - busy, 0.0):.1f}" if pdl else "plain launches: kernel times are their own")
                 print(f"\n{dname} {B}x{S}, {what}: kernel time {total:.1f} µs per layer "
                       f"(GEMM kernels {gemm:.1f}, others {total - gemm:.1f}); GPU busy {busy:.1f} of a "
-                      f"{span:.1f} µs span per layer (idle between kernels {span - busy:.1f})")
+                      f"{span:.1f} µs span per layer (idle between kernels {span - busy:.1f}); {launches}")
                 print(f"  {'µs/layer':>9} {'share':>6} {'calls':>6}  kernel")
                 for k, c, us in rows:
                     print(f"  {us:9.1f} {100 * us / total:5.1f}% {c:6.2f}  {k}")
                 out.append(dict(dtype=dname, B=B, S=S, mode=what, total_us=total, gemm_us=gemm, busy_us=busy,
-                                span_us=span,
+                                span_us=span, dependent_launch=pdl,
                                 kernels=[dict(name=k, calls=c, us=us) for k, c, us in rows]))
     if a.json:
         with open(a.json, "w") as f:
