@@ -881,17 +881,6 @@ def run_sweep(lib, dname, args, budget, emit):
     return points
 
 
-def cliffs(points):
-    """Cliffs of the sweep: points whose per-token time exceeds CLIFF × that of the next smaller measured
-    call of the same row and S (per-token time should fall, or stay, as calls grow)."""
-    out = []
-    for key in sorted({(p.impl, p.S) for p in points}):
-        series = sorted((p for p in points if (p.impl, p.S) == key and p.us_per_token is not None),
-                        key=lambda p: p.tokens)
-        out += [q for p, q in zip(series, series[1:]) if q.us_per_token > CLIFF * p.us_per_token]
-    return out
-
-
 def steps(points):
     """Issue 11's reading of the sweep: neighbouring measured calls of the same row and S whose per-token
     times differ by more than CLIFF× in either direction, as (point, neighbour, ratio) with the slower
@@ -906,6 +895,13 @@ def steps(points):
             if slow.us_per_token > CLIFF * fast.us_per_token:
                 out.append((slow, fast, slow.us_per_token / fast.us_per_token))
     return out
+
+
+def cliffs(points):
+    """Cliffs of the sweep: points whose per-token time exceeds CLIFF × that of the next smaller measured
+    call of the same row and S (per-token time should fall, or stay, as calls grow): the steps() whose
+    slower point is the larger call."""
+    return [slow for slow, fast, _ in steps(points) if slow.tokens > fast.tokens]
 
 
 def sweep_line(p):

@@ -1662,11 +1662,6 @@ TEST(CudaBackend, LayerNormOnePassGivesThePassesSums) {
                 }
 }
 
-// Which problems the fused GELU GEMMs take (host code: runs without a GPU too): every shape the
-// library's rule admits (FP16/BF16, k and m multiples of 8, any n) must be one CUTLASS's can_implement()
-// accepts for each of the three kernels, with no workspace, since gemm_gelu_shape_ok asks it; the
-// others are refused before CUTLASS is asked. A rule wider than CUTLASS's would make a call fail at
-// run time instead of taking the cuBLASLt path.
 // Which fused GELU GEMM configuration a call takes (host arithmetic): the kernels without a cluster only
 // where the library's pairs of blocks need one more round of 128×256 tiles than single blocks. The row
 // counts are those the lab timed on an H100 (132 multiprocessors, 4096 columns: 5203 rows took 101.7 µs
@@ -1687,6 +1682,11 @@ TEST(CudaBackend, FusedGeluGemmsRunUnclusteredWhereThePairsCostARound) {
                     << tiles << " row tiles (even), " << cols << " columns, " << sms << " SMs";
 }
 
+// Which problems the fused GELU GEMMs take (host code: runs without a GPU too): every shape the
+// library's rule admits (FP16/BF16, k and m multiples of 8, any n) must be one CUTLASS's can_implement()
+// accepts for each of the three kernels, with no workspace, since gemm_gelu_shape_ok asks it; the
+// others are refused before CUTLASS is asked. A rule wider than CUTLASS's would make a call fail at
+// run time instead of taking the cuBLASLt path.
 TEST(CudaBackend, FusedGeluGemmShapesAreWhatCutlassAccepts) {
     if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
     struct P { int64_t n, k, m; bool ok; };
@@ -1934,10 +1934,9 @@ TEST(CudaBackend, TunedGemmAlgorithmsGiveTheHeuristicsBits) {
     auto make = [](bool tune) {
         if (tune) ::unsetenv("DST_GEMM_TUNE");
         else ::setenv("DST_GEMM_TUNE", "0", 1);
-        Backend *raw = nullptr;
-        EXPECT_EQ(dst::make_cuda_backend(0, &raw), DST_OK);
+        std::unique_ptr<Backend> be = cuda_backend();
         ::unsetenv("DST_GEMM_TUNE");
-        return std::unique_ptr<Backend>(raw);
+        return be;
     };
     std::unique_ptr<Backend> plain = make(false), tuned = make(true);
     ASSERT_TRUE(plain && tuned);
