@@ -131,9 +131,12 @@ struct ProductAct<cutlass::Array<float, N>> {
 // kMath is the lab's (kernels/dev/gemm_gelu_lab.cu): 0 the GELUs, 1 the same visitor trees with the
 // identity (forward) and a product (backward) in their place, 2 no visitor tree (D = acc: the GEMM alone);
 // ColSums: the backward also writes du's per-tile column sums (the library's; kernels/gemm_gelu.cuh's
-// dgelu_partial_* describe them for its 128×256 tile).
+// dgelu_partial_* describe them for its 128×256 tile). EpiTile: the epilogue's subtile (CUTLASS's choice
+// by default: 128×32 in the cooperative schedule, 64×32 in ping-pong); it changes how the tile's
+// results reach memory, not what they are.
 template <int TM, int TN, int TK, int CM, int CN, typename MainSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-          typename EpiSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative, int Math = 0, bool ColSums = false>
+          typename EpiSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative, int Math = 0, bool ColSums = false,
+          typename EpiTile = cutlass::epilogue::collective::EpilogueTileAuto>
 struct Config {
     static constexpr int kMath = Math;
     static constexpr bool kColSums = ColSums;
@@ -141,6 +144,7 @@ struct Config {
     using Cluster = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
     using Main = MainSchedule;
     using Epi = EpiSchedule;
+    using EpiTileMN = EpiTile;
 };
 // The library's configuration: 128×256×64 tiles in clusters of two along M (each B tile multicast to
 // both blocks), the cooperative schedule. To be settled by kernels/dev/gemm_gelu_lab.cu on the H200.
@@ -277,7 +281,7 @@ struct GemmGelu {
                            cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Act, E, float, E, void>>>>;
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile, typename Cfg::Cluster,
-        cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, E, LayoutD, kAlign,
+        typename Cfg::EpiTileMN, float, float, void, LayoutD, kAlign, E, LayoutD, kAlign,
         typename Cfg::Epi, Fusion>::CollectiveOp;
     using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, LayoutB, kAlign, float,

@@ -10,6 +10,8 @@
 //
 //   cmake -DDST_BUILD_KERNEL_LAB=ON … && ninja gemm_gelu_lab   (needs CUTLASS: tools/cutlass.sh)
 //   gemm_gelu_lab [rows=8192] [hidden=1024] [inter=4096]
+//   LAB_AB=13,14 gemm_gelu_lab …   also times those variants against the library in alternation
+//   LAB_SKIP_VARIANTS=1            skips the variants' sequential table (their checks still run)
 //
 // Checks first (printed, and the exit status is 1 if one fails): the fused forward's y is GELU of its
 // own u bit for bit (the map run on it); u and du against the unfused path (relative L2 and the count
@@ -315,7 +317,7 @@ int main(int argc, char **argv) {
                     host_us(fused_fwd), host_us(fused_bwd), host_us(unfused_fwd), host_us(unfused_bwd));
         std::printf("  variant 0: %-47s %9.1f %9.1f   (backward: kernel only, no bias sums)\n", lab::kVariantNames[0],
                     fus_f, kb);
-        if (dt == DST_DTYPE_FP16)
+        if (dt == DST_DTYPE_FP16 && !std::getenv("LAB_SKIP_VARIANTS"))
             for (int v = 1; v <= lab::kVariants; ++v) {
                 const auto fwd = lab::kFwd[v];
                 const auto bwd = lab::kBwd[v];
@@ -324,6 +326,30 @@ int main(int argc, char **argv) {
                 std::printf("  variant %d: %-47s %9.1f %9.1f   (backward: kernel only, no bias sums)\n", v,
                             lab::kVariantNames[v], f, b);
             }
+        // LAB_AB="v,v,…": those variants against the library's kernels in alternation (medians of seven
+        // rounds each): forward with u, the inference form (no u), the backward kernel without the sums.
+        if (const char *ab = std::getenv("LAB_AB"); ab && dt == DST_DTYPE_FP16) {
+            std::printf("  A/B in alternation, library / variant, us: forward, inference form, backward kernel\n");
+            for (const char *c = ab; *c;) {
+                const int v = std::atoi(c);
+                if (v >= 1 && v <= lab::kVariants) {
+                    const auto fwd = lab::kFwd[v];
+                    const auto bwd = lab::kBwd[v];
+                    const auto [lf, vf] = time_pair_us(
+                        fused_fwd, [&] { LAB_CUDA(fwd(stream, erf, x, w1, b1, yv, uv, n, H, I, sms)); });
+                    const auto [li, vi] = time_pair_us(
+                        [&] { LAB_CUDA(dst::cuda::gemm_bias_gelu(stream, dt, erf, x, w1, b1, y[1], nullptr, n, H, I, sms)); },
+                        [&] { LAB_CUDA(fwd(stream, erf, x, w1, b1, yv, nullptr, n, H, I, sms)); });
+                    const auto [lb, vb] = time_pair_us(
+                        [&] { LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], du[1], n, I, H, sms)); },
+                        [&] { LAB_CUDA(bwd(stream, erf, dy, w2, u[0], chk, n, I, H, sms, nullptr)); });
+                    std::printf("  variant %2d %-44s %6.1f / %6.1f  %6.1f / %6.1f  %6.1f / %6.1f\n", v,
+                                lab::kVariantNames[v], lf, vf, li, vi, lb, vb);
+                }
+                while (*c && *c != ',') ++c;
+                if (*c == ',') ++c;
+            }
+        }
         for (void *p : {x, w1, b1, dy, w2, u[0], u[1], y[0], y[1], du[0], du[1], db[0], db[1], dg, chk, uv, yv, cs_ws, tile_ws})
             LAB_CUDA(cudaFree(p));
     }

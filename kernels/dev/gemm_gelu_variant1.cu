@@ -15,8 +15,12 @@ const char *const kVariantNames[kVariants + 1] = {
     "128x128x64, cluster 2x1, ping-pong: GEMM alone",
     "128x256x64, cluster 2x1, cooperative: identity",
     "64x256x64, cluster 1x1, ping-pong",
-    "64x256x64, cluster 2x1, ping-pong"};
+    "64x256x64, cluster 2x1, ping-pong",
+    "library's tiles: GEMM alone",
+    "library's tiles, epilogue subtiles 128x64",
+    "library's tiles, epilogue subtiles 128x128",
+    "no cluster (library at packed rows), subtiles 128x64"};
 // What each computes (Config's kMath): 0 the GELUs (checked against the library), 1 the stand-ins (u
 // checked), 2 the GEMM alone (not checked).
-const int kVariantMath[kVariants + 1] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0};
+const int kVariantMath[kVariants + 1] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 2, 0, 0, 0};
 }  // namespace lab
