@@ -233,10 +233,12 @@ int main(int argc, char **argv) {
             LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], du[1], n, I, H, sms));
             LAB_CUDA(dst::cuda::column_sum(stream, dt, du[1], db[1], n, I, false, cs_ws));
         };
-        // LAB_PROFILE=1: one fused forward and one fused backward kernel (FP16), nothing else, for
-        // `ncu -k regex:device_kernel` (the library's configuration, then LAB_PROFILE_VARIANT's if set).
+        // LAB_PROFILE=1: one fused forward, one inference-form forward and one fused backward kernel (FP16),
+        // nothing else, for `ncu -k regex:device_kernel` (the library's configuration, then
+        // LAB_PROFILE_VARIANT's forward and backward if set).
         if (std::getenv("LAB_PROFILE")) {
             fused_fwd();
+            LAB_CUDA(dst::cuda::gemm_bias_gelu(stream, dt, erf, x, w1, b1, yv, nullptr, n, H, I, sms));  // inference
             LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], du[1], n, I, H, sms));
             if (const char *pv = std::getenv("LAB_PROFILE_VARIANT")) {
                 const int v = std::atoi(pv);
