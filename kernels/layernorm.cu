@@ -33,11 +33,6 @@ using colsum::chunk_count;
 using colsum::kRowLanes;
 constexpr int kTileCols = colsum::kTileThreads;
 
-// Brings the 128-byte line holding p into L1 (and L2), for a load that follows (PTX prefetch).
-__device__ __forceinline__ void prefetch_l1(const void *p) {
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
 int row_threads(int64_t h) { return h <= 128 ? 32 : (h <= 1024 ? 128 : 256); }
 
 // ================================ kernels ========================================================
@@ -441,12 +436,8 @@ __device__ __forceinline__ void flush_lane_sums(const C (&a)[J][V], C *red, C *o
 // block adds its row lanes in order into the chunk's partial row: the bits of the γ/β partial pass
 // (explicit fma for dy·x̂, as that kernel's contraction) and of column_sum over the stored branch.
 // One block per SM at BERT sizes (the grid is the chunk count), so the block's size is what puts warps
-// in flight: 8·kSplit warps, at 1/kSplit of the warp form's registers per row. kAhead: before it waits
-// at its row's barrier, a row lane asks for its next row's lines of dy, x and dresid to be brought
-// into L1 (prefetch: no registers, which kSplit 4's 64 per thread leave none of), so that row
-// r + kRowLanes's loads find them there (dx may alias dy or dresid: the rows differ, so no prefetched
-// line is one a store of this row writes; the arithmetic and its order are unchanged: the same bits).
-template <typename T, int VPL, bool kBranch, int kSplit, bool kAhead = false>
+// in flight: 8·kSplit warps, at 1/kSplit of the warp form's registers per row.
+template <typename T, int VPL, bool kBranch, int kSplit>
 __global__ void __launch_bounds__(32 * kSplit * kRowLanes, 1)
     layernorm_bwd_split_kernel(const T *dy, const T *__restrict__ x, const T *__restrict__ gamma,
                                const compute_t<T> *__restrict__ mean,
@@ -477,16 +468,6 @@ __global__ void __launch_bounds__(32 * kSplit * kRowLanes, 1)
             d[j] = reinterpret_cast<const Vec<T> *>(dy + base)[vi];
             xv[j] = reinterpret_cast<const Vec<T> *>(x + base)[vi];
             if (dresid) rv[j] = reinterpret_cast<const Vec<T> *>(dresid + base)[vi];
-        }
-        if (kAhead && row + kRowLanes < r1) {
-            const int64_t next = base + kRowLanes * h;
-#pragma unroll
-            for (int j = 0; j < HV; ++j) {
-                const int64_t vi = vi0 + lane + 32 * j;
-                prefetch_l1(reinterpret_cast<const Vec<T> *>(dy + next) + vi);
-                prefetch_l1(reinterpret_cast<const Vec<T> *>(x + next) + vi);
-                if (dresid) prefetch_l1(reinterpret_cast<const Vec<T> *>(dresid + next) + vi);
-            }
         }
         const C rs = rstd[row], mu = mean[row];
         C sg = 0, sgx = 0;
