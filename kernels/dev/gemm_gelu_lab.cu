@@ -219,6 +219,9 @@ int main(int argc, char **argv) {
             LAB_CUDA(dst::cuda::gelu_fwd(stream, dt, erf, u[0], y[0], n * I));
         };
         auto fused_fwd = [&] { LAB_CUDA(dst::cuda::gemm_bias_gelu(stream, dt, erf, x, w1, b1, y[1], u[1], n, H, I, sms)); };
+        // The inference form (no u kept), into yv; the backward kernel alone (no bias sums), into du[1].
+        auto fused_inf = [&] { LAB_CUDA(dst::cuda::gemm_bias_gelu(stream, dt, erf, x, w1, b1, yv, nullptr, n, H, I, sms)); };
+        auto fused_bwd_kernel = [&] { LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], du[1], n, I, H, sms)); };
         auto unfused_bwd = [&] {
             fc2.run();
             LAB_CUDA(dst::cuda::gelu_bwd_bias_grad(stream, dt, erf, dg, u[0], du[0], n, I, db[0], false, cs_ws));
@@ -230,7 +233,7 @@ int main(int argc, char **argv) {
         };
         // The form before the epilogue's sums: the kernel, then column_sum's two passes over du.
         auto fused_bwd_pass = [&] {
-            LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], du[1], n, I, H, sms));
+            fused_bwd_kernel();
             LAB_CUDA(dst::cuda::column_sum(stream, dt, du[1], db[1], n, I, false, cs_ws));
         };
         // LAB_PROFILE=1: one fused forward, one inference-form forward and one fused backward kernel (FP16),
@@ -238,8 +241,8 @@ int main(int argc, char **argv) {
         // LAB_PROFILE_VARIANT's forward and backward if set).
         if (std::getenv("LAB_PROFILE")) {
             fused_fwd();
-            LAB_CUDA(dst::cuda::gemm_bias_gelu(stream, dt, erf, x, w1, b1, yv, nullptr, n, H, I, sms));  // inference
-            LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], du[1], n, I, H, sms));
+            fused_inf();
+            fused_bwd_kernel();
             if (const char *pv = std::getenv("LAB_PROFILE_VARIANT")) {
                 const int v = std::atoi(pv);
                 if (v >= 1 && v <= lab::kVariants) {
@@ -296,15 +299,14 @@ int main(int argc, char **argv) {
         const auto [fus_b, fus_bp] = time_pair_us(fused_bwd, fused_bwd_pass);
         const auto [kbs, kb] = time_pair_us(
             [&] { LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], chk, n, I, H, sms, tile_partial)); },
-            [&] { LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], chk, n, I, H, sms)); });
+            fused_bwd_kernel);
         // The inference form: no pre-activation kept (unfused: the GEMM into y, then GELU in place).
         const LtGemm fc1_into_y(type, true, w1, x, b1, yv, n, H, I);
         const double unf_i = time_us([&] {
             fc1_into_y.run();
             LAB_CUDA(dst::cuda::gelu_fwd(stream, dt, erf, yv, yv, n * I));
         });
-        const double fus_i =
-            time_us([&] { LAB_CUDA(dst::cuda::gemm_bias_gelu(stream, dt, erf, x, w1, b1, yv, nullptr, n, H, I, sms)); });
+        const double fus_i = time_us(fused_inf);
         std::printf("  %-58s %9s %9s\n", "us per call", "forward", "backward");
         std::printf("  %-58s %9.1f %9.1f\n", "cuBLASLt GEMM alone (forward: with its bias epilogue)", gemm_f, gemm_b);
         std::printf("  %-58s %9.1f %9.1f\n", "unfused: GEMM + GELU map / GEMM + GELU' with bias sums", unf_f, unf_b);
@@ -341,12 +343,10 @@ int main(int argc, char **argv) {
                 const auto bwd = lab::kBwd[v];
                 const auto [lf, vf] =
                     time_pair_us(fused_fwd, [&] { LAB_CUDA(fwd(stream, erf, x, w1, b1, yv, uv, n, H, I, sms)); });
-                const auto [li, vi] = time_pair_us(
-                    [&] { LAB_CUDA(dst::cuda::gemm_bias_gelu(stream, dt, erf, x, w1, b1, y[1], nullptr, n, H, I, sms)); },
-                    [&] { LAB_CUDA(fwd(stream, erf, x, w1, b1, yv, nullptr, n, H, I, sms)); });
+                const auto [li, vi] =
+                    time_pair_us(fused_inf, [&] { LAB_CUDA(fwd(stream, erf, x, w1, b1, yv, nullptr, n, H, I, sms)); });
                 const auto [lb, vb] = time_pair_us(
-                    [&] { LAB_CUDA(dst::cuda::gemm_dgelu(stream, dt, erf, dy, w2, u[0], du[1], n, I, H, sms)); },
-                    [&] { LAB_CUDA(bwd(stream, erf, dy, w2, u[0], chk, n, I, H, sms, nullptr)); });
+                    fused_bwd_kernel, [&] { LAB_CUDA(bwd(stream, erf, dy, w2, u[0], chk, n, I, H, sms, nullptr)); });
                 std::printf("  variant %2d: %-47s %6.1f / %6.1f  %6.1f / %6.1f  %6.1f / %6.1f\n", v,
                             lab::kVariantNames[v], lf, vf, li, vi, lb, vb);
             }
