@@ -20,11 +20,7 @@ cudaError_t dgelu_bf16(cudaStream_t, dst_gelu, const void *, const void *, const
                        int64_t, int, float *);
 bool implementable_fp16(int kind, int64_t n, int64_t k, int64_t m);
 bool implementable_bf16(int kind, int64_t n, int64_t k, int64_t m);
-// The same without a cluster (gemm_gelu_*_single.cu).
-cudaError_t bias_gelu_fp16_single(cudaStream_t, dst_gelu, const void *, const void *, const void *, void *, void *,
-                                  int64_t, int64_t, int64_t, int);
-cudaError_t bias_gelu_bf16_single(cudaStream_t, dst_gelu, const void *, const void *, const void *, void *, void *,
-                                  int64_t, int64_t, int64_t, int);
+// The backward without a cluster (gemm_gelu_*_single.cu).
 cudaError_t dgelu_fp16_single(cudaStream_t, dst_gelu, const void *, const void *, const void *, void *, int64_t,
                               int64_t, int64_t, int, float *);
 cudaError_t dgelu_bf16_single(cudaStream_t, dst_gelu, const void *, const void *, const void *, void *, int64_t,
@@ -40,7 +36,7 @@ bool gemm_gelu_shape_ok(dst_dtype dt, GemmGeluKind kind, int64_t n, int64_t k, i
     if (n <= 0 || n >= (int64_t(1) << 31)) return false;
     for (const int64_t d : {k, m})
         if (d <= 0 || d % 8 != 0 || d >= (int64_t(1) << 31)) return false;
-    // Both configurations (the call may take either: gemm_gelu_unclustered).
+    // The backward's two configurations (a call may take either: gemm_gelu_unclustered).
     return dt == DST_DTYPE_FP16
                ? gemm_gelu::implementable_fp16(kind, n, k, m) && gemm_gelu::implementable_fp16_single(kind, n, k, m)
                : gemm_gelu::implementable_bf16(kind, n, k, m) && gemm_gelu::implementable_bf16_single(kind, n, k, m);
@@ -56,9 +52,7 @@ bool gemm_gelu_runs(dst_dtype dt, GemmGeluKind kind, int64_t n, int64_t k, int64
 cudaError_t gemm_bias_gelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const void *x, const void *w,
                            const void *b, void *y, void *u, int64_t n, int64_t k, int64_t m, int sm_count) {
     if ((dt != DST_DTYPE_FP16 && dt != DST_DTYPE_BF16) || u == y) return cudaErrorInvalidValue;
-    auto *launch = gemm_gelu_unclustered(n, m, sm_count)
-                       ? (dt == DST_DTYPE_FP16 ? gemm_gelu::bias_gelu_fp16_single : gemm_gelu::bias_gelu_bf16_single)
-                       : (dt == DST_DTYPE_FP16 ? gemm_gelu::bias_gelu_fp16 : gemm_gelu::bias_gelu_bf16);
+    auto *launch = dt == DST_DTYPE_FP16 ? gemm_gelu::bias_gelu_fp16 : gemm_gelu::bias_gelu_bf16;
     return launch(stream, form, x, w, b, y, u, n, k, m, sm_count);
 }
 

@@ -1,13 +1,15 @@
-// The fused GELU GEMMs (kernels/cutlass/gemm_gelu_impl.cuh) for bf16 in the configuration without a
-// cluster (SingleConfig), which gemm_gelu.cu takes where the library configuration's pairs of blocks
-// would cost a round of tiles (gemm_gelu_unclustered). A file of its own, to compile in parallel.
+// The fused GELU GEMMs' backward (kernels/cutlass/gemm_gelu_impl.cuh) for bf16 in the configuration
+// without a cluster (SingleConfig), which gemm_gelu.cu takes where the library configuration's pairs of
+// blocks would cost a round of tiles (gemm_gelu_unclustered; the forward kinds have no cluster). A file
+// of its own, to compile in parallel.
 #include "kernels/cutlass/gemm_gelu_impl.cuh"
 
 namespace dst {
 namespace cuda {
 namespace gemm_gelu {
 
-DST_GEMM_GELU_DEFINE(bias_gelu_bf16_single, dgelu_bf16_single, implementable_bf16_single, __nv_bfloat16, SingleConfig, true)
+DST_GEMM_GELU_DEFINE_BWD(dgelu_bf16_single, __nv_bfloat16, SingleConfig, true)
+DST_GEMM_GELU_DEFINE_OK(implementable_bf16_single, __nv_bfloat16, ForwardConfig, SingleConfig)
 
 }  // namespace gemm_gelu
 }  // namespace cuda

@@ -1,7 +1,10 @@
 // The fused GELU GEMMs of kernels/gemm_gelu.cuh as CUTLASS 3 kernels for sm_90a: TMA loads, warpgroup
-// MMAs (wgmma) with fp32 accumulators, a producer warp and two consumer warpgroups sharing one tile
-// (the "cooperative" schedule), persistent over the tiles, and a TMA-store epilogue whose visitor tree
-// is CUTLASS's own (bias per column, auxiliary store or load) with our GELU / GELU' as the activation.
+// MMAs (wgmma) with fp32 accumulators, a producer warp and two consumer warpgroups, persistent over the
+// tiles, and a TMA-store epilogue whose visitor tree is CUTLASS's own (bias per column, auxiliary store
+// or load) with our GELU / GELU' as the activation. The library's forward kinds give each consumer
+// warpgroup its own tile, the two taking turns at the tensor cores so that one's epilogue runs beside
+// the other's main loop (the "ping-pong" schedule: ForwardConfig); its backward has both share one tile
+// (the "cooperative" schedule: DefaultConfig, SingleConfig).
 // Included by the instantiation files of this folder and by kernels/dev/gemm_gelu_lab.cu (which
 // instantiates other tile shapes through GemmGelu's Config parameter).
 //
@@ -59,9 +62,9 @@ struct GeluArgs {};
 // CUTLASS reads from Functor<ElementCompute>.
 //
 // The GELU's form F is a compile-time constant of a kernel (one kernel per form): the epilogue is
-// unrolled over every element a thread holds (128 of a 128×256 tile), and a runtime choice of form put
-// both forms' code there for each, which overflowed the instruction cache (the backward's warps stalled
-// half their cycles on instruction fetch: bench/RESULTS.md).
+// unrolled over every element a thread holds (128 in each of the library's configurations), and a
+// runtime choice of form put both forms' code there for each, which overflowed the instruction cache
+// (the backward's warps stalled half their cycles on instruction fetch: bench/RESULTS.md).
 //
 // Forward: z = acc + bias in fp32; u = z rounded to T is what the auxiliary store writes, and the
 // activation takes u as stored (rounded here the same way), so y = GELU(u) as gelu_fwd computes it.
@@ -146,16 +149,22 @@ struct Config {
     using Epi = EpiSchedule;
     using EpiTileMN = EpiTile;
 };
-// The library's configuration: 128×256×64 tiles in clusters of two along M (each B tile multicast to
-// both blocks), the cooperative schedule. To be settled by kernels/dev/gemm_gelu_lab.cu on the H200.
+// The library's backward: 128×256×64 tiles in clusters of two along M (each B tile multicast to both
+// blocks), the cooperative schedule (kernels/dev/gemm_gelu_lab.cu, bench/RESULTS.md).
 using DefaultConfig = Config<128, 256, 64, 2, 1, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                              cutlass::epilogue::TmaWarpSpecializedCooperative, 0, true>;
 // The same tiles without a cluster, for the row counts where the pairs cost a round of tiles
 // (gemm_gelu_unclustered): the same sums in the same order, so the same bits.
 using SingleConfig = Config<128, 256, 64, 1, 1, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                             cutlass::epilogue::TmaWarpSpecializedCooperative, 0, true>;
+// The library's forward kinds: 128×128×64 tiles, no cluster, the ping-pong schedule (the lab's
+// variant 8: under sustained load 0.89× the cooperative kernels' time in the inference form, 0.98× with
+// u stored; the same bits). The backward keeps the cooperative tiles: with the column sums in its
+// epilogue, a ping-pong backward took 1.7× as long (bench/RESULTS.md, twenty-fourth session).
+using ForwardConfig = Config<128, 128, 64, 1, 1, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                             cutlass::epilogue::TmaWarpSpecialized>;
 static_assert(kDgeluPartialRows == 128 && kDgeluPartialColumns == 256,
-              "kernels/gemm_gelu.cuh's partial-sum layout is the library configurations' tile");
+              "kernels/gemm_gelu.cuh's partial-sum layout is the library's backward tile");
 
 // The backward's fusion with the column sums: LinCombDeEltAct's tree (D = DAct(acc, aux)) under
 // CUTLASS's row-vector reduction in its per-tile form (FinalReduction false: each CTA tile writes its
@@ -402,19 +411,29 @@ bool implementable(int kind, int64_t n, int64_t k, int64_t m) {
 // Defines the launchers of configuration CFG for storage type T as FWD and BWD (functions of
 // kernels/gemm_gelu.cuh's argument lists without the dtype; FWD stores u unless it is null) and OK
 // (kind, n, k, m: GemmGelu::implementable in the layer's terms), in the enclosing namespace: the
-// per-type files of this folder (TANH true: both forms) and the lab's variants (false: erf only).
-#define DST_GEMM_GELU_DEFINE(FWD, BWD, OK, T, CFG, TANH)                                                            \
+// lab's variants (TANH false: the erf form only). The library's per-type files define the forward
+// and the backward with their own configurations (TANH true: both forms), through the three parts.
+#define DST_GEMM_GELU_DEFINE_FWD(FWD, T, CFG, TANH)                                                                 \
     cudaError_t FWD(cudaStream_t stream, dst_gelu form, const void *x, const void *w, const void *b, void *y,        \
                     void *u, int64_t n, int64_t k, int64_t m, int sm_count) {                                       \
         return ::dst::cuda::gemm_gelu::launch_fwd<T, CFG, TANH>(stream, form, x, w, b, y, u, n, k, m, sm_count);     \
-    }                                                                                                               \
+    }
+#define DST_GEMM_GELU_DEFINE_BWD(BWD, T, CFG, TANH)                                                                 \
     cudaError_t BWD(cudaStream_t stream, dst_gelu form, const void *dy, const void *w, const void *u, void *du,      \
                     int64_t n, int64_t k, int64_t m, int sm_count, float *partial) {                                \
         return ::dst::cuda::gemm_gelu::launch_bwd<T, CFG, TANH>(stream, form, dy, w, u, du, n, k, m, sm_count,       \
                                                                 partial);                                           \
-    }                                                                                                               \
-    bool OK(int kind, int64_t n, int64_t k, int64_t m) {                                                            \
-        return ::dst::cuda::gemm_gelu::implementable<T, CFG>(kind, n, k, m);                                        \
     }
+// OK answers for the forward kinds with FWD_CFG, for the backward with BWD_CFG.
+#define DST_GEMM_GELU_DEFINE_OK(OK, T, FWD_CFG, BWD_CFG)                                                            \
+    bool OK(int kind, int64_t n, int64_t k, int64_t m) {                                                            \
+        return kind == ::dst::cuda::kGeluBackward                                                                   \
+                   ? ::dst::cuda::gemm_gelu::implementable<T, BWD_CFG>(kind, n, k, m)                               \
+                   : ::dst::cuda::gemm_gelu::implementable<T, FWD_CFG>(kind, n, k, m);                              \
+    }
+#define DST_GEMM_GELU_DEFINE(FWD, BWD, OK, T, CFG, TANH)                                                            \
+    DST_GEMM_GELU_DEFINE_FWD(FWD, T, CFG, TANH)                                                                     \
+    DST_GEMM_GELU_DEFINE_BWD(BWD, T, CFG, TANH)                                                                     \
+    DST_GEMM_GELU_DEFINE_OK(OK, T, CFG, CFG)
 
 #endif  // DST_KERNELS_CUTLASS_GEMM_GELU_IMPL_CUH

@@ -1,4 +1,4 @@
-// Lab variant 13 of the fused GELU GEMMs: the library's configuration, the GEMM alone (D = x·Wᵀ, no visitor tree): the floor of its main loop (kernels/dev/gemm_gelu_variants.cuh).
+// Lab variant 13 of the fused GELU GEMMs: the library's backward configuration (its forward's until the twenty-fourth session), the GEMM alone (D = x·Wᵀ, no visitor tree): the floor of its main loop (kernels/dev/gemm_gelu_variants.cuh).
 #include "kernels/cutlass/gemm_gelu_impl.cuh"
 #include "kernels/dev/gemm_gelu_variants.cuh"
 

@@ -1,4 +1,4 @@
-// Lab variant 14 of the fused GELU GEMMs: the library's configuration with 128×64 epilogue subtiles (CUTLASS's default: 128×32) (kernels/dev/gemm_gelu_variants.cuh).
+// Lab variant 14 of the fused GELU GEMMs: the library's backward configuration with 128×64 epilogue subtiles (CUTLASS's default: 128×32) (kernels/dev/gemm_gelu_variants.cuh).
 #include "kernels/cutlass/gemm_gelu_impl.cuh"
 #include "kernels/dev/gemm_gelu_variants.cuh"
 

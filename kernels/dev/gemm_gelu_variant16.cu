@@ -1,4 +1,4 @@
-// Lab variant 16 of the fused GELU GEMMs: the library's unclustered configuration (gemm_gelu_unclustered)
+// Lab variant 16 of the fused GELU GEMMs: the library's unclustered backward configuration (gemm_gelu_unclustered)
 // with 128×64 epilogue subtiles (kernels/dev/gemm_gelu_variants.cuh). (128×16 subtiles do not compile:
 // the backward's column-sum reduction needs a larger epilogue tile.)
 #include "kernels/cutlass/gemm_gelu_impl.cuh"

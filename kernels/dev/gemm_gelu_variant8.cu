@@ -1,4 +1,4 @@
-// Lab variant 8 of the fused GELU GEMMs: 128×128×64 tiles, no cluster, ping-pong (one warpgroup's epilogue beside the other's main loop) (kernels/dev/gemm_gelu_variants.cuh).
+// Lab variant 8 of the fused GELU GEMMs: 128×128×64 tiles, no cluster, ping-pong (one warpgroup's epilogue beside the other's main loop): the library's forward configuration (ForwardConfig), a control for the timings (kernels/dev/gemm_gelu_variants.cuh).
 #include "kernels/cutlass/gemm_gelu_impl.cuh"
 #include "kernels/dev/gemm_gelu_variants.cuh"
 

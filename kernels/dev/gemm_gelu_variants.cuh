@@ -11,7 +11,7 @@
 
 namespace lab {
 // The variants' names, for the table (index 1..kVariants).
-constexpr int kVariants = 16;
+constexpr int kVariants = 18;
 extern const char *const kVariantNames[kVariants + 1];
 // What each variant computes: 0 the GELUs, 1 the lab's stand-ins, 2 the GEMM alone (Config's kMath).
 extern const int kVariantMath[kVariants + 1];
@@ -39,6 +39,8 @@ LAB_VARIANT(13)
 LAB_VARIANT(14)
 LAB_VARIANT(15)
 LAB_VARIANT(16)
+LAB_VARIANT(17)
+LAB_VARIANT(18)
 #undef LAB_VARIANT
 // The variants' launchers by number (index 0 unused: the library's are kernels/gemm_gelu.cuh's).
 using FwdFn = decltype(&variant1_fwd);
@@ -46,11 +48,11 @@ using BwdFn = decltype(&variant1_bwd);
 inline const FwdFn kFwd[kVariants + 1] = {nullptr, variant1_fwd, variant2_fwd, variant3_fwd, variant4_fwd, variant5_fwd,
                                           variant6_fwd, variant7_fwd, variant8_fwd, variant9_fwd, variant10_fwd,
                                           variant11_fwd, variant12_fwd, variant13_fwd, variant14_fwd,
-                                          variant15_fwd, variant16_fwd};
+                                          variant15_fwd, variant16_fwd, variant17_fwd, variant18_fwd};
 inline const BwdFn kBwd[kVariants + 1] = {nullptr, variant1_bwd, variant2_bwd, variant3_bwd, variant4_bwd, variant5_bwd,
                                           variant6_bwd, variant7_bwd, variant8_bwd, variant9_bwd, variant10_bwd,
                                           variant11_bwd, variant12_bwd, variant13_bwd, variant14_bwd,
-                                          variant15_bwd, variant16_bwd};
+                                          variant15_bwd, variant16_bwd, variant17_bwd, variant18_bwd};
 }  // namespace lab
 
 #endif

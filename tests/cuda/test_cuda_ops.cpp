@@ -1662,7 +1662,7 @@ TEST(CudaBackend, LayerNormOnePassGivesThePassesSums) {
                 }
 }
 
-// Which fused GELU GEMM configuration a call takes (host arithmetic): the kernels without a cluster only
+// Which configuration a fused GELU GEMM backward takes (host arithmetic): the kernels without a cluster only
 // where the library's pairs of blocks need one more round of 128×256 tiles than single blocks. The row
 // counts are those the lab timed on an H100 (132 multiprocessors, 4096 columns: 5203 rows took 101.7 µs
 // paired against 90.9 single, 5120 rows 85.8 against 93.1); an even row-tile count never takes them.
@@ -1734,7 +1734,7 @@ TEST(CudaBackend, ScratchCountsTheDgeluTileSums) {
 // order (the fused kernel's per-tile sums, then the tiles; the unfused path column_sum's chunks): both
 // must lie within fp32 summation's bound, plus one rounding to the storage type, of the exact column
 // sums of du, and the fused one must be the same bits when the call is repeated. Shapes that leave the
-// 128×256 tiles partly empty (rows and columns) and give a block several tiles.
+// tiles (128×128 forward, 128×256 backward) partly empty (rows and columns) and give a block several tiles.
 TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     if (!dst::CudaBackend::fused_gemm_built()) GTEST_SKIP() << "built without the fused GELU GEMMs (no CUTLASS)";
@@ -1748,8 +1748,9 @@ TEST(CudaBackend, FusedGeluGemmsGiveTheUnfusedBits) {
     };
     struct Shape { int64_t n, k, m; };  // the forward's; the backward's is (n, m, k): FC2 of the same layer
     std::vector<Shape> shapes = {{136, 72, 264}, {1032, 64, 520}};
-    // A row count at which this device's calls run the kernels without a cluster (gemm_gelu_unclustered):
-    // the smallest odd row-tile count for 4096 columns that takes them (4196 rows on 132 multiprocessors).
+    // A row count at which this device's backward calls run the kernels without a cluster
+    // (gemm_gelu_unclustered): the smallest odd row-tile count for 4096 columns that takes them (4196 rows
+    // on 132 multiprocessors).
     int sms = 0;
     ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
     for (int64_t rows = 100; rows < 128 * 512; rows += 256)  // 2j + 1 row tiles, the last one partial
