@@ -25,8 +25,8 @@ cudaError_t dgelu_fp16_single(cudaStream_t, dst_gelu, const void *, const void *
                               int64_t, int64_t, int, float *);
 cudaError_t dgelu_bf16_single(cudaStream_t, dst_gelu, const void *, const void *, const void *, void *, int64_t,
                               int64_t, int64_t, int, float *);
-bool implementable_fp16_single(int kind, int64_t n, int64_t k, int64_t m);
-bool implementable_bf16_single(int kind, int64_t n, int64_t k, int64_t m);
+bool dgelu_implementable_fp16_single(int64_t n, int64_t k, int64_t m);
+bool dgelu_implementable_bf16_single(int64_t n, int64_t k, int64_t m);
 
 }  // namespace gemm_gelu
 
@@ -36,10 +36,12 @@ bool gemm_gelu_shape_ok(dst_dtype dt, GemmGeluKind kind, int64_t n, int64_t k, i
     if (n <= 0 || n >= (int64_t(1) << 31)) return false;
     for (const int64_t d : {k, m})
         if (d <= 0 || d % 8 != 0 || d >= (int64_t(1) << 31)) return false;
-    // The backward's two configurations (a call may take either: gemm_gelu_unclustered).
-    return dt == DST_DTYPE_FP16
-               ? gemm_gelu::implementable_fp16(kind, n, k, m) && gemm_gelu::implementable_fp16_single(kind, n, k, m)
-               : gemm_gelu::implementable_bf16(kind, n, k, m) && gemm_gelu::implementable_bf16_single(kind, n, k, m);
+    const bool fp16 = dt == DST_DTYPE_FP16;
+    if (!(fp16 ? gemm_gelu::implementable_fp16(kind, n, k, m) : gemm_gelu::implementable_bf16(kind, n, k, m)))
+        return false;
+    // The backward's second configuration (a call may take either: gemm_gelu_unclustered).
+    return kind != kGeluBackward || (fp16 ? gemm_gelu::dgelu_implementable_fp16_single(n, k, m)
+                                          : gemm_gelu::dgelu_implementable_bf16_single(n, k, m));
 }
 
 bool gemm_gelu_runs(dst_dtype dt, GemmGeluKind kind, int64_t n, int64_t k, int64_t m, const void *const *ptrs,

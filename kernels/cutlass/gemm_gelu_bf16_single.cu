@@ -9,7 +9,9 @@ namespace cuda {
 namespace gemm_gelu {
 
 DST_GEMM_GELU_DEFINE_BWD(dgelu_bf16_single, __nv_bfloat16, SingleConfig, true)
-DST_GEMM_GELU_DEFINE_OK(implementable_bf16_single, __nv_bfloat16, ForwardConfig, SingleConfig)
+bool dgelu_implementable_bf16_single(int64_t n, int64_t k, int64_t m) {
+    return implementable<__nv_bfloat16, SingleConfig>(kGeluBackward, n, k, m);
+}
 
 }  // namespace gemm_gelu
 }  // namespace cuda

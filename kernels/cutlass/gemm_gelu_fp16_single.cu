@@ -9,7 +9,9 @@ namespace cuda {
 namespace gemm_gelu {
 
 DST_GEMM_GELU_DEFINE_BWD(dgelu_fp16_single, __half, SingleConfig, true)
-DST_GEMM_GELU_DEFINE_OK(implementable_fp16_single, __half, ForwardConfig, SingleConfig)
+bool dgelu_implementable_fp16_single(int64_t n, int64_t k, int64_t m) {
+    return implementable<__half, SingleConfig>(kGeluBackward, n, k, m);
+}
 
 }  // namespace gemm_gelu
 }  // namespace cuda
