@@ -24,8 +24,6 @@
 #include "kernels/attention_flash_impl.cuh"
 #include "kernels/wgmma_ops.cuh"
 
-#include <algorithm>
-
 #define DST_WGA_DEV __device__ __forceinline__
 
 namespace dst {
@@ -99,156 +97,95 @@ DST_WGA_DEV int perm16_inv(int x) { return 8 * ((x >> 1) & 1) + 2 * (x >> 2) + (
 // Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled tile.
 DST_WGA_DEV uint32_t sw128(int r, int c) { return uint32_t(r) * 128u + (uint32_t(c ^ (r & 7)) << 4); }
 
-// PERSIST: the grid is at most MB blocks per multiprocessor and a block walks the items (m_block, batch,
-// head) blockIdx.x, blockIdx.x + gridDim.x, …; the copies of the next item's Q and first key tile are
-// issued during the current item's last tile (a second Q buffer), so a short sequence's loads overlap
-// the block's previous item instead of opening each block. Otherwise a block per item.
-template <typename T, int BN, int MB, bool PERSIST = false>
+template <typename T, int BN, int MB>
 __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p) {
     DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tr = WgTraits<BN>;
-    constexpr int BM = Tr::kBM, NT = BN / 8, NG = BN / 16, DT = 8, QB = PERSIST ? 2 : 1;
+    constexpr int BM = Tr::kBM, NT = BN / 8, NG = BN / 16, DT = 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-    // Q buffer qs at base + qs·kQ; stage st: K at sKV0 + 2·st·kTile, V after it
-    const uint32_t sKV0 = base + uint32_t(QB * Tr::kQ);
-    const int64_t ld = 3 * int64_t(p.hidden);
-    const int items = p.m_blocks * p.batch * p.heads;
+    const uint32_t sQ = base, sKV0 = base + uint32_t(Tr::kQ);  // stage st: K at sKV0 + 2·st·kTile, V after it
 
-    // Item it: its (batch, head), first query, the sequence's rows, Q's origin and key tiles (−1: a tile
-    // past a packed sequence, nothing to do).
-    struct Item {
-        int b, h, q0, q_rows, n_blocks;
-        const T *gq;
-    };
-    auto item_at = [&](int it) {
-        Item x;
-        const int m_block = it % p.m_blocks, bh = it / p.m_blocks;
-        x.b = bh / p.heads;
-        x.h = bh % p.heads;
-        x.q0 = m_block * BM;
-        x.q_rows = seq_rows(p, x.b);
-        x.gq = static_cast<const T *>(p.qkv) + seq_row0(p, x.b) * ld + int64_t(x.h) * 64;
-        const int kv_len = key_limit(p, x.b), n_end = p.causal ? min(kv_len, x.q0 + BM) : kv_len;
-        x.n_blocks = x.q0 < x.q_rows ? (n_end + BN - 1) / BN : -1;
-        return x;
-    };
-    // The block's next item after it that has work, or items.
-    auto next_item = [&](int it) {
-        if (PERSIST)
-            for (it += gridDim.x; it < items; it += gridDim.x)
-                if (item_at(it).n_blocks >= 0) return it;
-        return items;
-    };
+    const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
+    const int b = bh / p.heads, h = bh % p.heads;
+    const int q0 = m_block * BM, q_rows = seq_rows(p, b);
+    if (q0 >= q_rows) return;  // packed: a tile past the sequence
+    const int64_t ld = 3 * int64_t(p.hidden);
+    const T *gq = static_cast<const T *>(p.qkv) + seq_row0(p, b) * ld + int64_t(h) * 64;
+    const T *gk = gq + p.hidden, *gv = gq + 2 * p.hidden;
+    const int warp = threadIdx.x >> 5;
+    FwdRows w = fwd_rows(p, b, bh, q0, warp * 16, threadIdx.x & 31);
+    const int n_end = p.causal ? min(w.kv_len, q0 + BM) : w.kv_len;
+    const int n_blocks = (n_end + BN - 1) / BN;
 
     // Copies: thread x owns 16-byte chunk x & 7 of rows x >> 3, (x >> 3) + 16, …; a key row jl of a
     // tile goes to shared row 16·(jl / 16) + perm16_inv(jl % 16), and since jl % 16 = x >> 3 for all
     // of this thread's rows, the row inside each 16-group (and the swizzle) is fixed per thread.
     const int cchunk = threadIdx.x & 7, crow = threadIdx.x >> 3;  // crow 0…15
     const int kv_row = perm16_inv(crow);
-    auto stage_q = [&](const Item &x, int qs) {
-        const uint32_t sq = base + uint32_t(qs) * uint32_t(Tr::kQ);
-#pragma unroll
-        for (int k = 0; k < BM / 16; ++k) {
-            const int r = 16 * k + crow, q = x.q0 + r;
-            const bool ok = q < x.q_rows;
-            cp_async16(sq + sw128(r, cchunk), x.gq + (ok ? int64_t(q) * ld + cchunk * 8 : 0), ok ? 16 : 0);
-        }
-    };
-    auto stage_kv = [&](const Item &x, int nb, int st) {
+    auto stage_kv = [&](int nb, int st) {
         const uint32_t sk = sKV0 + uint32_t(2 * st) * uint32_t(Tr::kTile), sv = sk + uint32_t(Tr::kTile);
-        const T *gk = x.gq + p.hidden, *gv = x.gq + 2 * p.hidden;
 #pragma unroll
         for (int k = 0; k < BN / 16; ++k) {
             const int key = nb * BN + 16 * k + crow;
-            const bool ok = key < x.q_rows;
+            const bool ok = key < q_rows;
             const int64_t off = ok ? int64_t(key) * ld + cchunk * 8 : 0;
             const uint32_t o = sw128(16 * k + kv_row, cchunk);
             cp_async16(sk + o, gk + off, ok ? 16 : 0);
             cp_async16(sv + o, gv + off, ok ? 16 : 0);
         }
     };
-
-    int it = blockIdx.x;
-    Item cur = item_at(it);
-    if (cur.n_blocks < 0) {
-        if (!PERSIST) return;  // packed: a tile past the sequence
-        it = next_item(it);
-        if (it >= items) return;
-        cur = item_at(it);
+#pragma unroll
+    for (int k = 0; k < BM / 16; ++k) {
+        const int r = 16 * k + crow, q = q0 + r;
+        const bool ok = q < q_rows;
+        cp_async16(sQ + sw128(r, cchunk), gq + (ok ? int64_t(q) * ld + cchunk * 8 : 0), ok ? 16 : 0);
     }
-    const int warp = threadIdx.x >> 5;
-    int qs = 0, st = 0;
-    stage_q(cur, 0);
-    if (cur.n_blocks > 0) stage_kv(cur, 0, 0);
+    if (n_blocks > 0) stage_kv(0, 0);
     cp_async_commit();
-    bool staged = true;  // cur's Q and first key tile are on their way
-    for (;;) {
-        if (!staged) {  // every warp past the previous item's products before its buffers are refilled
-            __syncthreads();
-            stage_q(cur, qs);
-            if (cur.n_blocks > 0) stage_kv(cur, 0, st);
-            cp_async_commit();
-        }
-        const int nx = next_item(it);
-        FwdRows w = fwd_rows(p, cur.b, cur.b * p.heads + cur.h, cur.q0, warp * 16, threadIdx.x & 31);
-        const uint64_t dq = wg::desc_sw128(base + uint32_t(qs) * uint32_t(Tr::kQ));
 
-        float o[DT][4];
-        zero(o);
-        staged = false;
-        for (int nb = 0; nb < cur.n_blocks; ++nb) {
-            const int k0 = nb * BN;
-            cp_async_wait<0>();
-            wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
-            __syncthreads();          // everyone's; and every MMA of the other stage has completed
-            if (nb + 1 < cur.n_blocks) {
-                stage_kv(cur, nb + 1, st ^ 1);
-            } else if (PERSIST && nx < items) {  // the next item's Q and first tile, behind this tile
-                const Item x = item_at(nx);
-                if (x.n_blocks > 0) {
-                    stage_q(x, qs ^ 1);
-                    stage_kv(x, 0, st ^ 1);
-                    staged = true;
-                }
-            }
-            cp_async_commit();
-            const uint32_t sk = sKV0 + uint32_t(2 * st) * uint32_t(Tr::kTile), sv = sk + uint32_t(Tr::kTile);
-            const uint64_t dk = wg::desc_sw128(sk), dv = wg::desc_sw128(sv);
+    const uint64_t dq = wg::desc_sw128(sQ);
 
-            // S = Q·Kᵀ: four k16 steps along the head dim (32 bytes each inside the 128-byte rows).
-            float s[NT][4];
-            wg::fence_regs(s);
-            wg::wgmma_fence();
+    float o[DT][4];
+    zero(o);
+
+    for (int nb = 0; nb < n_blocks; ++nb) {
+        const int k0 = nb * BN, st = nb & 1;
+        cp_async_wait<0>();
+        wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
+        __syncthreads();          // everyone's; and every MMA of the other stage has completed
+        if (nb + 1 < n_blocks) stage_kv(nb + 1, st ^ 1);
+        cp_async_commit();
+        const uint32_t sk = sKV0 + uint32_t(2 * st) * uint32_t(Tr::kTile), sv = sk + uint32_t(Tr::kTile);
+        const uint64_t dk = wg::desc_sw128(sk), dv = wg::desc_sw128(sv);
+
+        // S = Q·Kᵀ: four k16 steps along the head dim (32 bytes each inside the 128-byte rows).
+        float s[NT][4];
+        wg::fence_regs(s);
+        wg::wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BN>(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
-            wg::wgmma_commit();
-            wg::wgmma_wait<0>();
-            wg::fence_regs(s);
+        for (int kk = 0; kk < 4; ++kk) wg::wgmma_ss<T, BN>(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
+        wg::wgmma_commit();
+        wg::wgmma_wait<0>();
+        wg::fence_regs(s);
 
-            fwd_tile(p, w, k0, s, o);
+        fwd_tile(p, w, k0, s, o);
 
-            // O += P̃·V: k16 step G covers keys (rows of V) 16G … 16G + 15, 2048 bytes apart.
-            uint32_t a[NG][4];
-            to_a<T, NT>(a, s);
-            wg::fence_regs(o);
-            wg::wgmma_fence();
+        // O += P̃·V: k16 step G covers keys (rows of V) 16G … 16G + 15, 2048 bytes apart.
+        uint32_t a[NG][4];
+        to_a<T, NT>(a, s);
+        wg::fence_regs(o);
+        wg::wgmma_fence();
 #pragma unroll
-            for (int G = 0; G < NG; ++G) wg::wgmma_rs_tb<T, 64>(o, a[G], dv + uint64_t(G) * (2048 >> 4), 1);
-            wg::wgmma_commit();
-            wg::wgmma_wait<0>();
-            wg::fence_regs(o);
-            st ^= 1;
-        }
-        if (!staged) cp_async_wait<0>();
-
-        fwd_store(p, w, static_cast<T *>(p.ctx) + seq_row0(p, cur.b) * p.hidden + int64_t(cur.h) * 64, 64, o);
-        if (!PERSIST || nx >= items) break;
-        it = nx;
-        cur = item_at(it);
-        if (staged) qs ^= 1;
+        for (int G = 0; G < NG; ++G) wg::wgmma_rs_tb<T, 64>(o, a[G], dv + uint64_t(G) * (2048 >> 4), 1);
+        wg::wgmma_commit();
+        wg::wgmma_wait<0>();
+        wg::fence_regs(o);
     }
+    cp_async_wait<0>();
+
+    fwd_store(p, w, static_cast<T *>(p.ctx) + seq_row0(p, b) * p.hidden + int64_t(h) * 64, 64, o);
 #else
     (void)p;
     __trap();  // built for another target: the library launches it only from its sm_90a object, the lab only
@@ -261,28 +198,17 @@ __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p
 template <int BN>
 constexpr int kFwdWgmmaBlocks = BN == 64 ? 4 : 2;
 
-template <int BN, bool PERSIST>
-constexpr size_t fwd_wgmma_smem() { return WgTraits<BN>::kSmem + (PERSIST ? WgTraits<BN>::kQ : 0); }
-
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue).
-template <typename T, int BN, int MB, bool PERSIST = false>
+template <typename T, int BN, int MB>
 cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
     using Tr = WgTraits<BN>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBM));
-    const auto kernel = flash_fwd_wgmma_kernel<T, BN, MB, PERSIST>;
-    constexpr size_t smem = fwd_wgmma_smem<BN, PERSIST>();
-    cudaError_t e = allow_smem(kernel, smem);
+    const auto kernel = flash_fwd_wgmma_kernel<T, BN, MB>;
+    cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e != cudaSuccess) return e;
-    int64_t grid = p.m_blocks * int64_t(p.batch) * p.heads;
-    if (PERSIST) {
-        int dev = 0, sms = 0;
-        if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
-            (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
-            return e;
-        grid = std::min<int64_t>(grid, int64_t(MB) * sms);
-    }
-    return launch_dependent(kernel, static_cast<unsigned>(grid), Tr::kThreads, smem, stream, p);
+    return launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads,
+                            Tr::kSmem, stream, p);
 }
 
 // ================================ backward =======================================================
