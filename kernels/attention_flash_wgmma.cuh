@@ -97,7 +97,9 @@ DST_WGA_DEV int perm16_inv(int x) { return 8 * ((x >> 1) & 1) + 2 * (x >> 2) + (
 // Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled tile.
 DST_WGA_DEV uint32_t sw128(int r, int c) { return uint32_t(r) * 128u + (uint32_t(c ^ (r & 7)) << 4); }
 
-template <typename T, int BN, int MB>
+// EAGER2: an item of two key tiles (S ≤ 2·BN) issues both tiles' copies before its first product,
+// the second in a copy group of its own, instead of the second during the first tile's products.
+template <typename T, int BN, int MB, bool EAGER2 = false>
 __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p) {
     DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -144,6 +146,11 @@ __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p
     }
     if (n_blocks > 0) stage_kv(0, 0);
     cp_async_commit();
+    const bool both = EAGER2 && n_blocks == 2;
+    if (both) {
+        stage_kv(1, 1);
+        cp_async_commit();
+    }
 
     const uint64_t dq = wg::desc_sw128(sQ);
 
@@ -152,10 +159,13 @@ __global__ void __launch_bounds__(128, MB) flash_fwd_wgmma_kernel(const Params p
 
     for (int nb = 0; nb < n_blocks; ++nb) {
         const int k0 = nb * BN, st = nb & 1;
-        cp_async_wait<0>();
+        if (both && nb == 0)
+            cp_async_wait<1>();
+        else
+            cp_async_wait<0>();
         wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
         __syncthreads();          // everyone's; and every MMA of the other stage has completed
-        if (nb + 1 < n_blocks) stage_kv(nb + 1, st ^ 1);
+        if (!both && nb + 1 < n_blocks) stage_kv(nb + 1, st ^ 1);
         cp_async_commit();
         const uint32_t sk = sKV0 + uint32_t(2 * st) * uint32_t(Tr::kTile), sv = sk + uint32_t(Tr::kTile);
         const uint64_t dk = wg::desc_sw128(sk), dv = wg::desc_sw128(sv);
@@ -199,12 +209,12 @@ template <int BN>
 constexpr int kFwdWgmmaBlocks = BN == 64 ? 4 : 2;
 
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue).
-template <typename T, int BN, int MB>
+template <typename T, int BN, int MB, bool EAGER2 = false>
 cudaError_t launch_fwd_wgmma(Params p, cudaStream_t stream) {
     using Tr = WgTraits<BN>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBM));
-    const auto kernel = flash_fwd_wgmma_kernel<T, BN, MB>;
+    const auto kernel = flash_fwd_wgmma_kernel<T, BN, MB, EAGER2>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e != cudaSuccess) return e;
     return launch_dependent(kernel, static_cast<unsigned>(p.m_blocks * int64_t(p.batch) * p.heads), Tr::kThreads,

@@ -27,6 +27,7 @@
 //        w1's bits), for short sequences, where w1's 3 blocks of 4 warps leave the loads exposed
 //        (w13, w11 walking its items persistently with the next item's loads issued during the
 //        current one's last tile, measured slower and was removed: commit 1ad7e92; bench/RESULTS.md)
+//        w14: w11 with both key tiles of a two-tile item (S ≤ 128) copied before its first product
 //        w8 (kernels/attention_flash_ws.cuh; warp-specialised: a producer warpgroup loads K and V
 //        by TMA in perm16 order, two consumer warpgroups of 64 rows issue the next tile's scores
 //        before the softmax; w1's bits), w9 (three consumer warpgroups), w10 (two, key tiles of
@@ -698,13 +699,13 @@ BwdVersion bwd_version(const char *name) {
 }
 #if defined(DST_LAB_SM90A)
 // The wgmma forward (kernels/attention_flash_wgmma.cuh): one warpgroup, BM 64, BN keys, MB blocks/SM.
-template <typename T, int BN, int MB>
+template <typename T, int BN, int MB, bool EAGER2 = false>
 FwdVersion fwd_wgmma_version(const char *name) {
     using Tr = flash::WgTraits<BN>;
-    return {name, BN, 4, MB, [](const flash::Params &p) { return flash::launch_fwd_wgmma<T, BN, MB>(p, 0); },
+    return {name, BN, 4, MB, [](const flash::Params &p) { return flash::launch_fwd_wgmma<T, BN, MB, EAGER2>(p, 0); },
             [] {
-                LAB_CUDA(flash::allow_smem(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kSmem));
-                return occupancy(flash::flash_fwd_wgmma_kernel<T, BN, MB>, Tr::kThreads, Tr::kSmem);
+                LAB_CUDA(flash::allow_smem(flash::flash_fwd_wgmma_kernel<T, BN, MB, EAGER2>, Tr::kSmem));
+                return occupancy(flash::flash_fwd_wgmma_kernel<T, BN, MB, EAGER2>, Tr::kThreads, Tr::kSmem);
             }};
 }
 #endif
@@ -730,6 +731,7 @@ std::vector<FwdVersion> fwd_versions() {
     v.push_back(fwd_wgmma_version<T, 128, 1>("w3"));
     v.push_back(fwd_wgmma_version<T, 64, 4>("w11"));
     v.push_back(fwd_wgmma_version<T, 64, 5>("w12"));
+    v.push_back(fwd_wgmma_version<T, 64, 4, true>("w14"));
     v.push_back(fwd_ws_version<T, 2, 64>("w8"));
     v.push_back(fwd_ws_version<T, 3, 64>("w9"));
     v.push_back(fwd_ws_version<T, 2, 128>("w10"));
@@ -809,7 +811,7 @@ void check_versions(bool bf16) {
         const double tol = bf16 ? 1e-2 : 1e-3;
         if (det) {  // S = 300 and S = 128 (the second: 16-row aligned, where w8 runs its own kernel)
             // w8 runs w1's arithmetic on the same tiles: the same bits as w1.
-            std::vector<uint16_t> w1_bits, w2_bits;  // w8, w9, w11, w12 run w1's tiles, w10 w2's
+            std::vector<uint16_t> w1_bits, w2_bits;  // w8, w9, w11, w12, w14 run w1's tiles, w10 w2's
             for (const FwdVersion &v : fwd_versions<T>()) {
                 LAB_CUDA(cudaMemset(dv.ctx, 0xff, N * H * 2));
                 LAB_CUDA(v.run(p));
@@ -822,7 +824,7 @@ void check_versions(bool bf16) {
                 long long differ = -1;
                 const char *same_as = nullptr;
                 if ((!std::strcmp(v.name, "w8") || !std::strcmp(v.name, "w9") || !std::strcmp(v.name, "w11") ||
-                     !std::strcmp(v.name, "w12")) &&
+                     !std::strcmp(v.name, "w12") || !std::strcmp(v.name, "w14")) &&
                     !w1_bits.empty()) {
                     differ = (long long)count_differing(bits, w1_bits);
                     same_as = "w1";
