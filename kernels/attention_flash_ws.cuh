@@ -266,7 +266,7 @@ template <typename T, int NC, int BN>
 cudaError_t launch(Params p, cudaStream_t stream) {
     Maps maps;
     if (!applies(p, BN) || make_maps(maps, p.qkv, int64_t(p.batch) * p.seq, 3 * int64_t(p.hidden)) != cudaSuccess)
-        return launch_fwd_wgmma<T, BN, kFwdWgmmaBlocks<BN>>(p, stream);
+        return launch_fwd_wgmma<T, BN, kFwdWgmmaBlocks<BN>, true>(p, stream);
     p.m_blocks = static_cast<int>((p.seq + 64 * NC - 1) / (64 * NC));
     const auto kernel = flash_fwd_ws_kernel<T, NC, BN>;
     const cudaError_t e = allow_smem(kernel, smem_bytes<NC, BN>());

@@ -12,12 +12,16 @@ namespace flash {
 // from ws::kMinSeq keys on (ws::launch runs the wgmma forward itself where it does not apply); below,
 // the wgmma forward: key tiles of 64 at kFwdWgmmaBlocks<64> = 4 blocks per SM (the lab's w11: 128
 // registers, 16 bytes of spill; against w1's 3 blocks per SM at 168 registers, H100 2026-12-05: 64×128
-// −7 % with dropout and −12 % without, 16×512 to 8×2048 within ±1 %; bench/RESULTS.md). The same bits.
+// −7 % with dropout and −12 % without, 16×512 to 8×2048 within ±1 %; bench/RESULTS.md), an item of two
+// key tiles (S ≤ 128) copying both before its first product (the lab's w14, H100 2026-12-06: 64×128
+// −8 % without dropout, −0 to −2 % with; an item with more key tiles keeps its one-ahead copies,
+// 16×512 and longer within ±1 %). The same bits.
 cudaError_t fwd_wgmma(const Params &p, bool bf16, cudaStream_t stream) {
     if (p.seq >= ws::kMinSeq)
         return bf16 ? ws::launch<__nv_bfloat16, 3, 64>(p, stream) : ws::launch<__half, 3, 64>(p, stream);
     constexpr int mb = kFwdWgmmaBlocks<64>;
-    return bf16 ? launch_fwd_wgmma<__nv_bfloat16, 64, mb>(p, stream) : launch_fwd_wgmma<__half, 64, mb>(p, stream);
+    return bf16 ? launch_fwd_wgmma<__nv_bfloat16, 64, mb, true>(p, stream)
+                : launch_fwd_wgmma<__half, 64, mb, true>(p, stream);
 }
 
 // The lab's b11: two warpgroups, 128 keys per block, query tiles of 64, 1 block per SM, the partial
