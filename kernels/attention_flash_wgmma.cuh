@@ -362,7 +362,9 @@ DST_WGA_DEV void bwd_dq_write(const Params &p, const float *buf, int ldq, int wt
 // DQM: how the partial dQ is formed (kDqMma, kDqWgmma), or kDqNone (the lab's timing control b8n:
 // the product and its adds left out, so that the difference to b8 is what they cost; dQ is then not
 // written).
-template <typename T, int BM, int MB, int WGS, int DQM = kDqMma>
+// EAGER2: a block with two query tiles to walk (S ≤ 2·BM) issues both tiles' copies with its K and V,
+// the second in a copy group of its own, as the forward's EAGER2 does with two key tiles.
+template <typename T, int BM, int MB, int WGS, int DQM = kDqMma, bool EAGER2 = false>
 __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) flash_bwd_wgmma_kernel(const Params p) {
     DST_GRID_DEPENDENCY();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -485,6 +487,11 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     }
     stage(tile_at(0), 0);
     cp_async_commit();
+    const bool both = EAGER2 && n_steps == 2;
+    if (both) {
+        stage(tile_at(1), 1);
+        cp_async_commit();
+    }
 
     const BwdKeys keys = bwd_keys(p, b, bh, k0w, wrow, kv_len);
     // This warpgroup's 64 rows of K and V (8 KB apart, 1024-byte aligned).
@@ -512,11 +519,14 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
     DqOwed owed;
     for (int step = 0; step < n_steps; ++step) {
         const int mb = tile_at(step), st = step & 1, i0 = mb * BM;
-        cp_async_wait<0>();
+        if (both && step == 0)
+            cp_async_wait<1>();
+        else
+            cp_async_wait<0>();
         wg::fence_proxy_async();  // this thread's cp.async writes, visible to the async proxy
         csync();                  // everyone's; every MMA of the other stage has completed; sS is free; the
                                   // last step's dQ adds are done (released below, while the MMAs run)
-        if (step + 1 < n_steps) stage(tile_at(step + 1), st ^ 1);
+        if (!both && step + 1 < n_steps) stage(tile_at(step + 1), st ^ 1);
         cp_async_commit();
         const uint32_t sq = sQ0 + uint32_t(2 * st) * uint32_t(Tr::kQ), sdo = sq + uint32_t(Tr::kQ);
         const uint64_t dq_desc = wg::desc_sw128(sq), do_desc = wg::desc_sw128(sdo);
@@ -630,13 +640,13 @@ __global__ void __launch_bounds__(128 * WGS + (DQM >= kDqWriter ? 128 : 0), MB) 
 
 // Head dim 64 and 16-byte aligned rows only (else cudaErrorInvalidValue). The prologue (bwd_prologue)
 // must have run; order as in launch_bwd.
-template <typename T, int BM, int MB, int WGS, int DQM = kDqMma>
+template <typename T, int BM, int MB, int WGS, int DQM = kDqMma, bool EAGER2 = false>
 cudaError_t launch_bwd_wgmma(Params p, cudaStream_t stream, int order = -1) {
     using Tr = WgBwdTraits<BM, WGS, DQM>;
     if (p.head_dim != 64 || !p.vec16) return cudaErrorInvalidValue;
     p.m_blocks = static_cast<int>(tiles_of(p.seq, Tr::kBN));
     p.q_tiles = static_cast<int>(tiles_of(p.seq, BM));
-    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>;
+    const auto kernel = flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM, EAGER2>;
     cudaError_t e = allow_smem(kernel, Tr::kSmem);
     if (e == cudaSuccess) e = resolve_dq_order(kernel, Tr::kBlockThreads, Tr::kSmem, p, order);
     if (e != cudaSuccess) return e;

@@ -72,6 +72,8 @@
 //        b14b3, b14b4 = b14 with three, four dQ buffers (the consumers may run that many steps
 //        ahead of the writer's turns); b14ob4 = b14o with four (written 2026-12-04, not yet run)
 //        (b22, the writer backward in thread block clusters, was removed after its run: bench/RESULTS.md)
+//        b15 = b11 with both query tiles of a two-tile block (S ≤ 128) copied with K and V, before
+//        its first product (the forward's w14 for the backward; b11's bits)
 //        all: one kernel; dSᵀ staged in shared memory for dQ = dS·K, added into an fp32
 //        accumulator in a fixed key-block order (det) or in arrival order (stoch).
 #include <cublas_v2.h>
@@ -741,16 +743,16 @@ std::vector<FwdVersion> fwd_versions() {
 #if defined(DST_LAB_SM90A)
 // The wgmma backward (kernels/attention_flash_wgmma.cuh): WGS warpgroups, 64·WGS keys, BM queries, MB blocks/SM.
 // ORDER: the deterministic dQ order (launch_bwd_wgmma's: −1 the library's choice, 0 ascending key blocks).
-template <typename T, int BM, int MB, int WGS, int DQM = flash::kDqMma, int ORDER = -1>
+template <typename T, int BM, int MB, int WGS, int DQM = flash::kDqMma, int ORDER = -1, bool EAGER2 = false>
 BwdVersion bwd_wgmma_version(const char *name) {
     using Tr = flash::WgBwdTraits<BM, WGS, DQM>;
     return {name, BM, 4 * WGS, MB,
             [](const flash::Params &p, const flash::BwdScratch &ws) {
                 cudaError_t e = flash::bwd_prologue<T>(p, ws, 0);
-                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQM>(p, 0, ORDER);
+                return e != cudaSuccess ? e : flash::launch_bwd_wgmma<T, BM, MB, WGS, DQM, EAGER2>(p, 0, ORDER);
             },
             [] {
-                const auto kernel = flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM>;
+                const auto kernel = flash::flash_bwd_wgmma_kernel<T, BM, MB, WGS, DQM, EAGER2>;
                 LAB_CUDA(flash::allow_smem(kernel, Tr::kSmem));
                 return occupancy(kernel, Tr::kBlockThreads, Tr::kSmem);
             },
@@ -768,6 +770,7 @@ std::vector<BwdVersion> bwd_versions() {
     v.push_back(bwd_wgmma_version<T, 64, 1, 2>("b8"));
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqNone>("b8n"));  // control: b8 without dQ
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWgmma>("b11"));
+    v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWgmma, -1, true>("b15"));  // b11, two query tiles copied first
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter>("b14"));
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWgmma, 0>("b11o"));   // b11, ascending dQ order
     v.push_back(bwd_wgmma_version<T, 64, 1, 2, flash::kDqWriter, 0>("b14o"));  // b14, ascending dQ order
@@ -841,11 +844,12 @@ void check_versions(bool bf16) {
             }
             LAB_CUDA(flash_attention_fwd(0, bf16, a, dv.qkv, dv.ctx, dv.lse));  // the reference's ctx again
         }
+        std::vector<uint16_t> b11_bits;
         for (const BwdVersion &v : bwd_versions<T>()) {
             if (v.control) continue;
             // The causal case (k 4): the library's two backwards (and the versions after them) only;
             // the long cases (k 5 … 7): the library's writer backwards.
-            if (k == 4 && !is_version(v.name, {"b11", "b14", "b11o", "b14o"})) continue;
+            if (k == 4 && !is_version(v.name, {"b11", "b14", "b11o", "b14o", "b15"})) continue;
             if (k >= 5 && !is_version(v.name, {"b14", "b14o"})) continue;
             // Deterministic mode: a second run must give the same bits.
             std::vector<uint16_t> runs[2];
@@ -858,10 +862,16 @@ void check_versions(bool bf16) {
             bool nan = false;
             const double e = rel_l2(download(dv.dqkv, N * 3 * H, bf16), r.dqkv, &nan);
             const long long differ = det ? (long long)count_differing(runs[0], runs[1]) : 0;
-            const bool ok = !nan && e <= tol && differ == 0;
+            // b15 runs b11's arithmetic: deterministic, the same bits.
+            if (det && !std::strcmp(v.name, "b11")) b11_bits = runs[0];
+            const long long off_b11 = det && !std::strcmp(v.name, "b15") && !b11_bits.empty()
+                                          ? (long long)count_differing(runs[0], b11_bits)
+                                          : 0;
+            const bool ok = !nan && e <= tol && differ == 0 && off_b11 == 0;
             if (!ok) ++g_failures;
             std::printf("%-4s version %s %s: dqkv %.2e", ok ? "ok" : "FAIL", v.name, c.name().c_str(), e);
             if (det) std::printf(", %lld elements differ between two runs", differ);
+            if (det && !std::strcmp(v.name, "b15")) std::printf(", %lld from b11", off_b11);
             std::printf("\n");
         }
         dv.free_all();
