@@ -53,12 +53,11 @@ cudaError_t gemm_dgelu(cudaStream_t stream, dst_dtype dt, dst_gelu form, const v
 // Which of the backward's two compiled configurations a call takes (the forward kinds have one, without
 // a cluster). Both use 128×256 tiles and the persistent cooperative schedule over `sm_count` blocks; the
 // library's pairs the blocks in clusters of two along the rows (each weight tile multicast to both),
-// which rounds the row tiles up to an even count. Where
-// that rounding costs one more round of tiles than single blocks need (an odd row-tile count whose pairs
-// just pass a multiple of the clusters that run at once, e.g. 5203 rows × 4096 columns on 132
-// multiprocessors: 6 rounds against 5), the call runs the kernels without a cluster (kernels/cutlass/
-// gemm_gelu_*_single.cu): the same tiles and summation order, so the same bits. `cols` is the output's
-// width (the backward's k). Host arithmetic only.
+// which rounds the row tiles up to an even count. Where that rounding costs one more round of tiles
+// than single blocks need (an odd row-tile count whose pairs just pass a multiple of the clusters that
+// run at once, e.g. 5203 rows × 4096 columns on 132 multiprocessors: 6 rounds against 5), the call runs
+// the kernels without a cluster (kernels/cutlass/gemm_gelu_*_single.cu): the same tiles and summation
+// order, so the same bits. `cols` is the output's width (the backward's k). Host arithmetic only.
 inline bool gemm_gelu_unclustered(int64_t rows, int64_t cols, int sm_count) {
     if (rows <= 0 || cols <= 0 || sm_count < 2) return false;
     const int64_t mt = (rows + 127) / 128, nt = (cols + 255) / 256;

@@ -9,9 +9,7 @@ namespace cuda {
 namespace gemm_gelu {
 
 DST_GEMM_GELU_DEFINE_BWD(dgelu_fp16_single, __half, SingleConfig, true)
-bool dgelu_implementable_fp16_single(int64_t n, int64_t k, int64_t m) {
-    return implementable<__half, SingleConfig>(kGeluBackward, n, k, m);
-}
+DST_GEMM_GELU_DEFINE_BWD_OK(dgelu_implementable_fp16_single, __half, SingleConfig)
 
 }  // namespace gemm_gelu
 }  // namespace cuda

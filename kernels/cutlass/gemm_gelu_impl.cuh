@@ -431,6 +431,11 @@ bool implementable(int kind, int64_t n, int64_t k, int64_t m) {
                    ? ::dst::cuda::gemm_gelu::implementable<T, BWD_CFG>(kind, n, k, m)                               \
                    : ::dst::cuda::gemm_gelu::implementable<T, FWD_CFG>(kind, n, k, m);                              \
     }
+// OK (n, k, m) for the backward alone with CFG (the backward's second configuration, SingleConfig).
+#define DST_GEMM_GELU_DEFINE_BWD_OK(OK, T, CFG)                                                                     \
+    bool OK(int64_t n, int64_t k, int64_t m) {                                                                      \
+        return ::dst::cuda::gemm_gelu::implementable<T, CFG>(::dst::cuda::kGeluBackward, n, k, m);                  \
+    }
 #define DST_GEMM_GELU_DEFINE(FWD, BWD, OK, T, CFG, TANH)                                                            \
     DST_GEMM_GELU_DEFINE_FWD(FWD, T, CFG, TANH)                                                                     \
     DST_GEMM_GELU_DEFINE_BWD(BWD, T, CFG, TANH)                                                                     \
